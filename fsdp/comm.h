@@ -1,0 +1,41 @@
+// comm.h: the communication interface of the FSDP runtime, with NCCL's semantics.
+//
+// Implementations: fsdp/comm_mpi.c (CPU, MPI; a single-rank build without MPI) and, for the
+// CUDA build, fsdp/comm_nccl.c. The schedule (fsdp/schedule.c) calls only these functions.
+//
+// Buffer conventions follow NCCL's in-place forms, so the flat unit buffers are passed to the
+// collectives as they are, without copies (FSDP paper, section 3.2.1: the FlatParameter has
+// "the exact data layout expected by AllGather and ReduceScatter"):
+//   all-gather:     buf holds size*count elements; this rank's input is at buf + rank*count.
+//   reduce-scatter: buf holds size*count elements from every rank; the sum of chunk `rank` is
+//                   left at buf + rank*count (the rest of buf is unspecified afterwards).
+//   all-reduce:     buf holds count elements; every rank gets the sum.
+// Sums are deterministic on the MPI backend: each output element is folded in rank order,
+// ((x_0 + x_1) + x_2) + ..., whatever algorithm MPI would choose, so results do not depend on
+// the world size's reduction tree. Counts are size_t; counts beyond INT_MAX are chunked.
+#ifndef FSDP_COMM_H
+#define FSDP_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DT_F32, DT_F64, DT_I64, DT_BF16 } DType;
+size_t dtype_size(DType t);
+
+typedef struct Comm Comm;
+
+// The world communicator (MPI_COMM_WORLD, or a single rank without MPI).
+Comm* comm_world(void);
+int comm_rank(const Comm* c);
+int comm_size(const Comm* c);
+// Ranks with the same color form a sub-group, ordered by key (as MPI_Comm_split/ncclCommSplit).
+Comm* comm_split(Comm* c, int color, int key);
+void comm_free(Comm* c);
+
+void comm_all_gather(Comm* c, void* buf, size_t count, DType t);
+void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t);
+void comm_all_reduce(Comm* c, void* buf, size_t count, DType t);
+void comm_broadcast(Comm* c, void* buf, size_t bytes, int root);
+void comm_barrier(Comm* c);
+// Logical AND of a flag over all ranks (used to agree on errors before anyone proceeds).
+int comm_all_true(Comm* c, int flag);
+#endif

@@ -1,0 +1,208 @@
+// comm_mpi.c: the CPU implementation of fsdp/comm.h over MPI, with deterministic sums.
+//
+// MPI only moves bytes here; every sum is folded by us in rank order so that a result has
+// the same bits whatever MPI's reduction algorithm and whatever the world size (the
+// multi-rank equivalence tests compare W ranks against one rank bit for bit).
+// Built with -DNO_MPI (no mpicc found) this file provides a single-rank communicator.
+#include "fsdp/comm.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DT_F32: return 4;
+    case DT_F64: return 8;
+    case DT_I64: return 8;
+    case DT_BF16: return 2;
+  }
+  return 0;
+}
+
+#ifdef NO_MPI
+
+struct Comm { int unused; };
+static struct Comm world_comm;
+Comm* comm_world(void) { return &world_comm; }
+int comm_rank(const Comm* c) { (void)c; return 0; }
+int comm_size(const Comm* c) { (void)c; return 1; }
+Comm* comm_split(Comm* c, int color, int key) { (void)color; (void)key; return c; }
+void comm_free(Comm* c) { (void)c; }
+// With one rank every collective leaves the buffer as it is.
+void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {}
+void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {}
+void comm_all_reduce(Comm* c, void* buf, size_t count, DType t) {}
+void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {}
+void comm_barrier(Comm* c) {}
+int comm_all_true(Comm* c, int flag) { return flag; }
+
+#else
+#include <mpi.h>
+
+struct Comm {
+  MPI_Comm mc;
+  int rank, size;
+};
+
+#define MPI_CHECK(call)                                                   \
+  do {                                                                    \
+    int rc_ = (call);                                                     \
+    if (rc_ != MPI_SUCCESS) {                                             \
+      char msg_[MPI_MAX_ERROR_STRING];                                    \
+      int len_ = 0;                                                       \
+      MPI_Error_string(rc_, msg_, &len_);                                 \
+      fatal("MPI call failed: %s (%s:%d: %s)", msg_, __FILE__, __LINE__, #call); \
+    }                                                                     \
+  } while (0)
+
+// Pieces of at most this many elements per collective call: keeps every MPI count far below
+// INT_MAX and bounds the temporary buffer of the folds to size * PIECE elements.
+#define PIECE ((size_t)1 << 20)
+
+static Comm* comm_wrap(MPI_Comm mc) {
+  Comm* c = xcalloc(1, sizeof(Comm), "communicator");
+  c->mc = mc;
+  MPI_CHECK(MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(mc, &c->rank));
+  MPI_CHECK(MPI_Comm_size(mc, &c->size));
+  return c;
+}
+
+Comm* comm_world(void) {
+  static Comm* world = NULL;
+  if (!world) world = comm_wrap(MPI_COMM_WORLD);
+  return world;
+}
+int comm_rank(const Comm* c) { return c->rank; }
+int comm_size(const Comm* c) { return c->size; }
+
+Comm* comm_split(Comm* c, int color, int key) {
+  MPI_Comm sub;
+  MPI_CHECK(MPI_Comm_split(c->mc, color, key, &sub));
+  return comm_wrap(sub);
+}
+
+void comm_free(Comm* c) {
+  if (!c || c->mc == MPI_COMM_WORLD) return;
+  MPI_Comm_free(&c->mc);
+  free(c);
+}
+
+static MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DT_F32: return MPI_FLOAT;
+    case DT_F64: return MPI_DOUBLE;
+    case DT_I64: return MPI_INT64_T;
+    case DT_BF16: return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+// A type of n contiguous elements whose extent is `stride` elements: with it, element block r
+// of a collective lands at base + r*stride, which is how the in-place layouts are addressed
+// piece by piece.
+static MPI_Datatype strided_block(DType t, size_t n, size_t stride) {
+  MPI_Datatype block, resized;
+  MPI_CHECK(MPI_Type_contiguous((int)n, mpi_type(t), &block));
+  MPI_CHECK(MPI_Type_create_resized(block, 0, (MPI_Aint)(stride * dtype_size(t)), &resized));
+  MPI_CHECK(MPI_Type_commit(&resized));
+  MPI_Type_free(&block);
+  return resized;
+}
+
+void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {
+  if (c->size == 1 || count == 0) return;
+  size_t es = dtype_size(t);
+  for (size_t off = 0; off < count; off += PIECE) {
+    size_t n = count - off < PIECE ? count - off : PIECE;
+    MPI_Datatype blk = strided_block(t, n, count);
+    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (char*)buf + off * es, 1, blk, c->mc));
+    MPI_Type_free(&blk);
+  }
+}
+
+// out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ... for the `size` rows of `in` (n apart).
+static void fold_rows(void* out, const void* in, size_t n, int size, DType t) {
+  if (t == DT_F32) {
+    const float* x = in;
+    float* y = out;
+    for (size_t i = 0; i < n; i++) {
+      float s = x[i];
+      for (int r = 1; r < size; r++) s += x[(size_t)r * n + i];
+      y[i] = s;
+    }
+  } else if (t == DT_F64) {
+    const double* x = in;
+    double* y = out;
+    for (size_t i = 0; i < n; i++) {
+      double s = x[i];
+      for (int r = 1; r < size; r++) s += x[(size_t)r * n + i];
+      y[i] = s;
+    }
+  } else if (t == DT_I64) {
+    const int64_t* x = in;
+    int64_t* y = out;
+    for (size_t i = 0; i < n; i++) {
+      int64_t s = x[i];
+      for (int r = 1; r < size; r++) s += x[(size_t)r * n + i];
+      y[i] = s;
+    }
+  } else {
+    fatal("the MPI backend does not reduce bf16; use --reduce-dtype fp32");
+  }
+}
+
+void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {
+  if (c->size == 1 || count == 0) return;
+  size_t es = dtype_size(t);
+  char* tmp = xmalloc((size_t)c->size * PIECE * es, "reduce-scatter staging");
+  for (size_t off = 0; off < count; off += PIECE) {
+    size_t n = count - off < PIECE ? count - off : PIECE;
+    // Every rank sends piece `off` of chunk d to rank d and receives its own chunk's piece from
+    // every rank, rank-ordered in tmp; then it folds them in rank order.
+    MPI_Datatype send = strided_block(t, n, count);
+    MPI_Datatype recv = strided_block(t, n, n);
+    MPI_CHECK(MPI_Alltoall((char*)buf + off * es, 1, send, tmp, 1, recv, c->mc));
+    MPI_Type_free(&send);
+    MPI_Type_free(&recv);
+    fold_rows((char*)buf + ((size_t)c->rank * count + off) * es, tmp, n, c->size, t);
+  }
+  free(tmp);
+}
+
+void comm_all_reduce(Comm* c, void* buf, size_t count, DType t) {
+  if (c->size == 1 || count == 0) return;
+  size_t es = dtype_size(t);
+  char* tmp = xmalloc((size_t)c->size * PIECE * es, "all-reduce staging");
+  for (size_t off = 0; off < count; off += PIECE) {
+    size_t n = count - off < PIECE ? count - off : PIECE;
+    // Every rank gathers every rank's piece and folds the same rows in the same order, so all
+    // replicas end with identical bits.
+    MPI_CHECK(MPI_Allgather((char*)buf + off * es, (int)n, mpi_type(t), tmp, (int)n, mpi_type(t), c->mc));
+    fold_rows((char*)buf + off * es, tmp, n, c->size, t);
+  }
+  free(tmp);
+}
+
+void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
+  if (c->size == 1) return;
+  for (size_t off = 0; off < bytes; off += (size_t)INT_MAX / 2) {
+    size_t n = bytes - off < (size_t)INT_MAX / 2 ? bytes - off : (size_t)INT_MAX / 2;
+    MPI_CHECK(MPI_Bcast((char*)buf + off, (int)n, MPI_BYTE, root, c->mc));
+  }
+}
+
+void comm_barrier(Comm* c) {
+  if (c->size > 1) MPI_CHECK(MPI_Barrier(c->mc));
+}
+
+int comm_all_true(Comm* c, int flag) {
+  if (c->size == 1) return flag;
+  int out = 0;
+  MPI_CHECK(MPI_Allreduce(&flag, &out, 1, MPI_INT, MPI_LAND, c->mc));
+  return out;
+}
+#endif

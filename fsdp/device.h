@@ -1,0 +1,23 @@
+// device.h: the little the FSDP schedule needs from a device: memory, streams and events.
+//
+// The schedule is written once, for both backends. It records an event when a slot's last
+// reader is done and makes the next all-gather into that slot wait on it; it makes the
+// compute stream wait for a unit's all-gather before using the unit. On the CPU backend
+// collectives complete synchronously, so streams and events are no-ops and the calls only
+// document the order; the CUDA backend maps them to cudaStream/cudaEvent.
+#ifndef FSDP_DEVICE_H
+#define FSDP_DEVICE_H
+#include <stddef.h>
+
+typedef enum { STREAM_COMPUTE = 0, STREAM_ALL_GATHER = 1, STREAM_REDUCE_SCATTER = 2 } StreamId;
+typedef struct DeviceEvent DeviceEvent;
+
+void* device_alloc_zeroed(size_t bytes, const char* what);
+void device_free(void* p);
+DeviceEvent* device_event_create(void);
+void device_event_record(DeviceEvent* e, StreamId s);
+void device_stream_wait(StreamId s, DeviceEvent* e);
+void device_synchronize(void);
+void device_copy_to_host(void* dst, const void* src, size_t bytes);
+void device_copy_to_device(void* dst, const void* src, size_t bytes);
+#endif

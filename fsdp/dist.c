@@ -1,0 +1,75 @@
+// dist.c: start-up, rank-0 printing and fatal errors that bring every rank down.
+#include "fsdp/dist.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#ifndef NO_MPI
+#include <mpi.h>
+#endif
+
+static int g_rank = 0, g_world = 1, g_mpi = 0;
+
+void dist_init(int* argc, char*** argv) {
+#ifndef NO_MPI
+  // Without a launcher OpenMPI starts as a singleton: one rank, no mpirun needed.
+  if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+    fprintf(stderr, "error: MPI_Init failed\n");
+    exit(1);
+  }
+  g_mpi = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+#else
+  (void)argc;
+  (void)argv;
+#endif
+}
+
+void dist_finalize(void) {
+#ifndef NO_MPI
+  if (g_mpi) MPI_Finalize();
+  g_mpi = 0;
+#endif
+}
+
+int dist_rank(void) { return g_rank; }
+int dist_world(void) { return g_world; }
+
+void log0(const char* fmt, ...) {
+  if (g_rank != 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+}
+
+void fatal(const char* fmt, ...) {
+  fflush(stdout);
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (g_world > 1) fprintf(stderr, "[rank %d] error: %s\n", g_rank, msg);
+  else fprintf(stderr, "error: %s\n", msg);
+  fflush(stderr);
+#ifndef NO_MPI
+  // MPI_Abort ends every rank, also those blocked in a collective waiting for this one.
+  if (g_mpi && g_world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  exit(1);
+}
+
+void* xmalloc(size_t bytes, const char* what) {
+  void* p = malloc(bytes ? bytes : 1);
+  if (!p) fatal("out of host memory allocating %zu bytes for %s", bytes, what);
+  return p;
+}
+
+void* xcalloc(size_t n, size_t size, const char* what) {
+  void* p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) fatal("out of host memory allocating %zu x %zu bytes for %s", n, size, what);
+  return p;
+}

@@ -1,0 +1,22 @@
+// dist.h: process start-up and error handling across ranks.
+//
+// Under mpirun the binary initializes MPI and learns its rank and world size; run with no
+// launcher it is one rank. Only rank 0 prints and writes logs. fatal() on any rank prints the
+// message with the rank's number and takes every rank down at once (MPI_Abort), so a bad
+// file on one rank never leaves the others waiting in a collective.
+#ifndef FSDP_DIST_H
+#define FSDP_DIST_H
+#include <stdio.h>
+
+void dist_init(int* argc, char*** argv);
+void dist_finalize(void);
+int dist_rank(void);
+int dist_world(void);
+// printf on rank 0 only.
+void log0(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// Prints "[rank r] error: <message>" to stderr and aborts all ranks.
+void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Allocation that aborts (with the size and what it was for) instead of returning NULL.
+void* xmalloc(size_t bytes, const char* what);
+void* xcalloc(size_t n, size_t size, const char* what);
+#endif

@@ -1,0 +1,180 @@
+// fsdp.h: the FSDP runtime (ZeRO-3): units, flat layout, shards, the schedule, the optimizer.
+//
+// Concept -> home:
+//   unit, parameter table, flat layout, shards   fsdp/layout.c
+//   sharded initialization (counter-based RNG)   fsdp/init.c
+//   slots, the four unshard/reshard points,      fsdp/schedule.c
+//   prefetch, gradient reduction
+//   sharded AdamW, global-norm clipping          fsdp/optimizer.c
+//   memory plan (one allocation)                 fsdp/memplan.c
+//   communication (MPI / NCCL)                   fsdp/comm.h
+// fsdp/README.md explains each concept and the paper section it comes from.
+#ifndef FSDP_FSDP_H
+#define FSDP_FSDP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fsdp/comm.h"
+#include "fsdp/device.h"
+#include "fsdp/memplan.h"
+#include "kernels/kernels.h"
+
+// Every parameter starts at a multiple of PARAM_ALIGN elements inside its unit; a unit is
+// padded to a multiple of F * SHARD_ALIGN elements, so each of the F shards is a whole number
+// of SHARD_ALIGN-element blocks (and of NORM_BLOCK blocks for the gradient norm).
+#define PARAM_ALIGN 64
+#define SHARD_ALIGN 128
+#define FSDP_MAX_PARAMS 32
+#define FSDP_NAME_LEN 48
+
+typedef enum { INIT_ZERO, INIT_ONE, INIT_NORMAL } InitRule;
+
+// One row of a unit's parameter table.
+typedef struct {
+  char name[FSDP_NAME_LEN];
+  int ndim;
+  int64_t shape[4];
+  int64_t numel;
+  int64_t offset;   // in the unit's flat buffer, a multiple of PARAM_ALIGN
+  int64_t live;     // elements [live, numel) are padding (vocabulary rows): zero, never trained
+  InitRule init;
+  float std;        // for INIT_NORMAL
+  int decay;        // AdamW applies weight decay to it
+} ParamInfo;
+
+// A shard-local range of elements that share a weight-decay flag (a parameter cut by the shard).
+typedef struct {
+  int64_t start, end;  // shard-local element indices
+  int decay;
+} DecaySegment;
+
+// The FSDP unit: FlatParameter of the FSDP paper (section 3.2.1).
+typedef struct {
+  char name[32];
+  int index;                       // position in the unit list (0 = root)
+  int nparams;
+  ParamInfo params[FSDP_MAX_PARAMS];
+  int64_t numel;                   // end of the last parameter: the unpadded flat size
+  int64_t padded;                  // numel rounded up to F * SHARD_ALIGN
+  int64_t shard;                   // padded / F: elements owned by each rank of a shard group
+  // This rank's shard [shard_rank*shard, (shard_rank+1)*shard): fp32 master, gradient, AdamW m, v.
+  float *master, *grad, *m, *v;
+  int nseg;
+  DecaySegment* segs;
+  // Unsharded state: set between an unshard and the matching reshard.
+  act_t* full_params;              // gathered parameters (a slot, or the root buffer)
+  float* full_grads;               // unsharded gradient buffer
+  int slot, grad_slot;             // indices in the pools, -1 when none
+} Unit;
+
+typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } ShardStrategy;
+
+typedef struct {
+  ShardStrategy strategy;
+  int hybrid_factor;       // F for SHARD_HYBRID
+  int limit_all_gathers;   // K: the slot pool size for strategies that reshard after forward
+  int sync_accum;          // reduce-scatter every micro-step (1) or only on the last (0)
+  int prefetch_forward, prefetch_backward;
+  int decay_embeddings;    // also decay embeddings (default: only matmul weights decay)
+  DType reduce_dtype;      // dtype of the gradient collectives (DT_F32 by default)
+} FSDPOptions;
+
+typedef struct {
+  // configuration
+  FSDPOptions opt;
+  int world_rank, world_size;
+  int F;                            // sharding factor: ranks a unit is sharded over
+  int shard_rank;                   // rank inside the shard group
+  int replicas;                     // world_size / F
+  int reshard_after_forward;
+  Comm *world, *shard_group, *replica_group;
+  KernelCtx* kctx;
+  // units: 0 is the root, then the model's units in forward order
+  int nunits;
+  Unit* units;
+  int64_t max_padded;               // largest non-root unit: the slot size
+  // slot pool (the rate limiter of FSDP paper section 4.2, as a sliding window)
+  int nslots;
+  act_t** slots;
+  int* slot_owner;                  // unit holding each slot, -1 when free
+  DeviceEvent** slot_free;          // recorded when the slot's last reader is done
+  DeviceEvent** gathered;           // per unit: recorded when its all-gather completed
+  act_t* root_params;               // the root's own unsharded buffer (kept across fwd + bwd)
+  // gradient buffers
+  int ngrad_slots;
+  float** grad_slots;
+  int* grad_slot_owner;
+  float* root_grads;
+  // step state
+  int training;                     // forward will be followed by backward
+  int micro_step, accum_steps;      // current micro-step of the optimizer step, and their number
+  int64_t all_gathers, reduce_scatters;  // counters, for tests and traces
+  MemPlan plan;
+  // regions of the plan, carved per unit by fsdp_materialize
+  float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;
+  act_t* region_slots;
+  double* norm_blocks;              // workspace: per-block sums of squares of one shard
+} FSDP;
+
+#ifdef FSDP_CUDA
+#define ACT_DTYPE DT_BF16
+#else
+#define ACT_DTYPE DT_F32
+#endif
+
+// ---- layout (fsdp/layout.c) --------------------------------------------------------
+// Creates the runtime for `nunits` units (unit 0 is the root); names are given to units by
+// the model with fsdp_unit_name. Sets up communicators from the strategy.
+void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx);
+void fsdp_unit_name(FSDP* fs, int unit, const char* name);
+// Appends a parameter to a unit's table; returns its index in the unit.
+int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t* shape,
+                   InitRule init, float std, int decay);
+// Marks elements [live, numel) of a parameter as padding (zero-initialized, left out of the
+// digest): the rows of a vocabulary padded to a multiple of 128.
+void fsdp_set_live(FSDP* fs, int unit, int param, int64_t live);
+// Computes padding, shard sizes and decay segments once every parameter is added, and adds
+// the runtime's regions (shards, optimizer state, slots, gradient buffers) to fs->plan.
+void fsdp_finalize_layout(FSDP* fs);
+// After memplan_allocate: carves pools and writes the sharded initial values.
+void fsdp_materialize(FSDP* fs, uint64_t seed);
+// Counts of parameters (unpadded elements) and of padded elements.
+int64_t fsdp_num_params(const FSDP* fs);
+int64_t fsdp_num_padded(const FSDP* fs);
+const char* fsdp_strategy_name(ShardStrategy s);
+// Parses "full", "grad-op", "none", "hybrid:F"; returns 0 or -1.
+int fsdp_parse_strategy(const char* s, FSDPOptions* opt);
+
+// ---- initialization (fsdp/init.c) --------------------------------------------------
+// The initial value of element e of parameter p of unit u: a pure function of its arguments
+// (counter-based generator), so any rank can compute any element and every world size gets
+// the same model.
+float fsdp_init_value(uint64_t seed, int unit, int param, int64_t element, InitRule rule, float std);
+// Writes the initial values of this rank's shard of every unit.
+void fsdp_init_shards(FSDP* fs, uint64_t seed);
+
+// ---- schedule (fsdp/schedule.c): the four points per unit and pass -----------------
+// One optimizer step is accum_steps micro-steps of forward + backward.
+void fsdp_begin_step(FSDP* fs, int accum_steps);
+// Starts a forward pass: unshards the root. training=0 for evaluation (no backward follows).
+void fsdp_begin_forward(FSDP* fs, int micro_step, int training);
+void fsdp_pre_forward(FSDP* fs, int unit);    // unshard (wait for prefetch) + prefetch next
+void fsdp_post_forward(FSDP* fs, int unit);   // reshard, unless kept for backward
+void fsdp_end_forward(FSDP* fs);              // evaluation: reshard everything still unsharded
+void fsdp_pre_backward(FSDP* fs, int unit);   // unshard + gradient buffer + prefetch previous
+void fsdp_post_backward(FSDP* fs, int unit);  // reduce-scatter gradient, reshard
+// Parameter and gradient views into the unsharded buffers (valid between the points).
+act_t* fsdp_param(FSDP* fs, int unit, int param);
+float* fsdp_grad(FSDP* fs, int unit, int param);
+const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param);
+
+// ---- optimizer (fsdp/optimizer.c) ---------------------------------------------------
+// Global L2 norm of the sharded gradient, the same bits for any world size.
+double fsdp_grad_norm(FSDP* fs);
+// Sharded AdamW on every unit's shard; grads are scaled by grad_scale (clipping) and zeroed.
+void fsdp_adamw_step(FSDP* fs, AdamWArgs args);
+// A 64-bit digest of all parameters (unpadded fp32 values in global order), equal on all ranks.
+uint64_t fsdp_params_digest(FSDP* fs);
+// Gathers unit u's fp32 master parameters, unpadded, into out[numel] on every rank.
+void fsdp_gather_master(FSDP* fs, int unit, float* out);
+#endif

@@ -1,0 +1,207 @@
+// layout.c: units, the parameter table, the flat layout and the shards.
+//
+// A unit's parameters are concatenated into one flat buffer (the FlatParameter, FSDP paper
+// section 3.2.1): each parameter starts at a multiple of PARAM_ALIGN, the total is padded to a
+// multiple of F * SHARD_ALIGN and cut into F equal shards, so the sharded and unsharded buffers
+// have exactly the layout all-gather and reduce-scatter expect. Rank r of a shard group owns
+// elements [r*S, (r+1)*S), S = padded / F.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "fsdp/fsdp.h"
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+const char* fsdp_strategy_name(ShardStrategy s) {
+  switch (s) {
+    case SHARD_FULL: return "full";
+    case SHARD_GRAD_OP: return "grad-op";
+    case SHARD_NONE: return "none";
+    case SHARD_HYBRID: return "hybrid";
+  }
+  return "?";
+}
+
+int fsdp_parse_strategy(const char* s, FSDPOptions* opt) {
+  if (!strcmp(s, "full")) opt->strategy = SHARD_FULL;
+  else if (!strcmp(s, "grad-op")) opt->strategy = SHARD_GRAD_OP;
+  else if (!strcmp(s, "none")) opt->strategy = SHARD_NONE;
+  else if (!strncmp(s, "hybrid:", 7)) {
+    char* end;
+    long f = strtol(s + 7, &end, 10);
+    if (*end || f < 1 || f > 1 << 20) return -1;
+    opt->strategy = SHARD_HYBRID;
+    opt->hybrid_factor = (int)f;
+  } else return -1;
+  return 0;
+}
+
+void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx) {
+  memset(fs, 0, sizeof *fs);
+  fs->opt = opt;
+  fs->world = world;
+  fs->kctx = kctx;
+  fs->world_rank = comm_rank(world);
+  fs->world_size = comm_size(world);
+  int W = fs->world_size;
+  // The sharding factor F (FSDP paper section 3.2): W for full and grad-op, 1 for DDP, and
+  // F < W for hybrid sharding (section 3.2.2), with W/F replicas of each shard.
+  switch (opt.strategy) {
+    case SHARD_FULL:
+    case SHARD_GRAD_OP: fs->F = W; break;
+    case SHARD_NONE: fs->F = 1; break;
+    case SHARD_HYBRID: fs->F = opt.hybrid_factor; break;
+  }
+  if (fs->F < 1 || W % fs->F != 0)
+    fatal("--shard hybrid:%d needs the sharding factor to divide the world size %d; pick a "
+          "factor F with %d %% F == 0", fs->F, W, W);
+  fs->replicas = W / fs->F;
+  fs->reshard_after_forward = opt.strategy == SHARD_FULL || opt.strategy == SHARD_HYBRID;
+  if (opt.limit_all_gathers < 1) fatal("--limit-all-gathers must be at least 1 (got %d)", opt.limit_all_gathers);
+  // Shard group: F consecutive ranks; replica group: the ranks holding the same shard.
+  fs->shard_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
+  fs->replica_group = comm_split(world, fs->world_rank % fs->F, fs->world_rank);
+  fs->shard_rank = comm_rank(fs->shard_group);
+  fs->nunits = nunits;
+  fs->units = xcalloc(nunits, sizeof(Unit), "unit table");
+  for (int u = 0; u < nunits; u++) {
+    fs->units[u].index = u;
+    fs->units[u].slot = fs->units[u].grad_slot = -1;
+    snprintf(fs->units[u].name, sizeof fs->units[u].name, u ? "unit.%d" : "root", u);
+  }
+}
+
+void fsdp_unit_name(FSDP* fs, int unit, const char* name) {
+  snprintf(fs->units[unit].name, sizeof fs->units[unit].name, "%s", name);
+}
+
+int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t* shape,
+                   InitRule init, float std, int decay) {
+  Unit* U = &fs->units[unit];
+  if (U->nparams == FSDP_MAX_PARAMS) fatal("unit %s: more than %d parameters", U->name, FSDP_MAX_PARAMS);
+  ParamInfo* p = &U->params[U->nparams];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = ndim;
+  p->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    p->shape[i] = shape[i];
+    p->numel *= shape[i];
+  }
+  p->live = p->numel;
+  p->offset = round_up(U->numel, PARAM_ALIGN);
+  p->init = init;
+  p->std = std;
+  p->decay = decay;
+  U->numel = p->offset + p->numel;
+  return U->nparams++;
+}
+
+void fsdp_set_live(FSDP* fs, int unit, int param, int64_t live) {
+  fs->units[unit].params[param].live = live;
+}
+
+// The decay flags of the parameters cut by this rank's shard, as shard-local ranges.
+static void build_decay_segments(FSDP* fs, Unit* U) {
+  int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
+  U->segs = xcalloc(U->nparams, sizeof(DecaySegment), "decay segments");
+  U->nseg = 0;
+  for (int i = 0; i < U->nparams; i++) {
+    const ParamInfo* p = &U->params[i];
+    int64_t a = p->offset > lo ? p->offset : lo;
+    int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    if (a >= b) continue;
+    U->segs[U->nseg++] = (DecaySegment){a - lo, b - lo, p->decay};
+  }
+}
+
+void fsdp_finalize_layout(FSDP* fs) {
+  int64_t shard_total = 0, max_padded = 0;
+  for (int u = 0; u < fs->nunits; u++) {
+    Unit* U = &fs->units[u];
+    U->padded = round_up(U->numel > 0 ? U->numel : 1, (int64_t)fs->F * SHARD_ALIGN);
+    U->shard = U->padded / fs->F;
+    shard_total += U->shard;
+    if (u > 0 && U->padded > max_padded) max_padded = U->padded;
+    build_decay_segments(fs, U);
+  }
+  fs->max_padded = max_padded;
+  int blocks = fs->nunits - 1;
+  // Slots: strategies that reshard after forward need only the K-slot sliding window; the
+  // others keep every block unsharded from its forward to its backward.
+  fs->nslots = fs->reshard_after_forward ? fs->opt.limit_all_gathers : blocks;
+  if (fs->nslots > blocks) fs->nslots = blocks;
+  // Gradient buffers: two (one being written, one being reduced) when every micro-step
+  // reduces; one per block when accumulation keeps unsharded gradients (paper section 3.4).
+  fs->ngrad_slots = fs->opt.sync_accum ? (blocks < 2 ? blocks : 2) : blocks;
+
+  MemPlan* p = &fs->plan;
+  size_t sb = (size_t)shard_total * sizeof(float);
+  memplan_add(p, "shards", "master params (fp32)", sb, (void**)&fs->region_master);
+  memplan_add(p, "shards", "gradient (fp32)", sb, (void**)&fs->region_grad);
+  memplan_add(p, "optimizer", "adamw m (fp32)", sb, (void**)&fs->region_m);
+  memplan_add(p, "optimizer", "adamw v (fp32)", sb, (void**)&fs->region_v);
+  memplan_add(p, "slots", "root params (unsharded)", (size_t)fs->units[0].padded * sizeof(act_t),
+              (void**)&fs->root_params);
+  char name[48];
+  snprintf(name, sizeof name, "param slots (%d x %lld)", fs->nslots, (long long)max_padded);
+  memplan_add(p, "slots", name, (size_t)fs->nslots * max_padded * sizeof(act_t), (void**)&fs->region_slots);
+  memplan_add(p, "grad buffers", "root grads (unsharded)", (size_t)fs->units[0].padded * sizeof(float),
+              (void**)&fs->root_grads);
+  snprintf(name, sizeof name, "grad buffers (%d x %lld)", fs->ngrad_slots, (long long)max_padded);
+  memplan_add(p, "grad buffers", name, (size_t)fs->ngrad_slots * max_padded * sizeof(float),
+              (void**)&fs->region_grad_slots);
+  int64_t max_shard = 0;
+  for (int u = 0; u < fs->nunits; u++)
+    if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
+  memplan_add(p, "workspace", "gradient norm blocks", (size_t)(max_shard / NORM_BLOCK) * sizeof(double),
+              (void**)&fs->norm_blocks);
+}
+
+void fsdp_materialize(FSDP* fs, uint64_t seed) {
+  if (!fs->plan.base) fatal("fsdp_materialize before memplan_allocate");
+  int64_t off = 0;
+  for (int u = 0; u < fs->nunits; u++) {
+    Unit* U = &fs->units[u];
+    U->master = fs->region_master + off;
+    U->grad = fs->region_grad + off;
+    U->m = fs->region_m + off;
+    U->v = fs->region_v + off;
+    off += U->shard;
+  }
+  fs->slots = xcalloc(fs->nslots, sizeof(act_t*), "slot table");
+  fs->slot_owner = xcalloc(fs->nslots, sizeof(int), "slot table");
+  fs->slot_free = xcalloc(fs->nslots, sizeof(DeviceEvent*), "slot events");
+  for (int s = 0; s < fs->nslots; s++) {
+    fs->slots[s] = fs->region_slots + (size_t)s * fs->max_padded;
+    fs->slot_owner[s] = -1;
+    fs->slot_free[s] = device_event_create();
+  }
+  fs->grad_slots = xcalloc(fs->ngrad_slots, sizeof(float*), "gradient buffer table");
+  fs->grad_slot_owner = xcalloc(fs->ngrad_slots, sizeof(int), "gradient buffer table");
+  for (int s = 0; s < fs->ngrad_slots; s++) {
+    fs->grad_slots[s] = fs->region_grad_slots + (size_t)s * fs->max_padded;
+    fs->grad_slot_owner[s] = -1;
+  }
+  fs->gathered = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
+  for (int u = 0; u < fs->nunits; u++) fs->gathered[u] = device_event_create();
+  fsdp_init_shards(fs, seed);
+}
+
+int64_t fsdp_num_params(const FSDP* fs) {
+  int64_t n = 0;
+  for (int u = 0; u < fs->nunits; u++)
+    for (int i = 0; i < fs->units[u].nparams; i++) n += fs->units[u].params[i].live;
+  return n;
+}
+
+int64_t fsdp_num_padded(const FSDP* fs) {
+  int64_t n = 0;
+  for (int u = 0; u < fs->nunits; u++) n += fs->units[u].padded;
+  return n;
+}
+
+const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param) {
+  return &fs->units[unit].params[param];
+}

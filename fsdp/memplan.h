@@ -1,0 +1,41 @@
+// memplan.h: one allocation, carved into named regions.
+//
+// Everything the runtime and the model need (shards, optimizer state, slots, gradient
+// buffers, activations, workspaces) is first *planned* as a list of named regions, then
+// allocated once and carved. Nothing is allocated inside the training loop: the AWS post and
+// the FSDP paper (section 4) name allocator retries and fragmentation as a main bottleneck,
+// and a plan that can be printed without allocating tells a user before launch whether a
+// configuration fits (--plan).
+#ifndef FSDP_MEMPLAN_H
+#define FSDP_MEMPLAN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define MEMPLAN_MAX_REGIONS 64
+#define MEMPLAN_ALIGN 256  // bytes; every region starts aligned (vector loads, cuBLASLt)
+
+typedef struct {
+  char name[48];
+  char group[24];   // "shards", "optimizer", "slots", "grad buffers", "activations", "workspace"
+  size_t bytes;
+  size_t offset;
+  void** target;    // where the carved pointer is stored after allocation
+} MemRegion;
+
+typedef struct {
+  int n;
+  MemRegion r[MEMPLAN_MAX_REGIONS];
+  size_t total;
+  void* base;       // the one allocation (NULL until memplan_allocate)
+} MemPlan;
+
+// Adds a region; *target receives its address when the plan is allocated.
+void memplan_add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
+// Allocates the whole plan at once (host memory on the CPU backend, device memory on CUDA)
+// and fills every target. Zero-fills the memory.
+void memplan_allocate(MemPlan* p);
+void memplan_free(MemPlan* p);
+// Prints the table of regions and the per-group totals (rank 0 only).
+void memplan_print(const MemPlan* p);
+size_t memplan_group_bytes(const MemPlan* p, const char* group);
+#endif

@@ -1,0 +1,168 @@
+// schedule.c: when a unit is unsharded and resharded, and when its gradient is reduced.
+//
+// Four points per unit and pass ("Rethinking FSDP", Rule 2): pre-forward unshard,
+// post-forward reshard, pre-backward unshard, post-backward reshard + reduce-scatter. The
+// root unit (embeddings, final norm, tied lm_head) is used at both ends of the model, so it
+// stays unsharded from the start of forward to the end of backward.
+//
+// Unsharded parameters live in a fixed pool of slots. A unit borrows a slot when it is
+// gathered and returns it when resharded; an all-gather into a slot first waits for the event
+// recorded when the slot's previous owner was last read. With K slots at most K units are
+// unsharded at once: FSDP's rate limiter (paper section 4.2, "at most two inflight
+// AllGathers"), here a sliding window over memory fixed at start-up (IBM T5 post).
+//
+// Prefetch (paper sections 3.2, 3.3): the unit order is static, so pre-forward of unit i
+// issues the all-gather of unit i+1, and pre-backward of unit i issues the all-gather of unit
+// i-1, ahead of unit i's reduce-scatter, when a slot is free.
+//
+// On the CPU backend collectives are synchronous and the stream/event calls are no-ops: the
+// program order below is the schedule. The CUDA backend runs the same calls on streams.
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "fsdp/fsdp.h"
+
+static int free_slot(FSDP* fs) {
+  for (int s = 0; s < fs->nslots; s++)
+    if (fs->slot_owner[s] < 0) return s;
+  return -1;
+}
+
+// Unshard: borrow a slot (the root has its own buffer), cast this rank's fp32 master shard
+// straight into its place in the slot (mixed precision: the all-gather sends compute-dtype
+// data), and all-gather in place.
+static void unshard(FSDP* fs, int u) {
+  Unit* U = &fs->units[u];
+  if (U->full_params) return;  // already gathered: prefetched, or kept since forward
+  act_t* buf;
+  if (u == 0) {
+    buf = fs->root_params;
+  } else {
+    int s = free_slot(fs);
+    if (s < 0) fatal("schedule: no free slot to unshard %s (%d slots); this is a bug", U->name, fs->nslots);
+    fs->slot_owner[s] = u;
+    U->slot = s;
+    buf = fs->slots[s];
+    device_stream_wait(STREAM_ALL_GATHER, fs->slot_free[s]);  // the slot's last reader is done
+  }
+  cast_f32_to_act(fs->kctx, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
+  comm_all_gather(fs->shard_group, buf, U->shard, ACT_DTYPE);
+  device_event_record(fs->gathered[u], STREAM_ALL_GATHER);
+  U->full_params = buf;
+  fs->all_gathers++;
+}
+
+// Reshard: the parameter views become invalid and the slot returns to the pool once the
+// compute stream has finished reading it.
+static void reshard(FSDP* fs, int u) {
+  Unit* U = &fs->units[u];
+  if (!U->full_params) return;
+  if (u != 0) {
+    device_event_record(fs->slot_free[U->slot], STREAM_COMPUTE);
+    fs->slot_owner[U->slot] = -1;
+    U->slot = -1;
+  }
+  U->full_params = NULL;
+}
+
+// Issues the all-gather of unit u ahead of its use, if it is a block and a slot is free.
+static void prefetch(FSDP* fs, int u) {
+  if (u < 1 || u >= fs->nunits || fs->units[u].full_params) return;
+  if (free_slot(fs) < 0) return;  // the rate limiter: no more than K units unsharded
+  unshard(fs, u);
+}
+
+void fsdp_begin_step(FSDP* fs, int accum_steps) { fs->accum_steps = accum_steps; }
+
+void fsdp_begin_forward(FSDP* fs, int micro_step, int training) {
+  fs->micro_step = micro_step;
+  fs->training = training;
+}
+
+void fsdp_pre_forward(FSDP* fs, int u) {
+  unshard(fs, u);
+  device_stream_wait(STREAM_COMPUTE, fs->gathered[u]);
+  if (fs->opt.prefetch_forward) prefetch(fs, u + 1);
+}
+
+void fsdp_post_forward(FSDP* fs, int u) {
+  if (u == 0) return;  // the root stays unsharded until the end of backward (or of evaluation)
+  // grad-op and none keep the unit unsharded for backward: no second all-gather.
+  if (fs->training && !fs->reshard_after_forward) return;
+  reshard(fs, u);
+}
+
+void fsdp_end_forward(FSDP* fs) {
+  if (fs->training) return;
+  for (int u = 0; u < fs->nunits; u++) reshard(fs, u);
+}
+
+// The unsharded gradient buffer of unit u: the root's own, a pooled one when every micro-step
+// reduces, or one kept per block across micro-steps without synchronization.
+static void borrow_grad_buffer(FSDP* fs, int u) {
+  Unit* U = &fs->units[u];
+  int fresh = fs->opt.sync_accum || fs->micro_step == 0;
+  if (u == 0) {
+    U->full_grads = fs->root_grads;
+  } else if (!fs->opt.sync_accum) {
+    U->grad_slot = u - 1;
+    U->full_grads = fs->grad_slots[u - 1];
+  } else {
+    int s = -1;
+    for (int i = 0; i < fs->ngrad_slots && s < 0; i++)
+      if (fs->grad_slot_owner[i] < 0) s = i;
+    if (s < 0) fatal("schedule: no free gradient buffer for %s; this is a bug", U->name);
+    fs->grad_slot_owner[s] = u;
+    U->grad_slot = s;
+    U->full_grads = fs->grad_slots[s];
+  }
+  if (fresh) fill_zero_f32(fs->kctx, U->full_grads, U->padded);
+}
+
+void fsdp_pre_backward(FSDP* fs, int u) {
+  unshard(fs, u);
+  device_stream_wait(STREAM_COMPUTE, fs->gathered[u]);
+  borrow_grad_buffer(fs, u);
+  if (fs->opt.prefetch_backward) prefetch(fs, u - 1);
+}
+
+// Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across
+// replicas (hybrid sharding, paper section 3.2.2; DDP when F = 1), and accumulate it into the
+// fp32 gradient shard. Loss gradients are already scaled by 1/(global tokens), so sums are
+// all that is needed.
+static void reduce_gradient(FSDP* fs, Unit* U) {
+  float* g = U->full_grads;
+  float* chunk = g + (size_t)fs->shard_rank * U->shard;
+  comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
+  comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
+  add_f32(fs->kctx, U->grad, chunk, U->shard);
+  fs->reduce_scatters++;
+}
+
+void fsdp_post_backward(FSDP* fs, int u) {
+  Unit* U = &fs->units[u];
+  // Gradient accumulation without communication (paper section 3.4) reduces only on the
+  // last micro-step; until then the unsharded gradient stays in its buffer.
+  int reduce = fs->opt.sync_accum || fs->micro_step == fs->accum_steps - 1;
+  if (reduce) reduce_gradient(fs, U);
+  reshard(fs, u);
+  if (u != 0 && fs->opt.sync_accum) {
+    fs->grad_slot_owner[U->grad_slot] = -1;
+    U->grad_slot = -1;
+  }
+  U->full_grads = NULL;
+}
+
+act_t* fsdp_param(FSDP* fs, int unit, int param) {
+  Unit* U = &fs->units[unit];
+  if (!U->full_params)
+    fatal("schedule: parameter %s of %s used while sharded; this is a bug", U->params[param].name, U->name);
+  return U->full_params + U->params[param].offset;
+}
+
+float* fsdp_grad(FSDP* fs, int unit, int param) {
+  Unit* U = &fs->units[unit];
+  if (!U->full_grads)
+    fatal("schedule: gradient of %s of %s used outside backward; this is a bug", U->params[param].name, U->name);
+  return U->full_grads + U->params[param].offset;
+}

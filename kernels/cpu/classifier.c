@@ -1,0 +1,53 @@
+// classifier.c: fused softmax + cross-entropy over a padded vocabulary, and host sampling
+// probabilities, fp32 CPU.
+//
+// Stability: logits are shifted by their row max before exp. Each exp is taken in float,
+// the row sum of exps accumulates in double (a 50k-entry float sum of positive terms loses
+// ~1e-4 relative), and the loss max + log(sum) - logit[target] is formed in double.
+#include <math.h>
+
+#include "kernels/kernels.h"
+
+void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
+                                 const int32_t* targets, int N, int V, int Vp, float dloss) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    float* row = logits + (size_t)n * Vp;
+    int t = targets[n];
+    if (t < 0) {  // ignored position: no loss, no gradient
+      if (losses) losses[n] = 0.0f;
+      for (int j = 0; j < Vp; j++) row[j] = 0.0f;
+      continue;
+    }
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+    float lt = row[t];
+    // The row is reused to hold exp(logit - max) between the two passes.
+    double sum = 0.0;
+    for (int j = 0; j < V; j++) {
+      float e = expf(row[j] - mx);
+      row[j] = e;
+      sum += e;
+    }
+    if (losses) losses[n] = (float)((double)mx + log(sum) - (double)lt);
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < V; j++) row[j] = dloss * (row[j] * inv - (j == t ? 1.0f : 0.0f));
+    for (int j = V; j < Vp; j++) row[j] = 0.0f;
+  }
+}
+
+void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature) {
+  float invt = 1.0f / temperature;
+  float mx = -INFINITY;
+  for (int j = 0; j < V; j++) {
+    float x = logits_row[j] * invt;
+    mx = x > mx ? x : mx;
+  }
+  double sum = 0.0;
+  for (int j = 0; j < V; j++) {
+    probs[j] = expf(logits_row[j] * invt - mx);
+    sum += probs[j];
+  }
+  float inv = (float)(1.0 / sum);
+  for (int j = 0; j < V; j++) probs[j] *= inv;
+}

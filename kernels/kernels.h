@@ -1,0 +1,161 @@
+// kernels.h: the one compute API of fsdp.c.
+//
+// Two backends implement every function declared here:
+//   kernels/cpu/*.c   fp32 reference (C11 + OpenMP), built into train_gpt_cpu
+//   kernels/cuda/*.cu bf16 storage, fp32 accumulation, built into train_gpt
+// The layer code (layers/) and the FSDP runtime (fsdp/) call only this API, so the
+// schedule, the model and the training loop are one code path for both backends.
+//
+// Conventions
+// - act_t is the storage type of activations and of unsharded (gathered) parameters:
+//   float on the CPU backend, bf16 bits on the CUDA backend. Master weights, optimizer
+//   state and parameter gradients are always fp32 (float).
+// - Linear weights are stored (out_features, in_features), row-major, as in PyTorch.
+// - "N" is the number of token rows (batch * sequence). Tensors are row-major.
+// - Gradients of parameters ACCUMULATE (+=) so that a parameter used twice (the tied
+//   lm_head) sums its contributions; the caller zeroes them before a backward pass.
+//   Gradients of activations are overwritten (=) unless a comment says "accumulates".
+// - Every function takes the KernelCtx first: on CUDA it holds the stream, the cuBLASLt
+//   handle and the workspace; the CPU backend ignores it.
+// - On the CPU backend every output element is computed by one thread in a fixed order,
+//   so results are bit-identical for any OMP_NUM_THREADS (multi-rank tests rely on it).
+#ifndef FSDP_KERNELS_H
+#define FSDP_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef FSDP_CUDA
+typedef uint16_t act_t;  // bf16 bits; kernels reinterpret as __nv_bfloat16
+#else
+typedef float act_t;
+#endif
+
+typedef struct KernelCtx KernelCtx;  // backend-private; NULL is valid on the CPU backend
+
+// ---- embeddings -------------------------------------------------------------------
+// out[n,:] = wte[tokens[n],:] + (wpe ? wpe[n % T,:] : 0). wpe may be NULL (T5).
+void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tokens, const act_t* wte,
+                       const act_t* wpe, int N, int T, int C);
+// dwte[tokens[n],:] += dout[n,:]; dwpe[t,:] += sum over rows with n % T == t. Deterministic:
+// rows are summed in increasing n for every token id. dwpe may be NULL.
+void embedding_backward(KernelCtx* ctx, float* dwte, float* dwpe, const act_t* dout,
+                        const int32_t* tokens, int N, int T, int C);
+
+// ---- normalization ----------------------------------------------------------------
+// LayerNorm: out = (x - mean) * rstd * weight + bias, per row of C. Saves mean and rstd.
+void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, const act_t* x,
+                       const act_t* weight, const act_t* bias, int N, int C, float eps);
+// Fused residual add + LayerNorm: residual = a + b; out = LayerNorm(residual).
+void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* mean,
+                                float* rstd, const act_t* a, const act_t* b, const act_t* weight,
+                                const act_t* bias, int N, int C, float eps);
+// dx ACCUMULATES (+=): the input of a norm is a residual stream whose gradient also
+// arrives through the skip connection. dweight, dbias accumulate. dbias may be NULL.
+void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
+                        const act_t* dout, const act_t* x, const act_t* weight,
+                        const float* mean, const float* rstd, int N, int C);
+// RMSNorm (T5): out = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps), no mean, no bias.
+void rmsnorm_forward(KernelCtx* ctx, act_t* out, float* rstd, const act_t* x,
+                     const act_t* weight, int N, int C, float eps);
+void residual_rmsnorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* rstd,
+                              const act_t* a, const act_t* b, const act_t* weight, int N,
+                              int C, float eps);
+// dx ACCUMULATES (+=), as for layernorm_backward.
+void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* dout,
+                      const act_t* x, const act_t* weight, const float* rstd, int N, int C);
+
+// ---- matmul -----------------------------------------------------------------------
+// out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC]). bias may be NULL.
+void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight,
+                    const act_t* bias, int N, int C, int OC);
+// dinp[N,C] = dout @ weight (overwritten; skipped when dinp is NULL);
+// dweight[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (skipped when NULL).
+void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
+                     const act_t* dout, const act_t* inp, const act_t* weight, int N, int C,
+                     int OC);
+
+// ---- activations ------------------------------------------------------------------
+// GELU, tanh approximation (GPT-2). In place is allowed (out == x).
+void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n);
+// dx = dout * gelu'(x). In place is allowed (dx == dout).
+void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n);
+void relu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n);
+void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n);
+// Gated GELU (T5 v1.1): out[n,i] = gelu(gate[n,i]) * up[n,i], where gate and up are the two
+// halves of a row of x[N, 2*F] (gate first). dx gets both halves.
+void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F);
+void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F);
+
+// ---- attention --------------------------------------------------------------------
+// Multi-head scaled dot-product attention with H heads of size D.
+//   q: rows of length q_stride, head h at columns [h*D, (h+1)*D), for B*Tq rows
+//   k, v: rows of length kv_stride, same head layout, for B*Tk rows
+//   out: [B*Tq, H*D]
+//   scores = scale * q.k + (pos_bias ? pos_bias[h, i, j] : 0), causal masks j > i
+// lse[B,H,Tq] saves the row log-sum-exp of the scores so the backward can recompute
+// probabilities without a stored Tq x Tk matrix (flash-attention style).
+// This one signature covers GPT (causal self-attention on a fused qkv buffer), the T5
+// encoder (bidirectional + bias), the T5 decoder (causal + bias) and cross-attention
+// (Tq != Tk, no bias).
+typedef struct {
+  int B, Tq, Tk, H, D;
+  int q_stride, kv_stride;  // row lengths (elements) of q and of k/v
+  float scale;              // 1/sqrt(D) for GPT, 1 for T5
+  int causal;
+} AttnShape;
+void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k,
+                       const act_t* v, const act_t* pos_bias, AttnShape s);
+// dq, dk, dv use the same strides as q, k, v and are overwritten (in a fused qkv buffer
+// they interleave exactly as the inputs do). dpos_bias[H,Tq,Tk] accumulates, may be NULL.
+void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dpos_bias,
+                        const act_t* dout, const act_t* out, const float* lse, const act_t* q,
+                        const act_t* k, const act_t* v, const act_t* pos_bias, AttnShape s);
+
+// ---- classifier -------------------------------------------------------------------
+// Fused softmax + cross-entropy over a padded vocabulary. logits are [N, Vp]; only the first
+// V columns are real, padding columns never contribute. For every row with target >= 0:
+//   losses[n] = logsumexp(logits[n, :V]) - logits[n, target]
+//   logits[n, :V] is overwritten by dloss * (softmax - onehot), logits[n, V:] by 0.
+// Rows with target < 0 (ignored positions) get loss 0 and zero gradient.
+void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
+                                 const int32_t* targets, int N, int V, int Vp, float dloss);
+// Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host.
+void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
+
+// ---- elementwise helpers ----------------------------------------------------------
+void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n);   // y += x
+void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n);
+void fill_zero_f32(KernelCtx* ctx, float* x, size_t n);
+void scale_f32(KernelCtx* ctx, float* x, float s, size_t n);           // x *= s
+void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n);       // y += x
+void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n);
+void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n);
+
+// ---- optimizer and gradient norm --------------------------------------------------
+// Sum of squares of g in consecutive blocks of NORM_BLOCK elements: block_sums[i] is the sum,
+// in double and in index order, of g[i*NORM_BLOCK .. (i+1)*NORM_BLOCK). n must be a multiple of
+// NORM_BLOCK. Blocks are fixed in the global flat layout, so the same block gives the same bits
+// on any rank and any world size.
+#define NORM_BLOCK 128
+void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n);
+// AdamW on one contiguous range of a shard (one weight-decay segment):
+//   m = b1 m + (1-b1) g*gscale; v = b2 v + (1-b2) (g*gscale)^2
+//   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+// and writes p (cast to act_t) to p_act when p_act is not NULL (the compute copy the next
+// all-gather sends). step is 1-based for the bias correction.
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int step;
+} AdamWArgs;
+void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
+                  size_t n, AdamWArgs a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,252 @@
+// gpt.c: the GPT-2 model on the kernels API, driven by the FSDP schedule.
+//
+// Units: the root (token embedding wte, which is also the tied lm_head, position embedding
+// wpe, final LayerNorm) and one unit per transformer block. Forward visits the root, the
+// blocks in order, then the root again (final norm, lm_head); backward runs the reverse.
+// Every parameter is a view into its unit's unsharded buffer, valid between the unit's
+// unshard and reshard points (fsdp/schedule.c).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "layers/model.h"
+
+#define LN_EPS 1e-5f
+
+// Parameter indices inside a block unit (the same for every block).
+enum { P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_PROJ_W, P_PROJ_B, P_LN2_W, P_LN2_B,
+       P_FC_W, P_FC_B, P_FCPROJ_W, P_FCPROJ_B, NUM_BLOCK_PARAMS };
+// Parameter indices inside the root unit.
+enum { R_WTE, R_WPE, R_LNF_W, R_LNF_B };
+
+// What one block saves in forward for its backward.
+typedef struct {
+  act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *out;
+  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+} BlockActs;
+
+struct GPT {
+  BlockActs* blocks;
+  act_t* encoded;        // embedding output = input of block 0
+  act_t* lnf;
+  float *lnf_mean, *lnf_rstd;
+  // backward and forward scratch, shared by all blocks
+  act_t *scratch_c, *dresidual, *dln, *dqkv, *datty, *dfch;
+};
+
+static void add_block_params(FSDP* fs, int u, const ModelConfig* c) {
+  int64_t C = c->C;
+  float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->L);  // GPT-2: residual projections scaled by 1/sqrt(2L)
+  int64_t s_c[1] = {C}, s_3c[1] = {3 * C}, s_4c[1] = {4 * C};
+  int64_t s_qkv[2] = {3 * C, C}, s_proj[2] = {C, C}, s_fc[2] = {4 * C, C}, s_fcp[2] = {C, 4 * C};
+  // Order matters: it is the flat layout. Weight decay only on matmul weights.
+  fsdp_add_param(fs, u, "ln1.weight", 1, s_c, INIT_ONE, 0, 0);
+  fsdp_add_param(fs, u, "ln1.bias", 1, s_c, INIT_ZERO, 0, 0);
+  fsdp_add_param(fs, u, "attn.qkv.weight", 2, s_qkv, INIT_NORMAL, std, 1);
+  fsdp_add_param(fs, u, "attn.qkv.bias", 1, s_3c, INIT_ZERO, 0, 0);
+  fsdp_add_param(fs, u, "attn.proj.weight", 2, s_proj, INIT_NORMAL, proj_std, 1);
+  fsdp_add_param(fs, u, "attn.proj.bias", 1, s_c, INIT_ZERO, 0, 0);
+  fsdp_add_param(fs, u, "ln2.weight", 1, s_c, INIT_ONE, 0, 0);
+  fsdp_add_param(fs, u, "ln2.bias", 1, s_c, INIT_ZERO, 0, 0);
+  fsdp_add_param(fs, u, "mlp.fc.weight", 2, s_fc, INIT_NORMAL, std, 1);
+  fsdp_add_param(fs, u, "mlp.fc.bias", 1, s_4c, INIT_ZERO, 0, 0);
+  fsdp_add_param(fs, u, "mlp.proj.weight", 2, s_fcp, INIT_NORMAL, proj_std, 1);
+  fsdp_add_param(fs, u, "mlp.proj.bias", 1, s_c, INIT_ZERO, 0, 0);
+}
+
+static void plan_acts(MemPlan* p, const char* group, const char* name, size_t elems, size_t esize, void** target) {
+  memplan_add(p, group, name, elems * esize, target);
+}
+
+void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, uint64_t seed) {
+  if (cfg->kind != MODEL_GPT) fatal("model %s: only GPT models are built by layers/gpt.c", cfg->name);
+  if (T > cfg->T) fatal("--seq %d exceeds the model's maximum sequence length T=%d", T, cfg->T);
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  m->B = B;
+  m->T = T;
+  m->fs = fs;
+  GPT* g = xcalloc(1, sizeof(GPT), "model");
+  m->gpt = g;
+  int L = cfg->L;
+  int64_t C = cfg->C, Vp = cfg->Vp;
+
+  // Root unit: wte (the tied lm_head too), wpe, final norm.
+  int64_t s_wte[2] = {Vp, C}, s_wpe[2] = {cfg->T, C}, s_c[1] = {C};
+  int d = fs->opt.decay_embeddings;
+  fsdp_unit_name(fs, 0, "root");
+  fsdp_add_param(fs, 0, "wte", 2, s_wte, INIT_NORMAL, 0.02f, d);
+  fsdp_set_live(fs, 0, R_WTE, (int64_t)cfg->V * C);  // rows V..Vp-1 are vocabulary padding
+  fsdp_add_param(fs, 0, "wpe", 2, s_wpe, INIT_NORMAL, 0.01f, d);
+  fsdp_add_param(fs, 0, "lnf.weight", 1, s_c, INIT_ONE, 0, 0);
+  fsdp_add_param(fs, 0, "lnf.bias", 1, s_c, INIT_ZERO, 0, 0);
+  for (int l = 0; l < L; l++) {
+    char name[32];
+    snprintf(name, sizeof name, "block.%d", l);
+    fsdp_unit_name(fs, 1 + l, name);
+    add_block_params(fs, 1 + l, cfg);
+  }
+  fsdp_finalize_layout(fs);
+
+  // Activations: what each block saves for backward, plus shared scratch.
+  size_t N = (size_t)B * T, H = cfg->H;
+  MemPlan* p = &fs->plan;
+  g->blocks = xcalloc(L, sizeof(BlockActs), "activation table");
+  const char* A = "activations";
+  // Per-block activations are planned as one region per kind (L slices each).
+  act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *out;
+  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
+  plan_acts(p, A, "ln1 (L x N x C)", L * N * C, sizeof(act_t), (void**)&ln1);
+  plan_acts(p, A, "qkv (L x N x 3C)", L * N * 3 * C, sizeof(act_t), (void**)&qkv);
+  plan_acts(p, A, "attention out (L x N x C)", L * N * C, sizeof(act_t), (void**)&atty);
+  plan_acts(p, A, "residual 2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&res2);
+  plan_acts(p, A, "ln2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&ln2);
+  plan_acts(p, A, "mlp fc (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&fch);
+  plan_acts(p, A, "mlp gelu (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&fch_gelu);
+  plan_acts(p, A, "block out (L x N x C)", L * N * C, sizeof(act_t), (void**)&out);
+  plan_acts(p, A, "norm statistics", 4 * L * N, sizeof(float), (void**)&ln1_mean);
+  plan_acts(p, A, "attention lse (L x B x H x T)", L * N * H, sizeof(float), (void**)&lse);
+  plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
+  plan_acts(p, A, "final norm (N x C)", N * C, sizeof(act_t), (void**)&g->lnf);
+  plan_acts(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
+  plan_acts(p, A, "logits (N x Vp)", N * Vp, sizeof(act_t), (void**)&m->logits);
+  plan_acts(p, A, "losses (N)", N, sizeof(float), (void**)&m->losses);
+  const char* W = "workspace";
+  plan_acts(p, W, "scratch (N x C)", N * C, sizeof(act_t), (void**)&g->scratch_c);
+  plan_acts(p, W, "d residual (N x C)", N * C, sizeof(act_t), (void**)&g->dresidual);
+  plan_acts(p, W, "d norm (N x C)", N * C, sizeof(act_t), (void**)&g->dln);
+  plan_acts(p, W, "d qkv (N x 3C)", N * 3 * C, sizeof(act_t), (void**)&g->dqkv);
+  plan_acts(p, W, "d attention (N x C)", N * C, sizeof(act_t), (void**)&g->datty);
+  plan_acts(p, W, "d mlp (N x 4C)", N * 4 * C, sizeof(act_t), (void**)&g->dfch);
+  plan_acts(p, W, "tokens (2 x N)", 2 * N, sizeof(int32_t), (void**)&m->inputs);
+  memplan_allocate(p);
+  m->targets = m->inputs + N;
+  g->lnf_rstd = g->lnf_mean + N;
+  ln1_rstd = ln1_mean + L * N;
+  ln2_mean = ln1_mean + 2 * L * N;
+  ln2_rstd = ln1_mean + 3 * L * N;
+  for (int l = 0; l < L; l++) {
+    BlockActs* b = &g->blocks[l];
+    b->ln1 = ln1 + l * N * C;
+    b->qkv = qkv + l * N * 3 * C;
+    b->atty = atty + l * N * C;
+    b->res2 = res2 + l * N * C;
+    b->ln2 = ln2 + l * N * C;
+    b->fch = fch + l * N * 4 * C;
+    b->fch_gelu = fch_gelu + l * N * 4 * C;
+    b->out = out + l * N * C;
+    b->ln1_mean = ln1_mean + l * N;
+    b->ln1_rstd = ln1_rstd + l * N;
+    b->ln2_mean = ln2_mean + l * N;
+    b->ln2_rstd = ln2_rstd + l * N;
+    b->lse = lse + l * N * H;
+  }
+  fsdp_materialize(fs, seed);
+}
+
+static AttnShape attn_shape(const Model* m) {
+  int C = m->cfg.C, H = m->cfg.H;
+  return (AttnShape){.B = m->B, .Tq = m->T, .Tk = m->T, .H = H, .D = C / H,
+                     .q_stride = 3 * C, .kv_stride = 3 * C, .scale = 1.0f / sqrtf((float)(C / H)), .causal = 1};
+}
+
+// One block: x -> ln1 -> attention -> +x -> ln2 -> MLP -> + : the pre-norm GPT-2 block.
+static void block_forward(Model* m, int l, const act_t* x) {
+  FSDP* fs = m->fs;
+  KernelCtx* k = fs->kctx;
+  GPT* g = m->gpt;
+  BlockActs* a = &g->blocks[l];
+  int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
+#define P(i) fsdp_param(fs, u, i)
+  layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(P_LN1_W), P(P_LN1_B), N, C, LN_EPS);
+  matmul_forward(k, a->qkv, a->ln1, P(P_QKV_W), P(P_QKV_B), N, C, 3 * C);
+  attention_forward(k, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
+  matmul_forward(k, g->scratch_c, a->atty, P(P_PROJ_W), P(P_PROJ_B), N, C, C);
+  residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->scratch_c,
+                             P(P_LN2_W), P(P_LN2_B), N, C, LN_EPS);
+  matmul_forward(k, a->fch, a->ln2, P(P_FC_W), P(P_FC_B), N, C, 4 * C);
+  gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+  matmul_forward(k, a->out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
+  add_inplace(k, a->out, a->res2, (size_t)N * C);
+#undef P
+}
+
+// Backward of one block. g->dresidual holds d(out) on entry and d(x) on exit.
+static void block_backward(Model* m, int l, const act_t* x) {
+  FSDP* fs = m->fs;
+  KernelCtx* k = fs->kctx;
+  GPT* g = m->gpt;
+  BlockActs* a = &g->blocks[l];
+  int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
+#define P(i) fsdp_param(fs, u, i)
+#define G(i) fsdp_grad(fs, u, i)
+  act_t* dres = g->dresidual;
+  // MLP: out = res2 + proj(gelu(fc(ln2)))
+  matmul_backward(k, g->dfch, G(P_FCPROJ_W), G(P_FCPROJ_B), dres, a->fch_gelu, P(P_FCPROJ_W), N, 4 * C, C);
+  gelu_backward(k, g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
+  matmul_backward(k, g->dln, G(P_FC_W), G(P_FC_B), g->dfch, a->ln2, P(P_FC_W), N, C, 4 * C);
+  // dres becomes d(res2): the skip path plus the norm's input gradient (accumulated).
+  layernorm_backward(k, dres, G(P_LN2_W), G(P_LN2_B), g->dln, a->res2, P(P_LN2_W), a->ln2_mean, a->ln2_rstd, N, C);
+  // Attention: res2 = x + proj(attention(qkv(ln1)))
+  matmul_backward(k, g->datty, G(P_PROJ_W), G(P_PROJ_B), dres, a->atty, P(P_PROJ_W), N, C, C);
+  attention_backward(k, g->dqkv, g->dqkv + C, g->dqkv + 2 * C, NULL, g->datty, a->atty, a->lse, a->qkv,
+                     a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
+  matmul_backward(k, g->dln, G(P_QKV_W), G(P_QKV_B), g->dqkv, a->ln1, P(P_QKV_W), N, C, 3 * C);
+  layernorm_backward(k, dres, G(P_LN1_W), G(P_LN1_B), g->dln, x, P(P_LN1_W), a->ln1_mean, a->ln1_rstd, N, C);
+#undef P
+#undef G
+}
+
+static const act_t* block_input(Model* m, int l) {
+  return l == 0 ? m->gpt->encoded : m->gpt->blocks[l - 1].out;
+}
+
+double model_forward(Model* m, int use_targets, float dloss) {
+  FSDP* fs = m->fs;
+  KernelCtx* k = fs->kctx;
+  GPT* g = m->gpt;
+  int N = m->B * m->T, C = m->cfg.C, L = m->cfg.L;
+  fsdp_pre_forward(fs, 0);
+  embedding_forward(k, g->encoded, m->inputs, fsdp_param(fs, 0, R_WTE), fsdp_param(fs, 0, R_WPE), N, m->T, C);
+  fsdp_post_forward(fs, 0);
+  for (int l = 0; l < L; l++) {
+    fsdp_pre_forward(fs, 1 + l);
+    block_forward(m, l, block_input(m, l));
+    fsdp_post_forward(fs, 1 + l);
+  }
+  // The root is still unsharded: final norm and the tied lm_head (logits = lnf @ wte^T).
+  const act_t* last = block_input(m, L);
+  layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
+  matmul_forward(k, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), NULL, N, C, m->cfg.Vp);
+  double loss_sum = 0.0;
+  if (use_targets) {
+    classifier_forward_backward(k, m->losses, m->logits, m->targets, N, m->cfg.V, m->cfg.Vp, fs->training ? dloss : 0.0f);
+    float* host = xmalloc((size_t)N * sizeof(float), "losses");
+    device_copy_to_host(host, m->losses, (size_t)N * sizeof(float));
+    for (int i = 0; i < N; i++) loss_sum += host[i];
+    free(host);
+  }
+  fsdp_end_forward(fs);
+  return loss_sum;
+}
+
+void model_backward(Model* m) {
+  FSDP* fs = m->fs;
+  KernelCtx* k = fs->kctx;
+  GPT* g = m->gpt;
+  int N = m->B * m->T, C = m->cfg.C, L = m->cfg.L;
+  fsdp_pre_backward(fs, 0);
+  // lm_head and final norm (the logits buffer holds d logits).
+  matmul_backward(k, g->dln, fsdp_grad(fs, 0, R_WTE), NULL, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), N, C, m->cfg.Vp);
+  fill_zero_act(k, g->dresidual, (size_t)N * C);
+  layernorm_backward(k, g->dresidual, fsdp_grad(fs, 0, R_LNF_W), fsdp_grad(fs, 0, R_LNF_B), g->dln,
+                     block_input(m, L), fsdp_param(fs, 0, R_LNF_W), g->lnf_mean, g->lnf_rstd, N, C);
+  for (int l = L - 1; l >= 0; l--) {
+    fsdp_pre_backward(fs, 1 + l);
+    block_backward(m, l, block_input(m, l));
+    fsdp_post_backward(fs, 1 + l);
+  }
+  embedding_backward(k, fsdp_grad(fs, 0, R_WTE), fsdp_grad(fs, 0, R_WPE), g->dresidual, m->inputs, N, m->T, C);
+  fsdp_post_backward(fs, 0);
+}

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Turns a text file into llm.c token shards for fsdp.c.
+
+    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|gpt2]
+                                    [--val-fraction 0.1] [--shard-tokens N]
+
+byte: a token is the byte value (vocab 256), works on any file.
+gpt2: tiktoken's "gpt2" encoding (vocab 50257); needs tiktoken and its vocabulary files.
+
+The last --val-fraction of the tokens becomes the validation split (so the training split
+is one contiguous stretch from the start of the text). Writes OUTDIR/train_000.bin ... and
+OUTDIR/val_000.bin ... in the llm.c format (header of 256 little-endian int32: magic
+20240520, version 1, token count; then uint16 tokens), each atomically (temporary name, then
+rename), and OUTDIR/tokenizer.txt naming the tokenizer and its vocab size.
+Plain python3 only (struct/array), no numpy needed.
+"""
+import argparse
+import os
+import re
+import sys
+from array import array
+
+MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
+MAX_SHARD_TOKENS = 2**31 - 1  # the header stores the count as int32
+
+
+def die(msg):
+    print(f"prepare_text: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def tokenize(data, tokenizer):
+    """Returns (tokens as array('H'), vocab size)."""
+    if tokenizer == "byte":
+        # iter() matters: array('H', bytes) would reinterpret the raw bytes as uint16 pairs.
+        return array("H", iter(data)), 256
+    try:
+        import tiktoken
+    except ImportError:
+        die("--tokenizer gpt2 needs tiktoken (pip install tiktoken); or use --tokenizer byte")
+    try:
+        enc = tiktoken.get_encoding("gpt2")
+    except Exception as e:  # vocabulary files missing and not downloadable, etc.
+        die(f"tiktoken could not load the gpt2 encoding ({e}); install tiktoken with its "
+            "vocabulary files available, or use --tokenizer byte")
+    text = data.decode("utf-8", errors="replace")
+    ids = enc.encode_ordinary(text)  # plain text: special tokens are not interpreted
+    bad = [t for t in ids if t >= 65536]
+    if bad:
+        die(f"token id {bad[0]} >= 65536 does not fit the uint16 shard format")
+    return array("H", ids), enc.n_vocab
+
+
+def write_shard(path, tokens):
+    """Writes one shard atomically."""
+    if len(tokens) > MAX_SHARD_TOKENS:
+        die(f"{path}: {len(tokens)} tokens do not fit one shard; use a smaller --shard-tokens")
+    header = array("i", [0] * HEADER_INTS)
+    header[0], header[1], header[2] = MAGIC, VERSION, len(tokens)
+    body = array("H", tokens)
+    if sys.byteorder == "big":  # the format is little-endian
+        header.byteswap()
+        body.byteswap()
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(header.tobytes())
+            f.write(body.tobytes())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_split(outdir, name, tokens, shard_tokens):
+    """Writes NAME_000.bin, NAME_001.bin, ...; removes stale higher-numbered shards of an
+    earlier run, which the trainer's glob would otherwise pick up."""
+    n = max(1, -(-len(tokens) // shard_tokens))
+    for i in range(n):
+        part = tokens[i * shard_tokens:(i + 1) * shard_tokens]
+        path = os.path.join(outdir, f"{name}_{i:03d}.bin")
+        write_shard(path, part)
+        print(f"wrote {path}: {len(part)} tokens")
+    remove_stale(outdir, name, n)
+
+
+def remove_stale(outdir, name, n):
+    """Removes NAME_<i>.bin for i >= n left by an earlier run."""
+    pat = re.compile(rf"^{name}_(\d+)\.bin$")
+    for fn in sorted(os.listdir(outdir)):
+        m = pat.match(fn)
+        if m and int(m.group(1)) >= n:
+            os.unlink(os.path.join(outdir, fn))
+            print(f"removed stale {os.path.join(outdir, fn)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Turn a text file into llm.c token shards.")
+    ap.add_argument("input")
+    ap.add_argument("outdir")
+    ap.add_argument("--tokenizer", choices=["byte", "gpt2"], default="byte")
+    ap.add_argument("--val-fraction", type=float, default=0.1)
+    ap.add_argument("--shard-tokens", type=int, default=100_000_000)
+    args = ap.parse_args()
+    if not 0.0 <= args.val_fraction < 1.0:
+        die("--val-fraction must be in [0, 1)")
+    if not 1 <= args.shard_tokens <= MAX_SHARD_TOKENS:
+        die(f"--shard-tokens must be in [1, {MAX_SHARD_TOKENS}]")
+
+    try:
+        with open(args.input, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        die(f"cannot read {args.input}: {e}")
+    tokens, vocab = tokenize(data, args.tokenizer)
+    if len(tokens) < 2:
+        die(f"{args.input} gives {len(tokens)} tokens, too few to train on")
+
+    nval = int(len(tokens) * args.val_fraction)
+    if args.val_fraction > 0 and nval < 2:
+        nval = 2  # a validation split needs at least one (input, target) pair
+    ntrain = len(tokens) - nval
+    if ntrain < 2:
+        die(f"only {ntrain} training tokens left; lower --val-fraction")
+
+    os.makedirs(args.outdir, exist_ok=True)
+    write_split(args.outdir, "train", tokens[:ntrain], args.shard_tokens)
+    if nval:
+        write_split(args.outdir, "val", tokens[ntrain:], args.shard_tokens)
+    else:
+        remove_stale(args.outdir, "val", 0)
+        print("no validation split (--val-fraction 0)")
+
+    info = os.path.join(args.outdir, "tokenizer.txt")
+    tmp = f"{info}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(f"tokenizer: {args.tokenizer}\nvocab_size: {vocab}\n")
+    os.replace(tmp, info)
+    print(f"{args.input}: {len(tokens)} tokens ({ntrain} train, {nval} val), "
+          f"tokenizer {args.tokenizer}, vocab {vocab}; use --model ...,V={vocab} or larger")
+
+
+if __name__ == "__main__":
+    main()

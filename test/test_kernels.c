@@ -1,0 +1,757 @@
+// test_kernels.c: unit tests of the fp32 CPU kernels (kernels/cpu).
+//
+// Every backward is checked against central finite differences of a scalar loss
+// L = sum(out * R), R random and bounded away from zero so no output is invisible to L.
+// Why the tolerances below hold with a float forward:
+// - L is summed in double, and outputs that a perturbation does not touch are bit-identical
+//   between the + and - runs, so they cancel exactly; only the touched outputs' float
+//   rounding (~6e-8 relative each) is noise, i.e. ~1e-6 on L for the sizes here.
+// - With a step h ~ 1e-2 that noise becomes ~1e-4 in the derivative, and the truncation
+//   error of the central difference is O(h^2 f''') ~ 1e-4 relative for these smooth maps.
+// - The step actually applied is measured in double ((float)(x+h) - x), not assumed.
+// So a relative tolerance of 1e-2, with the denominator floored at 1e-2 of the tensor's
+// largest gradient (tiny components are all noise), separates bugs (O(1) errors) from noise.
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "test/test.h"
+
+// ---- helpers ------------------------------------------------------------------------
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) {  // splitmix64
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double urand(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
+static float srand1(void) { return (float)(2.0 * urand() - 1.0); }  // [-1, 1)
+static int irand(int n) { return (int)(rng_next() % (uint64_t)n); }
+
+static float* falloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+static void fill_rand(float* x, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) x[i] = scale * srand1();
+}
+// Loss weights: magnitude in [0.2, 1], random sign, never zero.
+static void fill_R(float* x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float m = 0.2f + 0.8f * (float)urand();
+    x[i] = (rng_next() & 1) ? m : -m;
+  }
+}
+static double dot_loss(const float* out, const float* R, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += (double)out[i] * R[i];
+  return s;
+}
+static double max_abs(const float* x, size_t n) {
+  double m = 0.0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+  return m;
+}
+
+typedef double (*LossFn)(void* ud);
+
+// Compares grad[i] with the central difference of f in param[i], for all elements or a
+// random subset of max_samples. One EXPECT per tensor, reporting the worst element.
+static void fd_check(const char* name, float* param, size_t n, const float* grad, LossFn f,
+                     void* ud, int max_samples, float h) {
+  const double tol = 1e-2;
+  double floor_ = fmax(1e-2 * max_abs(grad, n), 1e-6);
+  double worst = 0.0, wfd = 0.0, wan = 0.0;
+  size_t widx = 0;
+  int ns = n <= (size_t)max_samples ? (int)n : max_samples;
+  for (int s = 0; s < ns; s++) {
+    size_t i = n <= (size_t)max_samples ? (size_t)s : (size_t)(rng_next() % n);
+    float x0 = param[i];
+    param[i] = x0 + h;
+    double hp = (double)param[i] - x0;
+    double lp = f(ud);
+    param[i] = x0 - h;
+    double hm = x0 - (double)param[i];
+    double lm = f(ud);
+    param[i] = x0;
+    double fd = (lp - lm) / (hp + hm);
+    double e = rel_err(fd, grad[i], floor_);
+    if (e > worst || s == 0) {
+      worst = e;
+      wfd = fd;
+      wan = grad[i];
+      widx = i;
+    }
+  }
+  f(ud);  // leave the case's forward outputs as they are at the unperturbed point
+  EXPECT(name, worst < tol, "worst rel err %.3e at %zu: fd %.6e analytic %.6e", worst, widx,
+         wfd, wan);
+}
+
+// Largest relative error of float results against double references.
+static double max_rel_err(const float* a, const double* b, size_t n, double floor_) {
+  double w = 0.0;
+  for (size_t i = 0; i < n; i++) w = fmax(w, rel_err(a[i], b[i], floor_));
+  return w;
+}
+
+// ---- embedding ----------------------------------------------------------------------
+
+typedef struct {
+  float *out, *wte, *wpe, *R;
+  int32_t* tok;
+  int N, T, C;
+} EmbCase;
+static double emb_loss(void* p) {
+  EmbCase* e = p;
+  embedding_forward(NULL, e->out, e->tok, e->wte, e->wpe, e->N, e->T, e->C);
+  return dot_loss(e->out, e->R, (size_t)e->N * e->C);
+}
+
+static void test_embedding(int use_wpe) {
+  const int N = 12, T = 4, C = 10, Vv = 7;
+  int32_t tok[12];
+  for (int n = 0; n < N; n++) tok[n] = (n * 5) % 4;  // ids 0..3, each repeated 3 times
+  tok[7] = 6;
+  float *wte = falloc(Vv * C), *wpe = use_wpe ? falloc(T * C) : NULL, *out = falloc(N * C),
+        *R = falloc(N * C), *dwte = falloc(Vv * C), *dwpe = use_wpe ? falloc(T * C) : NULL;
+  fill_rand(wte, Vv * C, 1.0f);
+  if (wpe) fill_rand(wpe, T * C, 1.0f);
+  fill_R(R, N * C);
+  EmbCase e = {out, wte, wpe, R, tok, N, T, C};
+  emb_loss(&e);
+  int ok = 1;
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      float ref = wte[tok[n] * C + c] + (wpe ? wpe[(n % T) * C + c] : 0.0f);
+      ok &= out[n * C + c] == ref;
+    }
+  EXPECT(use_wpe ? "embedding_forward wte+wpe" : "embedding_forward wte only", ok, "mismatch");
+  embedding_backward(NULL, dwte, dwpe, R, tok, N, T, C);
+  int untouched = 1;  // ids 4, 5 never occur: their rows must stay zero
+  for (int c = 0; c < C; c++) untouched &= dwte[4 * C + c] == 0.0f && dwte[5 * C + c] == 0.0f;
+  EXPECT("embedding_backward unused ids untouched", untouched, "nonzero");
+  fd_check(use_wpe ? "embedding_backward dwte (wpe)" : "embedding_backward dwte (no wpe)", wte,
+           Vv * C, dwte, emb_loss, &e, 1000, 1e-2f);
+  if (wpe) fd_check("embedding_backward dwpe", wpe, T * C, dwpe, emb_loss, &e, 1000, 1e-2f);
+  free(wte), free(wpe), free(out), free(R), free(dwte), free(dwpe);
+}
+
+// ---- normalization ------------------------------------------------------------------
+
+typedef struct {
+  int rms, residual;
+  float *a, *b, *res, *x, *w, *bias, *out, *mean, *rstd, *R;
+  int N, C;
+  float eps;
+} NormCase;
+// Forward of the selected norm; for the residual variants x is ignored and a + b is normed.
+static double norm_loss(void* p) {
+  NormCase* t = p;
+  if (t->rms && t->residual)
+    residual_rmsnorm_forward(NULL, t->res, t->out, t->rstd, t->a, t->b, t->w, t->N, t->C,
+                             t->eps);
+  else if (t->rms)
+    rmsnorm_forward(NULL, t->out, t->rstd, t->x, t->w, t->N, t->C, t->eps);
+  else if (t->residual)
+    residual_layernorm_forward(NULL, t->res, t->out, t->mean, t->rstd, t->a, t->b, t->w,
+                               t->bias, t->N, t->C, t->eps);
+  else
+    layernorm_forward(NULL, t->out, t->mean, t->rstd, t->x, t->w, t->bias, t->N, t->C, t->eps);
+  return dot_loss(t->out, t->R, (size_t)t->N * t->C);
+}
+
+static void test_norm(int rms) {
+  const int N = 5, C = 13;
+  const size_t NC = (size_t)N * C;
+  const char* nm = rms ? "rmsnorm" : "layernorm";
+  char label[128];
+  NormCase t = {.rms = rms, .N = N, .C = C, .eps = 1e-5f};
+  t.x = falloc(NC), t.w = falloc(C), t.bias = falloc(C), t.out = falloc(NC), t.mean = falloc(N);
+  t.rstd = falloc(N), t.R = falloc(NC);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) t.x[n * C + c] = 0.5f * n - 0.7f + 1.5f * srand1();
+  for (int c = 0; c < C; c++) t.w[c] = 1.0f + 0.5f * srand1(), t.bias[c] = 0.3f * srand1();
+  fill_R(t.R, NC);
+  norm_loss(&t);
+
+  // forward statistics and outputs against double
+  double werr = 0.0;
+  for (int n = 0; n < N; n++) {
+    double m = 0.0, v = 0.0;
+    for (int c = 0; c < C; c++) m += t.x[n * C + c];
+    m /= C;
+    if (rms) m = 0.0;
+    for (int c = 0; c < C; c++) v += (t.x[n * C + c] - m) * (t.x[n * C + c] - m);
+    double r = 1.0 / sqrt(v / C + t.eps);
+    if (!rms) werr = fmax(werr, rel_err(t.mean[n], m, 1e-3));
+    werr = fmax(werr, rel_err(t.rstd[n], r, 1e-3));
+    for (int c = 0; c < C; c++) {
+      double o = (t.x[n * C + c] - m) * r * t.w[c] + (rms ? 0.0 : t.bias[c]);
+      werr = fmax(werr, rel_err(t.out[n * C + c], o, 1e-3));
+    }
+  }
+  snprintf(label, sizeof label, "%s_forward vs double", nm);
+  EXPECT(label, werr < 1e-5, "rel err %.3e", werr);
+
+  float *dx = falloc(NC), *dw = falloc(C), *db = falloc(C);
+  if (rms)
+    rmsnorm_backward(NULL, dx, dw, t.R, t.x, t.w, t.rstd, N, C);
+  else
+    layernorm_backward(NULL, dx, dw, db, t.R, t.x, t.w, t.mean, t.rstd, N, C);
+  snprintf(label, sizeof label, "%s_backward dx", nm);
+  fd_check(label, t.x, NC, dx, norm_loss, &t, 1000, 1e-2f);
+  snprintf(label, sizeof label, "%s_backward dweight", nm);
+  fd_check(label, t.w, C, dw, norm_loss, &t, 1000, 1e-2f);
+  if (!rms) fd_check("layernorm_backward dbias", t.bias, C, db, norm_loss, &t, 1000, 1e-2f);
+
+  // Accumulation: with dx, dweight, dbias prefilled, each result must be prefill + gradient.
+  float *dx2 = falloc(NC), *dw2 = falloc(C), *db2 = falloc(C);
+  fill_rand(dx2, NC, 1.0f), fill_rand(dw2, C, 1.0f), fill_rand(db2, C, 1.0f);
+  float *dx0 = falloc(NC), *dw0 = falloc(C), *db0 = falloc(C);
+  memcpy(dx0, dx2, NC * 4), memcpy(dw0, dw2, C * 4), memcpy(db0, db2, C * 4);
+  if (rms)
+    rmsnorm_backward(NULL, dx2, dw2, t.R, t.x, t.w, t.rstd, N, C);
+  else
+    layernorm_backward(NULL, dx2, dw2, db2, t.R, t.x, t.w, t.mean, t.rstd, N, C);
+  int acc_ok = 1;
+  for (size_t i = 0; i < NC; i++) acc_ok &= dx2[i] == dx0[i] + dx[i];
+  for (int c = 0; c < C; c++) acc_ok &= dw2[c] == dw0[c] + dw[c];
+  if (!rms)
+    for (int c = 0; c < C; c++) acc_ok &= db2[c] == db0[c] + db[c];
+  snprintf(label, sizeof label, "%s_backward accumulates (+=)", nm);
+  EXPECT(label, acc_ok, "prefilled result != prefill + gradient");
+  if (!rms) {  // dbias == NULL is allowed
+    float* dw3 = falloc(C);
+    float* dx3 = falloc(NC);
+    layernorm_backward(NULL, dx3, dw3, NULL, t.R, t.x, t.w, t.mean, t.rstd, N, C);
+    EXPECT("layernorm_backward dbias NULL", !memcmp(dw3, dw, C * 4) && !memcmp(dx3, dx, NC * 4),
+           "results differ");
+    free(dw3), free(dx3);
+  }
+
+  // Fused residual variant: residual == a + b exactly, out == norm(residual) exactly, and
+  // both a and b receive the norm's input gradient.
+  t.residual = 1;
+  t.a = falloc(NC), t.b = falloc(NC), t.res = falloc(NC);
+  for (size_t i = 0; i < NC; i++) t.a[i] = t.x[i] - 0.25f, t.b[i] = 0.25f + 0.3f * srand1();
+  norm_loss(&t);
+  float *out_f = falloc(NC), *mean_f = falloc(N), *rstd_f = falloc(N);
+  int exact = 1;
+  for (size_t i = 0; i < NC; i++) exact &= t.res[i] == t.a[i] + t.b[i];
+  if (rms)
+    rmsnorm_forward(NULL, out_f, rstd_f, t.res, t.w, N, C, t.eps);
+  else
+    layernorm_forward(NULL, out_f, mean_f, rstd_f, t.res, t.w, t.bias, N, C, t.eps);
+  exact &= !memcmp(out_f, t.out, NC * 4) && !memcmp(rstd_f, t.rstd, N * 4);
+  if (!rms) exact &= !memcmp(mean_f, t.mean, N * 4);
+  snprintf(label, sizeof label, "residual_%s_forward == add + %s", nm, nm);
+  EXPECT(label, exact, "mismatch");
+  memset(dx, 0, NC * 4), memset(dw, 0, C * 4), memset(db, 0, C * 4);
+  if (rms)
+    rmsnorm_backward(NULL, dx, dw, t.R, t.res, t.w, t.rstd, N, C);
+  else
+    layernorm_backward(NULL, dx, dw, db, t.R, t.res, t.w, t.mean, t.rstd, N, C);
+  snprintf(label, sizeof label, "residual_%s d/da", nm);
+  fd_check(label, t.a, NC, dx, norm_loss, &t, 1000, 1e-2f);
+  snprintf(label, sizeof label, "residual_%s d/db", nm);
+  fd_check(label, t.b, NC, dx, norm_loss, &t, 1000, 1e-2f);
+
+  free(t.x), free(t.w), free(t.bias), free(t.out), free(t.mean), free(t.rstd), free(t.R);
+  free(t.a), free(t.b), free(t.res), free(dx), free(dw), free(db), free(dx2), free(dw2);
+  free(db2), free(dx0), free(dw0), free(db0), free(out_f), free(mean_f), free(rstd_f);
+}
+
+// ---- matmul -------------------------------------------------------------------------
+
+typedef struct {
+  float *out, *inp, *w, *bias, *R;
+  int N, C, OC;
+} MMCase;
+static double mm_loss(void* p) {
+  MMCase* m = p;
+  matmul_forward(NULL, m->out, m->inp, m->w, m->bias, m->N, m->C, m->OC);
+  return dot_loss(m->out, m->R, (size_t)m->N * m->OC);
+}
+
+static void test_matmul(int N, int C, int OC, int use_bias) {
+  char label[160], tag[64];
+  snprintf(tag, sizeof tag, "N=%d C=%d OC=%d %s", N, C, OC, use_bias ? "bias" : "no bias");
+  MMCase m = {falloc((size_t)N * OC), falloc((size_t)N * C), falloc((size_t)OC * C),
+              use_bias ? falloc(OC) : NULL, falloc((size_t)N * OC), N, C, OC};
+  fill_rand(m.inp, (size_t)N * C, 1.0f);
+  fill_rand(m.w, (size_t)OC * C, 0.5f);
+  if (m.bias) fill_rand(m.bias, OC, 0.5f);
+  fill_R(m.R, (size_t)N * OC);
+  mm_loss(&m);
+  double* ref = calloc((size_t)N * OC, sizeof(double));
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = m.bias ? m.bias[o] : 0.0;
+      for (int c = 0; c < C; c++) s += (double)m.inp[n * C + c] * m.w[o * C + c];
+      ref[n * OC + o] = s;
+    }
+  double e = max_rel_err(m.out, ref, (size_t)N * OC, 1.0);
+  snprintf(label, sizeof label, "matmul_forward vs double (%s)", tag);
+  EXPECT(label, e < 1e-5, "rel err %.3e", e);
+
+  float *dinp = falloc((size_t)N * C), *dw = falloc((size_t)OC * C), *db = falloc(OC);
+  matmul_backward(NULL, dinp, dw, use_bias ? db : NULL, m.R, m.inp, m.w, N, C, OC);
+  snprintf(label, sizeof label, "matmul_backward dinp (%s)", tag);
+  fd_check(label, m.inp, (size_t)N * C, dinp, mm_loss, &m, 60, 1e-2f);
+  snprintf(label, sizeof label, "matmul_backward dweight (%s)", tag);
+  fd_check(label, m.w, (size_t)OC * C, dw, mm_loss, &m, 60, 1e-2f);
+  if (use_bias) {
+    snprintf(label, sizeof label, "matmul_backward dbias (%s)", tag);
+    fd_check(label, m.bias, OC, db, mm_loss, &m, 60, 1e-2f);
+  }
+  // dinp == NULL skips the input gradient; dweight/dbias accumulate on top of a prefill.
+  float *dw2 = falloc((size_t)OC * C), *db2 = falloc(OC), *dw0 = falloc((size_t)OC * C);
+  float* db0 = falloc(OC);
+  fill_rand(dw2, (size_t)OC * C, 1.0f), fill_rand(db2, OC, 1.0f);
+  memcpy(dw0, dw2, (size_t)OC * C * 4), memcpy(db0, db2, OC * 4);
+  matmul_backward(NULL, NULL, dw2, use_bias ? db2 : NULL, m.R, m.inp, m.w, N, C, OC);
+  int ok = 1;
+  for (size_t i = 0; i < (size_t)OC * C; i++) ok &= dw2[i] == dw0[i] + dw[i];
+  for (int o = 0; o < OC; o++) ok &= db2[o] == (use_bias ? db0[o] + db[o] : db0[o]);
+  snprintf(label, sizeof label, "matmul_backward accumulates, dinp NULL (%s)", tag);
+  EXPECT(label, ok, "prefilled result != prefill + gradient");
+  free(m.out), free(m.inp), free(m.w), free(m.bias), free(m.R), free(ref), free(dinp);
+  free(dw), free(db), free(dw2), free(db2), free(dw0), free(db0);
+}
+
+// ---- activations --------------------------------------------------------------------
+
+typedef struct {
+  int kind;  // 0 gelu, 1 relu, 2 geglu
+  float *out, *x, *R;
+  int N, F;  // elementwise kinds use n = N*F
+} ActCase;
+static double act_loss(void* p) {
+  ActCase* a = p;
+  size_t n = (size_t)a->N * a->F;
+  if (a->kind == 0) gelu_forward(NULL, a->out, a->x, n);
+  if (a->kind == 1) relu_forward(NULL, a->out, a->x, n);
+  if (a->kind == 2) geglu_forward(NULL, a->out, a->x, a->N, a->F);
+  return dot_loss(a->out, a->R, n);
+}
+static double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static void test_activations(void) {
+  const int N = 4, F = 13;
+  const size_t n = (size_t)N * F;
+  ActCase a = {0, falloc(2 * n), falloc(2 * n), falloc(n), N, F};
+  fill_rand(a.x, 2 * n, 3.0f);
+  fill_R(a.R, n);
+  float* dx = falloc(2 * n);
+
+  // GELU
+  act_loss(&a);
+  double e = 0.0;
+  for (size_t i = 0; i < n; i++) e = fmax(e, rel_err(a.out[i], gelu_ref(a.x[i]), 1e-3));
+  EXPECT("gelu_forward vs double tanh formula", e < 1e-5, "rel err %.3e", e);
+  float* xin = falloc(n);
+  memcpy(xin, a.x, n * 4);
+  gelu_forward(NULL, xin, xin, n);
+  EXPECT("gelu_forward in place", !memcmp(xin, a.out, n * 4), "differs");
+  gelu_backward(NULL, dx, a.x, a.R, n);
+  fd_check("gelu_backward", a.x, n, dx, act_loss, &a, 1000, 1e-3f);
+  float* dio = falloc(n);
+  memcpy(dio, a.R, n * 4);
+  gelu_backward(NULL, dio, a.x, dio, n);
+  EXPECT("gelu_backward in place", !memcmp(dio, dx, n * 4), "differs");
+
+  // ReLU: keep inputs at least 0.05 away from the kink so h = 1e-3 never crosses it.
+  a.kind = 1;
+  for (size_t i = 0; i < n; i++) a.x[i] = (a.x[i] >= 0 ? 0.05f : -0.05f) + a.x[i];
+  act_loss(&a);
+  int ok = 1;
+  for (size_t i = 0; i < n; i++) ok &= a.out[i] == (a.x[i] > 0 ? a.x[i] : 0.0f);
+  EXPECT("relu_forward", ok, "mismatch");
+  relu_backward(NULL, dx, a.x, a.R, n);
+  fd_check("relu_backward", a.x, n, dx, act_loss, &a, 1000, 1e-3f);
+
+  // GEGLU over rows of [gate | up]
+  a.kind = 2;
+  fill_rand(a.x, 2 * n, 2.0f);
+  act_loss(&a);
+  e = 0.0;
+  for (int r = 0; r < N; r++)
+    for (int i = 0; i < F; i++)
+      e = fmax(e, rel_err(a.out[r * F + i],
+                          gelu_ref(a.x[r * 2 * F + i]) * a.x[r * 2 * F + F + i], 1e-3));
+  EXPECT("geglu_forward vs double", e < 1e-5, "rel err %.3e", e);
+  geglu_backward(NULL, dx, a.x, a.R, N, F);
+  fd_check("geglu_backward (gate and up halves)", a.x, 2 * n, dx, act_loss, &a, 1000, 1e-3f);
+  free(a.out), free(a.x), free(a.R), free(dx), free(xin), free(dio);
+}
+
+// ---- attention ----------------------------------------------------------------------
+
+typedef struct {
+  AttnShape s;
+  float *q, *k, *v, *bias, *out, *lse, *R;
+} AttnCase;
+static double attn_loss(void* p) {
+  AttnCase* a = p;
+  attention_forward(NULL, a->out, a->lse, a->q, a->k, a->v, a->bias, a->s);
+  return dot_loss(a->out, a->R, (size_t)a->s.B * a->s.Tq * a->s.H * a->s.D);
+}
+
+// Naive double softmax(scale QK^T + bias) V with the mask, for out and lse.
+static void attn_reference(const AttnCase* a, double* out, double* lse) {
+  AttnShape s = a->s;
+  int C = s.H * s.D;
+  double* sc = calloc(s.Tk, sizeof(double));
+  for (int b = 0; b < s.B; b++)
+    for (int h = 0; h < s.H; h++)
+      for (int i = 0; i < s.Tq; i++) {
+        double mx = -INFINITY;
+        for (int j = 0; j < s.Tk; j++) {
+          if (s.causal && j > i) continue;
+          double d = 0.0;
+          for (int c = 0; c < s.D; c++)
+            d += (double)a->q[(size_t)(b * s.Tq + i) * s.q_stride + h * s.D + c] *
+                 a->k[(size_t)(b * s.Tk + j) * s.kv_stride + h * s.D + c];
+          sc[j] = s.scale * d + (a->bias ? a->bias[((size_t)h * s.Tq + i) * s.Tk + j] : 0.0);
+          mx = fmax(mx, sc[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j < s.Tk; j++)
+          if (!(s.causal && j > i)) sum += exp(sc[j] - mx);
+        lse[((size_t)b * s.H + h) * s.Tq + i] = mx + log(sum);
+        for (int c = 0; c < s.D; c++) {
+          double o = 0.0;
+          for (int j = 0; j < s.Tk; j++)
+            if (!(s.causal && j > i))
+              o += exp(sc[j] - mx) / sum * a->v[(size_t)(b * s.Tk + j) * s.kv_stride + h * s.D + c];
+          out[(size_t)(b * s.Tq + i) * C + h * s.D + c] = o;
+        }
+      }
+  free(sc);
+}
+
+// Runs forward-vs-reference and finite differences for one attention configuration.
+// fused: q, k, v are the column thirds of one [B*T, 3C] buffer (GPT), checked as one tensor.
+// kv_pad extra columns per k/v row (separate buffers) must never be written by the backward.
+static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal,
+                           int use_bias, int fused, int kv_pad) {
+  char label[160];
+  int C = H * D;
+  AttnShape s = {B, Tq, Tk, H, D, C, C + kv_pad, use_bias ? 1.0f : 1.0f / sqrtf((float)D),
+                 causal};
+  AttnCase a = {.s = s};
+  float *qkv = NULL, *dqkv = NULL, *dq, *dk, *dv;
+  size_t nq, nkv;
+  if (fused) {  // Tq == Tk; q at column 0, k at C, v at 2C of rows of 3C
+    a.s.q_stride = a.s.kv_stride = 3 * C;
+    nq = nkv = (size_t)B * Tq * 3 * C;
+    qkv = falloc(nq), dqkv = falloc(nq);
+    fill_rand(qkv, nq, 1.0f);
+    a.q = qkv, a.k = qkv + C, a.v = qkv + 2 * C;
+    dq = dqkv, dk = dqkv + C, dv = dqkv + 2 * C;
+    for (size_t i = 0; i < nq; i++) dqkv[i] = NAN;  // every column must be written
+  } else {
+    nq = (size_t)B * Tq * C, nkv = (size_t)B * Tk * a.s.kv_stride;
+    a.q = falloc(nq), a.k = falloc(nkv), a.v = falloc(nkv);
+    fill_rand(a.q, nq, 1.0f), fill_rand(a.k, nkv, 1.0f), fill_rand(a.v, nkv, 1.0f);
+    dq = falloc(nq), dk = falloc(nkv), dv = falloc(nkv);
+    for (size_t i = 0; i < nkv; i++) dk[i] = dv[i] = 7.0f;  // sentinel for padding columns
+  }
+  size_t nbias = (size_t)H * Tq * Tk, nout = (size_t)B * Tq * C;
+  float* dbias = NULL;
+  if (use_bias) {
+    a.bias = falloc(nbias), dbias = falloc(nbias);
+    fill_rand(a.bias, nbias, 1.0f);
+  }
+  a.out = falloc(nout), a.lse = falloc((size_t)B * H * Tq), a.R = falloc(nout);
+  fill_R(a.R, nout);
+  attn_loss(&a);
+
+  double *rout = calloc(nout, sizeof(double)), *rlse = calloc((size_t)B * H * Tq, sizeof(double));
+  attn_reference(&a, rout, rlse);
+  double eo = max_rel_err(a.out, rout, nout, 1e-1);
+  double el = max_rel_err(a.lse, rlse, (size_t)B * H * Tq, 1.0);
+  snprintf(label, sizeof label, "attention_forward vs double softmax(QK^T)V, %s", name);
+  EXPECT(label, eo < 1e-5 && el < 1e-5, "out rel err %.3e lse rel err %.3e", eo, el);
+
+  attention_backward(NULL, dq, dk, dv, dbias, a.R, a.out, a.lse, a.q, a.k, a.v, a.bias, a.s);
+  if (fused) {
+    int all = 1;
+    for (size_t i = 0; i < nq; i++) all &= !isnan(dqkv[i]);
+    snprintf(label, sizeof label, "attention_backward fills fused dqkv, %s", name);
+    EXPECT(label, all, "some columns never written");
+    snprintf(label, sizeof label, "attention_backward dqkv, %s", name);
+    fd_check(label, qkv, nq, dqkv, attn_loss, &a, 150, 1e-2f);
+  } else {
+    int pad_ok = 1;
+    for (int r = 0; r < B * Tk; r++)
+      for (int c = C; c < C + kv_pad; c++)
+        pad_ok &= dk[(size_t)r * a.s.kv_stride + c] == 7.0f &&
+                  dv[(size_t)r * a.s.kv_stride + c] == 7.0f;
+    if (kv_pad) {
+      snprintf(label, sizeof label, "attention_backward leaves stride padding, %s", name);
+      EXPECT(label, pad_ok, "padding columns written");
+    }
+    snprintf(label, sizeof label, "attention_backward dq, %s", name);
+    fd_check(label, a.q, nq, dq, attn_loss, &a, 60, 1e-2f);
+    // Padding columns of k/v influence nothing, so their true gradient is 0: clear the
+    // sentinel and let the finite differences sample them too.
+    for (int r = 0; r < B * Tk; r++)
+      for (int c = C; c < C + kv_pad; c++)
+        dk[(size_t)r * a.s.kv_stride + c] = dv[(size_t)r * a.s.kv_stride + c] = 0.0f;
+    snprintf(label, sizeof label, "attention_backward dk, %s", name);
+    fd_check(label, a.k, nkv, dk, attn_loss, &a, 60, 1e-2f);
+    snprintf(label, sizeof label, "attention_backward dv, %s", name);
+    fd_check(label, a.v, nkv, dv, attn_loss, &a, 60, 1e-2f);
+  }
+  if (use_bias) {
+    snprintf(label, sizeof label, "attention_backward dpos_bias, %s", name);
+    fd_check(label, a.bias, nbias, dbias, attn_loss, &a, 60, 1e-2f);
+    // dpos_bias accumulates: a second call adds the same gradient again.
+    float* d1 = falloc(nbias);
+    memcpy(d1, dbias, nbias * 4);
+    attention_backward(NULL, dq, dk, dv, dbias, a.R, a.out, a.lse, a.q, a.k, a.v, a.bias, a.s);
+    double w = 0.0;
+    for (size_t i = 0; i < nbias; i++) w = fmax(w, rel_err(dbias[i], 2.0 * d1[i], 1e-3));
+    snprintf(label, sizeof label, "attention_backward dpos_bias accumulates, %s", name);
+    EXPECT(label, w < 1e-5, "rel err %.3e", w);
+    free(d1);
+  }
+  if (fused) {
+    free(qkv), free(dqkv);
+  } else {
+    free(a.q), free(a.k), free(a.v), free(dq), free(dk), free(dv);
+  }
+  free(a.bias), free(dbias), free(a.out), free(a.lse), free(a.R), free(rout), free(rlse);
+}
+
+// ---- classifier ---------------------------------------------------------------------
+
+typedef struct {
+  float *logits, *work, *losses;
+  int32_t* tgt;
+  int N, V, Vp;
+  float dloss;
+} ClsCase;
+// L = dloss * sum of losses: the function whose gradient the kernel writes into logits.
+static double cls_loss(void* p) {
+  ClsCase* c = p;
+  memcpy(c->work, c->logits, (size_t)c->N * c->Vp * 4);
+  classifier_forward_backward(NULL, c->losses, c->work, c->tgt, c->N, c->V, c->Vp, c->dloss);
+  double s = 0.0;
+  for (int n = 0; n < c->N; n++) s += c->losses[n];
+  return s * c->dloss;
+}
+
+static void test_classifier(void) {
+  const int N = 5, V = 11, Vp = 16;
+  int32_t tgt[5] = {3, -1, 10, 0, 7};
+  ClsCase c = {falloc(N * Vp), falloc(N * Vp), falloc(N), tgt, N, V, Vp, 0.37f};
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < Vp; j++) c.logits[n * Vp + j] = j < V ? 3.0f * srand1() : 1000.0f;
+  c.logits[3 * Vp + 5] = 60.0f;  // a large logit: max subtraction must keep exp finite
+  cls_loss(&c);
+  float* grad = falloc(N * Vp);
+  memcpy(grad, c.work, (size_t)N * Vp * 4);
+  double e = 0.0;
+  for (int n = 0; n < N; n++) {
+    if (tgt[n] < 0) continue;
+    double mx = -INFINITY, s = 0.0;
+    for (int j = 0; j < V; j++) mx = fmax(mx, c.logits[n * Vp + j]);
+    for (int j = 0; j < V; j++) s += exp(c.logits[n * Vp + j] - mx);
+    e = fmax(e, rel_err(c.losses[n], mx + log(s) - c.logits[n * Vp + tgt[n]], 1e-3));
+  }
+  EXPECT("classifier loss vs double logsumexp", e < 1e-5, "rel err %.3e", e);
+  int pad = 1, ign = c.losses[1] == 0.0f;
+  for (int n = 0; n < N; n++)
+    for (int j = V; j < Vp; j++) pad &= grad[n * Vp + j] == 0.0f;
+  for (int j = 0; j < Vp; j++) ign &= grad[1 * Vp + j] == 0.0f;
+  EXPECT("classifier padding columns get exactly 0", pad, "nonzero padding gradient");
+  EXPECT("classifier ignored row: loss 0, zero gradient", ign, "nonzero");
+  double rs = 0.0;  // a gradient row of softmax - onehot sums to 0
+  for (int j = 0; j < V; j++) rs += grad[0 * Vp + j];
+  EXPECT("classifier gradient row sums to 0", fabs(rs) < 1e-6, "sum %.3e", rs);
+  fd_check("classifier dlogits (incl. padding = 0)", c.logits, (size_t)N * Vp, grad, cls_loss,
+           &c, 1000, 1e-2f);
+
+  float probs[11];
+  softmax_row(NULL, probs, c.logits, V, 0.7f);
+  double mx = -INFINITY, s = 0.0, w = 0.0, ps = 0.0;
+  for (int j = 0; j < V; j++) mx = fmax(mx, c.logits[j] / 0.7);
+  for (int j = 0; j < V; j++) s += exp(c.logits[j] / 0.7 - mx);
+  for (int j = 0; j < V; j++) {
+    w = fmax(w, rel_err(probs[j], exp(c.logits[j] / 0.7 - mx) / s, 1e-6));
+    ps += probs[j];
+  }
+  EXPECT("softmax_row with temperature vs double", w < 1e-5 && fabs(ps - 1.0) < 1e-6,
+         "rel err %.3e sum %.9f", w, ps);
+  free(c.logits), free(c.work), free(c.losses), free(grad);
+}
+
+// ---- elementwise, optimizer, gradient norm ------------------------------------------
+
+static void test_elementwise(void) {
+  const size_t n = 37;
+  float *x = falloc(n), *y = falloc(n), *y0 = falloc(n), *z = falloc(n);
+  fill_rand(x, n, 1.0f), fill_rand(y, n, 1.0f);
+  memcpy(y0, y, n * 4);
+  int ok = 1;
+  add_inplace(NULL, y, x, n);
+  for (size_t i = 0; i < n; i++) ok &= y[i] == y0[i] + x[i];
+  memcpy(y, y0, n * 4);
+  add_f32(NULL, y, x, n);
+  for (size_t i = 0; i < n; i++) ok &= y[i] == y0[i] + x[i];
+  memcpy(y, y0, n * 4);
+  scale_f32(NULL, y, 0.3f, n);
+  for (size_t i = 0; i < n; i++) ok &= y[i] == y0[i] * 0.3f;
+  cast_f32_to_act(NULL, z, x, n);
+  ok &= !memcmp(z, x, n * 4);
+  cast_act_to_f32(NULL, z, y0, n);
+  ok &= !memcmp(z, y0, n * 4);
+  fill_zero_act(NULL, z, n);
+  for (size_t i = 0; i < n; i++) ok &= z[i] == 0.0f;
+  fill_zero_f32(NULL, y, n);
+  for (size_t i = 0; i < n; i++) ok &= y[i] == 0.0f;
+  EXPECT("elementwise helpers", ok, "mismatch");
+  free(x), free(y), free(y0), free(z);
+}
+
+static void test_adamw(float wd) {
+  const size_t n = 6;
+  float p[6], m[6] = {0}, v[6] = {0}, g[6], pact[6];
+  double pd[6], md[6] = {0}, vd[6] = {0};
+  for (size_t i = 0; i < n; i++) p[i] = srand1(), pd[i] = p[i];
+  AdamWArgs a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd,
+                 .grad_scale = 0.5f};
+  double worst = 0.0;
+  int act_ok = 1;
+  for (int step = 1; step <= 4; step++) {
+    a.step = step;
+    for (size_t i = 0; i < n; i++) g[i] = srand1();
+    adamw_update(NULL, p, step % 2 ? pact : NULL, g, m, v, n, a);
+    for (size_t i = 0; i < n; i++) {  // the formula of kernels.h, by hand, in double
+      double gi = (double)g[i] * a.grad_scale;
+      md[i] = a.beta1 * md[i] + (1.0 - a.beta1) * gi;
+      vd[i] = a.beta2 * vd[i] + (1.0 - a.beta2) * gi * gi;
+      double mhat = md[i] / (1.0 - pow(a.beta1, step)), vhat = vd[i] / (1.0 - pow(a.beta2, step));
+      pd[i] -= a.lr * (mhat / (sqrt(vhat) + a.eps) + a.weight_decay * pd[i]);
+      worst = fmax(worst, rel_err(p[i], pd[i], 1e-3));
+      worst = fmax(worst, rel_err(m[i], md[i], 1e-6));
+      worst = fmax(worst, rel_err(v[i], vd[i], 1e-8));
+      if (step % 2) act_ok &= pact[i] == p[i];
+    }
+  }
+  EXPECT(wd > 0 ? "adamw_update 4 steps vs double (decay on)" : "adamw_update 4 steps vs double (decay off)",
+         worst < 1e-5 && act_ok, "rel err %.3e, p_act %s", worst, act_ok ? "ok" : "differs");
+}
+
+static void test_block_sumsq(void) {
+  const size_t nb = 5, n = nb * NORM_BLOCK;
+  float* g = falloc(n);
+  fill_rand(g, n, 2.0f);
+  double bs[5];
+  block_sumsq(NULL, bs, g, n);
+  int ok = 1;
+  for (size_t b = 0; b < nb; b++) {
+    double s = 0.0;
+    for (size_t i = b * NORM_BLOCK; i < (b + 1) * NORM_BLOCK; i++) s += (double)g[i] * g[i];
+    ok &= s == bs[b];
+  }
+  EXPECT("block_sumsq == double loop in index order", ok, "mismatch");
+  free(g);
+}
+
+// ---- determinism across thread counts ------------------------------------------------
+
+static void test_determinism(void) {
+  const int N = 66, C = 96, OC = 80, Vv = 9, T = 11;
+  float *inp = falloc(N * C), *w = falloc(OC * C), *dout = falloc(N * OC);
+  fill_rand(inp, N * C, 1.0f), fill_rand(w, OC * C, 1.0f), fill_rand(dout, N * OC, 1.0f);
+  float *dinp[2], *dw[2], *db[2], *dwte[2], *dwpe[2], *lnx[2], *lnw[2], *lnb[2];
+  float *mean = falloc(N), *rstd = falloc(N), *lnout = falloc(N * C), *lnwt = falloc(C);
+  fill_rand(lnwt, C, 1.0f);
+  int32_t tok[66];
+  for (int n = 0; n < N; n++) tok[n] = irand(Vv);
+  layernorm_forward(NULL, lnout, mean, rstd, inp, lnwt, lnwt, N, C, 1e-5f);
+
+  // attention: bidirectional with bias and causal fused, B=2 T=16 H=3 D=8
+  const int B = 2, Ta = 16, H = 3, D = 8, Ca = H * D;
+  AttnShape sb = {B, Ta, Ta, H, D, 3 * Ca, 3 * Ca, 1.0f, 0};
+  AttnShape sc = sb;
+  sc.causal = 1, sc.scale = 1.0f / sqrtf((float)D);
+  size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca, nb = (size_t)H * Ta * Ta;
+  float *qkv = falloc(nqkv), *pb = falloc(nb), *ao = falloc(nout), *lse = falloc(B * H * Ta);
+  float *ado = falloc(nout), *ao2 = falloc(nout), *lse2 = falloc(B * H * Ta);
+  fill_rand(qkv, nqkv, 1.0f), fill_rand(pb, nb, 1.0f), fill_rand(ado, nout, 1.0f);
+  float *dqkv[2], *dpb[2], *dqkv_c[2];
+  attention_forward(NULL, ao, lse, qkv, qkv + Ca, qkv + 2 * Ca, pb, sb);
+  attention_forward(NULL, ao2, lse2, qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+
+  int threads[2] = {1, 3};
+  for (int r = 0; r < 2; r++) {
+    omp_set_num_threads(threads[r]);
+    dinp[r] = falloc(N * C), dw[r] = falloc(OC * C), db[r] = falloc(OC);
+    for (int i = 0; i < OC * C; i++) dw[r][i] = 0.01f * (i % 17);  // accumulate onto nonzero
+    matmul_backward(NULL, dinp[r], dw[r], db[r], dout, inp, w, N, C, OC);
+    dqkv[r] = falloc(nqkv), dpb[r] = falloc(nb), dqkv_c[r] = falloc(nqkv);
+    attention_backward(NULL, dqkv[r], dqkv[r] + Ca, dqkv[r] + 2 * Ca, dpb[r], ado, ao, lse, qkv,
+                       qkv + Ca, qkv + 2 * Ca, pb, sb);
+    attention_backward(NULL, dqkv_c[r], dqkv_c[r] + Ca, dqkv_c[r] + 2 * Ca, NULL, ado, ao2, lse2,
+                       qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+    dwte[r] = falloc(Vv * C), dwpe[r] = falloc(T * C);
+    embedding_backward(NULL, dwte[r], dwpe[r], inp, tok, N, T, C);
+    lnx[r] = falloc(N * C), lnw[r] = falloc(C), lnb[r] = falloc(C);
+    layernorm_backward(NULL, lnx[r], lnw[r], lnb[r], inp, inp, lnwt, mean, rstd, N, C);
+  }
+  omp_set_num_threads(omp_get_num_procs());
+  EXPECT("determinism 1 vs 3 threads: matmul_backward",
+         !memcmp(dinp[0], dinp[1], N * C * 4) && !memcmp(dw[0], dw[1], OC * C * 4) &&
+             !memcmp(db[0], db[1], OC * 4),
+         "bits differ");
+  EXPECT("determinism 1 vs 3 threads: attention_backward",
+         !memcmp(dqkv[0], dqkv[1], nqkv * 4) && !memcmp(dpb[0], dpb[1], nb * 4) &&
+             !memcmp(dqkv_c[0], dqkv_c[1], nqkv * 4),
+         "bits differ");
+  EXPECT("determinism 1 vs 3 threads: embedding_backward",
+         !memcmp(dwte[0], dwte[1], Vv * C * 4) && !memcmp(dwpe[0], dwpe[1], T * C * 4),
+         "bits differ");
+  EXPECT("determinism 1 vs 3 threads: layernorm_backward",
+         !memcmp(lnx[0], lnx[1], N * C * 4) && !memcmp(lnw[0], lnw[1], C * 4) &&
+             !memcmp(lnb[0], lnb[1], C * 4),
+         "bits differ");
+  for (int r = 0; r < 2; r++) {
+    free(dinp[r]), free(dw[r]), free(db[r]), free(dqkv[r]), free(dpb[r]), free(dqkv_c[r]);
+    free(dwte[r]), free(dwpe[r]), free(lnx[r]), free(lnw[r]), free(lnb[r]);
+  }
+  free(inp), free(w), free(dout), free(mean), free(rstd), free(lnout), free(lnwt), free(qkv);
+  free(pb), free(ao), free(lse), free(ado), free(ao2), free(lse2);
+}
+
+int main(void) {
+  test_embedding(1);
+  test_embedding(0);
+  test_norm(0);
+  test_norm(1);
+  test_matmul(7, 13, 5, 1);
+  test_matmul(7, 13, 5, 0);
+  test_matmul(9, 20, 70, 1);  // full 4x32 register tiles plus edges
+  test_activations();
+  test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0);
+  test_attention("bidirectional + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 0, 1, 0, 0);
+  test_attention("causal + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 1, 1, 0, 0);
+  test_attention("cross Tq=3 Tk=7 kv_stride padded", 2, 3, 7, 2, 4, 0, 0, 0, 3);
+  test_attention("fused qkv causal B=2 T=5 H=3 D=8", 2, 5, 5, 3, 8, 1, 0, 1, 0);
+  test_classifier();
+  test_elementwise();
+  test_adamw(0.0f);
+  test_adamw(0.1f);
+  test_block_sumsq();
+  test_determinism();
+  return test_summary();
+}
