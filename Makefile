@@ -36,8 +36,12 @@ TEST_BINS := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRCS))
 $(BUILD)/test/%: test/%.c $(CPU_LIB_OBJS) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
+# tools the reference checks run (test/ref_gpt.py uses build/tool/gpt_dump)
+$(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 
-test-bins: $(TEST_BINS) train_gpt_cpu
+test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump
 
 test: test-bins data/addition/train_000.bin
 	bash test/run_tests.sh
@@ -48,16 +52,20 @@ $(BUILD)/make_addition: scripts/make_addition.c data/shard.c data/shard.h
 	$(or $(CC),cc) -O2 -std=c11 -Wall -I. -D_GNU_SOURCE scripts/make_addition.c data/shard.c -o $@ -lm
 
 data/addition/train_000.bin: $(BUILD)/make_addition
-	$(BUILD)/make_addition data/addition
+	$(BUILD)/make_addition data/addition --digits 2
 
 # ---- run ----------------------------------------------------------------------------
-RUN_ARGS ?= --model gpt:L=2,C=96,H=4,V=256,T=64 --data 'data/addition/train_*.bin' \
-  --val-data 'data/addition/val_*.bin' --batch 16 --seq 64 --steps 600 --lr 3e-3 --warmup 50 \
-  --weight-decay 0.0 --eval-every 200 --addition-eval data/addition/val_problems.txt
+# One 10-token problem per sequence ("12+34=640\n"), so every problem sits at the same positions.
+RUN_ARGS ?= --model gpt:L=2,C=96,H=4,V=256,T=10 --data 'data/addition/train_*.bin' \
+  --val-data 'data/addition/val_*.bin' --batch 64 --seq 10 --steps 1000 --lr 3e-3 --warmup 50 \
+  --weight-decay 0.0 --eval-every 250 --eval-prompts data/addition/val_problems.txt
 run: train_gpt_cpu data/addition/train_000.bin
 	./train_gpt_cpu $(RUN_ARGS)
+
+print-run-args:
+	@echo $(RUN_ARGS)
 
 clean:
 	rm -rf $(BUILD) train_gpt_cpu train_gpt
 
-.PHONY: test test-bins run clean
+.PHONY: test test-bins run print-run-args clean

@@ -29,6 +29,7 @@ typedef struct {
   uint64_t seed;
   int eval_every, eval_batches, sample_every, sample_tokens;
   int digest;
+  const char* dump_params;
   FSDPOptions fsdp;
 } Options;
 
@@ -72,6 +73,7 @@ static void print_help(void) {
       "  --sample-tokens N     tokens per sample (default 64)\n"
       "  --log FILE            one JSON object per step (and per evaluation)\n"
       "  --digest              print params_digest <hex> of the final parameters\n"
+      "  --dump-params FILE    write the final parameters (fp32, global order, no padding)\n"
       "  --help                this text\n\n"
       "models:\n%s",
       USAGE, presets);
@@ -130,7 +132,8 @@ static Options parse_options(int argc, char** argv) {
       {"eval-every", required_argument, 0, 'v'},  {"eval-batches", required_argument, 0, 'B'},
       {"eval-prompts", required_argument, 0, 'P'},{"sample-every", required_argument, 0, 'x'},
       {"sample-tokens", required_argument, 0, 'X'},{"log", required_argument, 0, 'L'},
-      {"digest", no_argument, 0, 'H'},            {"help", no_argument, 0, 'h'},
+      {"digest", no_argument, 0, 'H'},            {"dump-params", required_argument, 0, 'Q'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
   int c, idx;
@@ -174,6 +177,7 @@ static Options parse_options(int argc, char** argv) {
       case 'X': o.sample_tokens = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'L': o.log_path = optarg; break;
       case 'H': o.digest = 1; break;
+      case 'Q': o.dump_params = optarg; break;
       case 'h':
         if (dist_rank() == 0) print_help();
         dist_finalize();
@@ -275,7 +279,7 @@ static PromptSet load_prompts(const char* path, int T, int V) {
     char* tab = strchr(line, '\t');
     if (!tab) fatal("--eval-prompts %s: line %d has no TAB between prompt and answer", path, ps.n + 1);
     *tab = 0;
-    if ((int)(strlen(line) + strlen(tab + 1)) + 2 > T)
+    if ((int)(strlen(line) + strlen(tab + 1)) + 1 > T)
       fatal("--eval-prompts %s: line %d does not fit in a sequence of %d tokens", path, ps.n + 1, T);
     for (const unsigned char* c = (const unsigned char*)line; *c; c++)
       if (*c >= V) fatal("--eval-prompts %s: byte %d is not a token of a vocabulary of %d", path, *c, V);
@@ -295,9 +299,8 @@ static PromptSet load_prompts(const char* path, int T, int V) {
   return ps;
 }
 
-// Exact-match accuracy: each prompt (after a newline, the separator of the training text) is
-// extended greedily by as many tokens as the longest answer; its answer must match byte for
-// byte. Chunks of B prompts are spread over ranks; every rank decodes the same number of
+// Exact-match accuracy: each prompt starts a sequence (position 0) and is extended greedily by
+// as many tokens as the longest answer; its answer must match byte for byte. Chunks of B prompts are spread over ranks; every rank decodes the same number of
 // rounds and steps, since the forwards are collective.
 static double exact_match(Model* m, const PromptSet* ps) {
   FSDP* fs = m->fs;
@@ -312,7 +315,7 @@ static double exact_match(Model* m, const PromptSet* ps) {
       int i = chunk * B + b;
       int32_t* row = m->inputs + (size_t)b * T;
       for (int t = 0; t < T; t++) row[t] = '\n';
-      int len = 1;
+      int len = 0;
       if (i < ps->n)
         for (const char* c = ps->prompt[i]; *c; c++) row[len++] = (unsigned char)*c;
       cursor[b] = start[b] = len;
@@ -370,6 +373,25 @@ static void sample_text(Model* m, const TokenStream* ts, int ntokens, uint64_t s
   log0("\n");
   free(row);
   free(probs);
+}
+
+// Writes every parameter's live fp32 values in global order (units, then table order) to
+// path, from rank 0, through a temporary name so a crash never leaves a partial file.
+static void dump_params(FSDP* fs, const char* path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE* f = NULL;
+  if (fs->world_rank == 0 && !(f = fopen(tmp, "wb"))) fatal("--dump-params: cannot open '%s' for writing", tmp);
+  for (int u = 0; u < fs->nunits; u++) {
+    Unit* U = &fs->units[u];
+    float* full = xmalloc((size_t)U->numel * sizeof(float), "parameter dump");
+    fsdp_gather_master(fs, u, full);
+    for (int i = 0; i < U->nparams && f; i++)
+      if (fwrite(full + U->params[i].offset, sizeof(float), U->params[i].live, f) != (size_t)U->params[i].live)
+        fatal("--dump-params: write to '%s' failed", tmp);
+    free(full);
+  }
+  if (f && (fclose(f) || rename(tmp, path))) fatal("--dump-params: cannot finish '%s'", path);
 }
 
 int main(int argc, char** argv) {
@@ -489,6 +511,7 @@ int main(int argc, char** argv) {
     uint64_t d = fsdp_params_digest(&fs);
     log0("params_digest %016llx\n", (unsigned long long)d);
   }
+  if (o.dump_params) dump_params(&fs, o.dump_params);
   if (logf) fclose(logf);
   dist_finalize();
   return 0;

@@ -6,6 +6,7 @@
 // needs deferred initialization on a fake device because user init code is arbitrary; ours
 // is a fixed rule, so each rank can simply evaluate it for its range.)
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fsdp/dist.h"

@@ -56,6 +56,7 @@ void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, flo
                                 const act_t* bias, int N, int C, float eps);
 // dx ACCUMULATES (+=): the input of a norm is a residual stream whose gradient also
 // arrives through the skip connection. dweight, dbias accumulate. dbias may be NULL.
+// dx must not alias dout (dout is read again after dx is written).
 void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
                         const act_t* dout, const act_t* x, const act_t* weight,
                         const float* mean, const float* rstd, int N, int C);
@@ -97,6 +98,7 @@ void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout
 //   k, v: rows of length kv_stride, same head layout, for B*Tk rows
 //   out: [B*Tq, H*D]
 //   scores = scale * q.k + (pos_bias ? pos_bias[h, i, j] : 0), causal masks j > i
+//   (aligned at the top-left, i.e. query i and key i are the same position)
 // lse[B,H,Tq] saves the row log-sum-exp of the scores so the backward can recompute
 // probabilities without a stored Tq x Tk matrix (flash-attention style).
 // This one signature covers GPT (causal self-attention on a fused qkv buffer), the T5

@@ -7,6 +7,7 @@
 // unshard and reshard points (fsdp/schedule.c).
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fsdp/dist.h"
