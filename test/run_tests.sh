@@ -37,6 +37,7 @@ for t in build/test/test_*; do
   part "$(basename "$t")" "$t"
 done
 part "pytorch reference (GPT)" /usr/bin/python3 test/ref_gpt.py
+part "command line" bash test/test_cli.sh
 part "multi-rank FSDP" bash test/test_multirank.sh
 part "end-to-end training" bash test/test_e2e.sh
 

@@ -589,7 +589,7 @@ static void test_layouts(void) {
 // Element i of chunk d contributed by (world) rank r: a mix of magnitudes so that float sums
 // depend on their order.
 static uint64_t h3(int r, int d, size_t i) {
-  return mix64(mix64(mix64((uint64_t)r + 0x51) ^ ((uint64_t)d * 0x9E3779B97F4A7C15ULL)) ^ i);
+  return mix64(((uint64_t)(r & 0xff) << 56) ^ ((uint64_t)(d & 0xffff) << 40) ^ (uint64_t)i);
 }
 static float vf32(int r, int d, size_t i) {
   uint64_t h = h3(r, d, i);
@@ -611,7 +611,7 @@ static double vf64(int r, int d, size_t i) {
     default: return s * ((double)((h >> 8) & 0xffffffffffULL) * 0.125);
   }
 }
-static int64_t vi64(int r, int d, size_t i) { return (int64_t)(h3(r, d, i) >> 4) - ((int64_t)1 << 59); }
+static int64_t vi64(int r, int d, size_t i) { return (int64_t)(h3(r, d, i) >> 8) - ((int64_t)1 << 55); }  // no overflow below 256 ranks
 static uint16_t vbf16(int r, int d, size_t i) { return (uint16_t)h3(r, d, i); }
 
 static void put(DType t, void* buf, size_t idx, int r, int d, size_t i) {
@@ -674,6 +674,7 @@ static const char* dname(DType t) {
 // First index where a and b (n elements of es bytes) differ, or -1.
 static long long first_diff(const void* a, const void* b, size_t n, size_t es) {
   const char *x = a, *y = b;
+  if (!memcmp(a, b, n * es)) return -1;
   for (size_t i = 0; i < n; i++)
     if (memcmp(x + i * es, y + i * es, es)) return (long long)i;
   return -1;
@@ -736,13 +737,14 @@ static void test_comm(void) {
   size_t counts[3] = {1, 1003, big};
   DType types[3] = {DT_F32, DT_F64, DT_I64};
   size_t sens[2] = {0, 0};
+  // The count beyond one piece is run for f32 and f64 (the chunking does not depend on the dtype
+  // beyond its size; a third big dtype would only add run time on oversubscribed hosts).
   for (int ti = 0; ti < 3; ti++)
-    for (int ci = 0; ci < 3; ci++) {
+    for (int ci = 0; ci < (ti < 2 ? 3 : 2); ci++) {
       size_t d = check_collectives(g_world, "world", world, types[ti], counts[ci], 1, ti < 2 && ci == 2 && g_W >= 3);
       if (ti < 2 && ci == 2) sens[ti] = d;
     }
   check_collectives(g_world, "world", world, DT_BF16, 1003, 0, 0);
-  check_collectives(g_world, "world", world, DT_BF16, big, 0, 0);
   if (g_W >= 3) {
     // The reduce-scatter checks above mean something only if the order changes the result.
     Verdict v = verdict();
@@ -762,7 +764,7 @@ static void test_comm(void) {
   report(&v, "comm[even/odd split] comm_split sizes and ranks");
   check_collectives(par, "even/odd split", members, DT_F32, 1003, 1, 0);
   check_collectives(par, "even/odd split", members, DT_I64, 1003, 1, 0);
-  check_collectives(par, "even/odd split", members, DT_F32, big, 1, 0);
+  check_collectives(par, "even/odd split", members, DT_F64, 1003, 1, 0);
   comm_free(par);
 
   // One group ordered by a reversed key: group rank k is world rank W-1-k, and folds follow it.
@@ -926,7 +928,7 @@ typedef struct {
 static StepRef g_refs[64][2][3];
 
 static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
-  const char* spec = "gpt:L=3,C=72,H=3,V=509,T=32";
+  const char* spec = "gpt:L=3,C=40,H=2,V=131,T=16";  // odd shapes: padding in every unit
   const int B = 1, T = 8;
   FSDPOptions o = s->opt;
   o.limit_all_gathers = K;
@@ -1020,9 +1022,90 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
   teardown(&fs, &m);
 }
 
+static int gathered_blocks(const FSDP* fs) {
+  int n = 0;
+  for (int u = 1; u < fs->nunits; u++) n += fs->units[u].full_params != NULL;
+  return n;
+}
+
+// The unsharded parameters of unit u are the gathered master (cast to act_t; exact on the CPU).
+static void check_unsharded(FSDP* fs, int u, Verdict* v, const char* when) {
+  const Unit* U = &fs->units[u];
+  float* want = xmalloc((size_t)U->numel * sizeof(float), "test");
+  float* got = xmalloc((size_t)U->numel * sizeof(float), "test");
+  fsdp_gather_master(fs, u, want);  // collective: every rank reaches the same points
+  if (!U->full_params) {
+    vfail(v, "%s: %s is not unsharded", when, U->name);
+  } else {
+    cast_act_to_f32(fs->kctx, got, U->full_params, (size_t)U->numel);
+    long long d = first_diff(got, want, (size_t)U->numel, sizeof(float));
+    VCHECK(v, d < 0, "%s: %s flat element %lld is %g, master %g", when, U->name, d, got[d < 0 ? 0 : d], want[d < 0 ? 0 : d]);
+  }
+  free(want);
+  free(got);
+}
+
+// Drives the four points by hand, as a model does, and checks what is unsharded after each:
+// the parameters in a slot equal the master, at most nslots blocks are unsharded, a unit is
+// resharded after forward exactly when the strategy says so, and prefetch issues the next
+// unit's all-gather when (and only when) it is on and a slot is free.
+static void check_points(const Strategy* s, int K, int pf) {
+  FSDPOptions o = s->opt;
+  o.limit_all_gathers = K;
+  o.prefetch_forward = o.prefetch_backward = pf;
+  FSDP fs;
+  Model m;
+  build(&fs, &m, "gpt:L=3,C=40,H=2,V=131,T=16", o, 1, 8, 77);
+  int L = m.cfg.L;
+  Verdict v = verdict();
+  char when[64];
+  fsdp_begin_step(&fs, 1);
+  fsdp_begin_forward(&fs, 0, 1);
+  for (int u = 0; u <= L; u++) {
+    fsdp_pre_forward(&fs, u);
+    snprintf(when, sizeof when, "forward, after pre_forward(%d)", u);
+    check_unsharded(&fs, u, &v, when);
+    VCHECK(&v, gathered_blocks(&fs) <= fs.nslots, "%s: %d blocks unsharded, %d slots", when, gathered_blocks(&fs), fs.nslots);
+    if (u < L) {
+      int can = u == 0 || !s->reshard || K >= 2;  // a free slot for the next unit
+      int next = fs.units[u + 1].full_params != NULL;
+      VCHECK(&v, next == (pf && can), "%s: unit %d %s", when, u + 1, next ? "prefetched" : "not prefetched");
+    }
+    fsdp_post_forward(&fs, u);
+    if (u > 0)
+      VCHECK(&v, (fs.units[u].full_params == NULL) == s->reshard, "forward, after post_forward(%d): %s", u,
+             fs.units[u].full_params ? "still unsharded" : "resharded");
+  }
+  fsdp_end_forward(&fs);
+  VCHECK(&v, fs.units[0].full_params != NULL, "the root was resharded before backward");
+  fsdp_pre_backward(&fs, 0);
+  check_unsharded(&fs, 0, &v, "backward, after pre_backward(0)");
+  for (int u = L; u >= 1; u--) {
+    fsdp_pre_backward(&fs, u);
+    snprintf(when, sizeof when, "backward, after pre_backward(%d)", u);
+    check_unsharded(&fs, u, &v, when);
+    VCHECK(&v, gathered_blocks(&fs) <= fs.nslots, "%s: %d blocks unsharded, %d slots", when, gathered_blocks(&fs), fs.nslots);
+    VCHECK(&v, fs.units[u].full_grads != NULL, "%s: no gradient buffer", when);
+    if (u > 1 && s->reshard) {
+      int next = fs.units[u - 1].full_params != NULL;
+      VCHECK(&v, next == (pf && K >= 2), "%s: unit %d %s", when, u - 1, next ? "prefetched" : "not prefetched");
+    }
+    fsdp_post_backward(&fs, u);
+    VCHECK(&v, fs.units[u].full_params == NULL && fs.units[u].full_grads == NULL, "after post_backward(%d): not resharded", u);
+  }
+  fsdp_post_backward(&fs, 0);
+  check_resharded(&fs, &v, "after backward");
+  report(&v, "points[W=%d %s K=%d prefetch=%s]: unsharded params == master, <= %d blocks unsharded, reshard and "
+             "prefetch as the strategy says", g_W, s->spec, K, pf ? "on" : "off", fs.nslots);
+  teardown(&fs, &m);
+}
+
 static void test_schedule(void) {
   Strategy st[64];
   int ns = strategies(st);
+  for (int i = 0; i < ns; i++)
+    for (int K = 1; K <= 2; K++)
+      for (int pf = 0; pf < 2; pf++) check_points(&st[i], K, pf);
   for (int A = 1; A <= 2; A++)
     for (int sync = 1; sync >= 0; sync--)
       for (int i = 0; i < ns; i++)

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Command-line behaviour of train_gpt_cpu: help, refused options, clear errors for bad input,
+# and the logs. Prints ok/FAIL per check and ends with "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+BIN=./train_gpt_cpu
+DATA=data/addition/train_000.bin
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+# expect NAME EXIT_CODE PATTERN COMMAND...: the command exits with EXIT_CODE and prints PATTERN.
+expect() {
+  local name=$1 code=$2 pattern=$3
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" = "$code" ] && echo "$out" | grep -qE -- "$pattern"; then
+    echo "ok   $name"
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: exit $rc, output: $(echo "$out" | head -3)"
+    fail=$((fail + 1))
+  fi
+}
+M="--model gpt:L=1,C=32,H=2,V=256,T=16"
+
+expect "--help lists options and presets" 0 "gpt2-1.5b" $BIN --help
+expect "--help lists the FSDP options" 0 "limit-all-gathers" $BIN --help
+expect "unknown option refused with the usage line" 2 "unknown option '--bogus'.*|usage: train_gpt_cpu" $BIN $M --data $DATA --bogus
+expect "malformed integer refused" 2 "option --batch expects an integer" $BIN $M --data $DATA --batch 4x
+expect "negative learning rate refused" 2 "option --lr expects a number" $BIN $M --data $DATA --lr -1
+expect "missing value refused" 2 "needs a value|usage" $BIN $M --data $DATA --steps
+expect "stray argument refused" 2 "unexpected argument 'extra'" $BIN $M --data $DATA extra
+expect "missing --data refused" 2 "--data is required" $BIN $M
+expect "unknown model lists the presets" 2 "unknown model 'gpt5'.*|gpt2-124m" $BIN --model gpt5 --data $DATA
+expect "custom model with C not divisible by H refused" 2 "divisible by the number of heads" $BIN --model gpt:C=70,H=3 --data $DATA
+expect "bad --shard refused" 2 "--shard expects full, grad-op, none or hybrid:F" $BIN $M --data $DATA --shard half
+expect "--seq above the model's T refused" 2 "maximum sequence length" $BIN $M --data $DATA --seq 32
+expect "no file matching the data glob" 1 "no file matched" $BIN $M --data "$TMP/none_*.bin"
+printf 'not a shard at all, just some text that is long enough' > "$TMP/bad.bin"
+head -c 2048 /dev/zero >> "$TMP/bad.bin"
+expect "wrong magic names the file" 1 "bad.bin.*magic" $BIN $M --data "$TMP/bad.bin"
+expect "token id above the vocabulary names the file" 1 "train_000.bin.*vocab" $BIN --model gpt:L=1,C=32,H=2,V=50,T=16 --data $DATA
+
+# A short run: the step lines, the JSON log (full-precision numbers), the digest, samples.
+$BIN $M --data $DATA --val-data data/addition/val_000.bin --batch 2 --steps 3 --eval-every 2 \
+  --sample-every 3 --sample-tokens 8 --log "$TMP/log.json" --digest > "$TMP/out" 2>&1
+expect "step lines have loss, lr, norm, ms and tok/s" 0 "step +3/3 \| loss [0-9.]+ \| lr .* \| norm .* ms \| .* tok/s" cat "$TMP/out"
+expect "start-up table shows parameter counts" 0 "parameters" cat "$TMP/out"
+expect "start-up prints the memory plan" 0 "memory plan" cat "$TMP/out"
+expect "validation loss is reported" 0 "val loss" cat "$TMP/out"
+expect "a sample is printed" 0 "^sample: " cat "$TMP/out"
+expect "params_digest is printed as 16 hex digits" 0 "^params_digest [0-9a-f]{16}$" cat "$TMP/out"
+expect "JSON log: one object per step with all fields" 0 "^3$" python3 -c "
+import json, sys
+steps = [json.loads(l) for l in open('$TMP/log.json') if 'grad_norm' in l]
+assert all(set(s) >= {'step', 'loss', 'lr', 'grad_norm', 'ms', 'tokens_per_s'} for s in steps)
+assert any(len(repr(s['loss'])) > 12 for s in steps)  # full precision, not rounded for display
+print(len(steps))"
+$BIN $M --data $DATA --batch 2 --steps 3 --digest > "$TMP/out2" 2>&1
+expect "the same command twice gives the same digest" 0 "same" bash -c "[ \"\$(grep digest $TMP/out)\" = \"\$(grep digest $TMP/out2)\" ] && echo same"
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
