@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "data/shard.h"
+#include "data/span_corrupt.h"
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
 #include "layers/model.h"
@@ -24,7 +25,7 @@ typedef struct {
   const char* val_data;
   const char* log_path;
   const char* eval_prompts;
-  int batch, seq, accum, global_batch, steps, warmup;
+  int batch, seq, accum, global_batch, steps, warmup, enc_len, dec_len;
   float lr, lr_final_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
   uint64_t seed;
   int eval_every, eval_batches, sample_every, sample_tokens;
@@ -47,6 +48,7 @@ static void print_help(void) {
       "  --val-data GLOB       validation token shards\n"
       "  --batch B             micro-batch per rank, in sequences (default 4)\n"
       "  --seq T               sequence length (default: the model's T)\n"
+      "  --enc-len N, --dec-len N   T5 encoder and decoder lengths (default 512, 114)\n"
       "  --accum A             micro-steps per optimizer step on each rank (default 1)\n"
       "  --global-batch G      sequences per optimizer step; sets A = G / (B x ranks)\n"
       "optimization\n"
@@ -112,7 +114,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 static Options parse_options(int argc, char** argv) {
-  Options o = {.batch = 4, .accum = 1, .steps = 10, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .steps = 10, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -133,6 +135,7 @@ static Options parse_options(int argc, char** argv) {
       {"eval-prompts", required_argument, 0, 'P'},{"sample-every", required_argument, 0, 'x'},
       {"sample-tokens", required_argument, 0, 'X'},{"log", required_argument, 0, 'L'},
       {"digest", no_argument, 0, 'H'},            {"dump-params", required_argument, 0, 'Q'},
+      {"enc-len", required_argument, 0, 'j'},     {"dec-len", required_argument, 0, 'k'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -178,6 +181,8 @@ static Options parse_options(int argc, char** argv) {
       case 'L': o.log_path = optarg; break;
       case 'H': o.digest = 1; break;
       case 'Q': o.dump_params = optarg; break;
+      case 'j': o.enc_len = (int)parse_long(name, optarg, 2, 1 << 20); break;
+      case 'k': o.dec_len = (int)parse_long(name, optarg, 2, 1 << 20); break;
       case 'h':
         if (dist_rank() == 0) print_help();
         dist_finalize();
@@ -216,34 +221,60 @@ static void open_stream(TokenStream* ts, const char* glob, const char* what, int
           what, glob, (long long)ts->total, (long long)B * T + 1);
 }
 
-static void load_micro_batch(Model* m, const TokenStream* ts, int64_t g) {
+// One micro-batch on the host: GPT token windows, or T5 span-corrupted examples. The model's
+// own token buffers live in its memory plan (device memory on CUDA); batch_to_model copies.
+typedef struct {
+  int t5, B, T, Te;
+  SpanConfig span;
+  uint64_t seed;
+  int32_t *inputs, *targets, *enc;
+} Batch;
+
+static void batch_load(Batch* b, const TokenStream* ts, int64_t g) {
   char err[1024];
-  if (sampler_micro_batch(ts, g, m->B, m->T, m->inputs, m->targets, err, sizeof err)) fatal("%s", err);
+  int rc = b->t5 ? span_micro_batch(ts, &b->span, b->seed, g, b->B, b->enc, b->inputs, b->targets, err, sizeof err)
+                 : sampler_micro_batch(ts, g, b->B, b->T, b->inputs, b->targets, err, sizeof err);
+  if (rc) fatal("%s", err);
+}
+
+static int64_t batch_valid_targets(const Batch* b) {
+  int64_t n = 0;
+  for (int i = 0; i < b->B * b->T; i++) n += b->targets[i] >= 0;
+  return n;
+}
+
+static void batch_to_model(const Batch* b, Model* m) {
+  size_t n = (size_t)b->B * b->T * sizeof(int32_t);
+  device_copy_to_device(m->inputs, b->inputs, n);
+  device_copy_to_device(m->targets, b->targets, n);
+  if (b->t5) device_copy_to_device(m->enc_inputs, b->enc, (size_t)b->B * b->Te * sizeof(int32_t));
 }
 
 // Validation loss over eval_batches micro-batches, spread over ranks like training batches
 // (every rank runs the same number of forwards: the collectives must match).
-static double evaluate(Model* m, const TokenStream* val, int eval_batches) {
+static double evaluate(Model* m, Batch* b, const TokenStream* val, int eval_batches) {
   FSDP* fs = m->fs;
   int W = fs->world_size, rounds = (eval_batches + W - 1) / W;
   double sums[2] = {0, 0};  // loss sum, token count
   for (int i = 0; i < rounds; i++) {
     int64_t g = (int64_t)i * W + fs->world_rank;
-    load_micro_batch(m, val, g % eval_batches);
+    batch_load(b, val, g % eval_batches);
+    batch_to_model(b, m);
     fsdp_begin_forward(fs, 0, 0);
     double s = model_forward(m, 1, 0.0f);
-    if (g < eval_batches) sums[0] += s, sums[1] += (double)m->B * m->T;
+    if (g < eval_batches) sums[0] += s, sums[1] += (double)batch_valid_targets(b);
   }
   comm_all_reduce(fs->world, sums, 2, DT_F64);
   return sums[0] / sums[1];
 }
 
 // Greedy decoding from each row's cursor; rows advance in lock step over `steps` tokens.
-static void greedy_extend(Model* m, int* cursor, int steps) {
+static void greedy_extend(Model* m, Batch* bt, int* cursor, int steps) {
   int T = m->T, Vp = m->cfg.Vp, V = m->cfg.V;
   act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");
   float* probs = xmalloc((size_t)V * sizeof(float), "probabilities");
   for (int s = 0; s < steps; s++) {
+    batch_to_model(bt, m);
     fsdp_begin_forward(m->fs, 0, 0);
     model_forward(m, 0, 0.0f);
     for (int b = 0; b < m->B; b++) {
@@ -253,7 +284,7 @@ static void greedy_extend(Model* m, int* cursor, int steps) {
       int best = 0;
       for (int v = 1; v < V; v++)
         if (probs[v] > probs[best]) best = v;
-      m->inputs[(size_t)b * T + cursor[b]] = best;
+      bt->inputs[(size_t)b * T + cursor[b]] = best;
       cursor[b]++;
     }
   }
@@ -302,7 +333,7 @@ static PromptSet load_prompts(const char* path, int T, int V) {
 // Exact-match accuracy: each prompt starts a sequence (position 0) and is extended greedily by
 // as many tokens as the longest answer; its answer must match byte for byte. Chunks of B prompts are spread over ranks; every rank decodes the same number of
 // rounds and steps, since the forwards are collective.
-static double exact_match(Model* m, const PromptSet* ps) {
+static double exact_match(Model* m, Batch* bt, const PromptSet* ps) {
   FSDP* fs = m->fs;
   int B = m->B, T = m->T, W = fs->world_size;
   int chunks = (ps->n + B - 1) / B, rounds = (chunks + W - 1) / W;
@@ -313,20 +344,20 @@ static double exact_match(Model* m, const PromptSet* ps) {
     int chunk = r * W + fs->world_rank;
     for (int b = 0; b < B; b++) {
       int i = chunk * B + b;
-      int32_t* row = m->inputs + (size_t)b * T;
+      int32_t* row = bt->inputs + (size_t)b * T;
       for (int t = 0; t < T; t++) row[t] = '\n';
       int len = 0;
       if (i < ps->n)
         for (const char* c = ps->prompt[i]; *c; c++) row[len++] = (unsigned char)*c;
       cursor[b] = start[b] = len;
     }
-    greedy_extend(m, cursor, ps->max_answer);
+    greedy_extend(m, bt, cursor, ps->max_answer);
     for (int b = 0; b < B; b++) {
       int i = chunk * B + b;
       if (i >= ps->n) continue;
       int ok = 1;
       for (int t = 0; ps->answer[i][t]; t++)
-        if (m->inputs[(size_t)b * T + start[b] + t] != (unsigned char)ps->answer[i][t]) ok = 0;
+        if (bt->inputs[(size_t)b * T + start[b] + t] != (unsigned char)ps->answer[i][t]) ok = 0;
       counts[0] += ok;
       counts[1] += 1;
     }
@@ -339,17 +370,18 @@ static double exact_match(Model* m, const PromptSet* ps) {
 
 // Samples a continuation of the first token of `ts` with a fixed-seed generator (the same on
 // all ranks, so the collective forwards stay in step) and prints it on rank 0.
-static void sample_text(Model* m, const TokenStream* ts, int ntokens, uint64_t seed) {
+static void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64_t seed) {
   int T = m->T, V = m->cfg.V, Vp = m->cfg.Vp;
   int32_t first;
   char err[256];
   if (token_stream_read(ts, 0, 1, &first, err, sizeof err)) fatal("%s", err);
-  for (int i = 0; i < m->B * T; i++) m->inputs[i] = first;
+  for (int i = 0; i < m->B * T; i++) bt->inputs[i] = first;
   int n = ntokens < T - 1 ? ntokens : T - 1;
   act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");
   float* probs = xmalloc((size_t)V * sizeof(float), "probabilities");
   uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 1;
   for (int t = 1; t <= n; t++) {
+    batch_to_model(bt, m);
     fsdp_begin_forward(m->fs, 0, 0);
     model_forward(m, 0, 0.0f);
     device_copy_to_host(row, m->logits + (size_t)(t - 1) * Vp, (size_t)V * sizeof(act_t));
@@ -362,11 +394,11 @@ static void sample_text(Model* m, const TokenStream* ts, int ntokens, uint64_t s
         next = v;
         break;
       }
-    m->inputs[t] = next;
+    bt->inputs[t] = next;
   }
   log0("sample: ");
   for (int t = 0; t <= n; t++) {
-    int tok = m->inputs[t];
+    int tok = bt->inputs[t];
     if (V <= 256) log0("%c", (tok >= 32 && tok < 127) || tok == '\n' ? tok : '?');
     else log0("%d ", tok);
   }
@@ -413,8 +445,10 @@ int main(int argc, char** argv) {
   char err[2048];
   ModelConfig cfg;
   if (model_config_parse(o.model, &cfg, err, sizeof err)) usage_error("%s", err);
-  int B = o.batch, T = o.seq ? o.seq : cfg.T;
-  if (T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o.model);
+  int t5 = cfg.kind == MODEL_T5;
+  int B = o.batch, T = t5 ? o.dec_len : (o.seq ? o.seq : cfg.T), Te = t5 ? o.enc_len : 0;
+  if (!t5 && T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o.model);
+  if (t5 && (o.eval_prompts || o.sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
   if (o.global_batch) {
     if (o.global_batch % (B * W)) {
       if (rank == 0)
@@ -427,21 +461,40 @@ int main(int argc, char** argv) {
   }
   if (o.fsdp.reduce_dtype != DT_F32) fatal("the CPU backend reduces gradients in fp32 only");
   int A = o.accum, M = W * A;  // micro-batches per optimizer step, over all ranks
-  double global_tokens = (double)M * B * T;
 
   // Data first: a bad path on any rank stops every rank before the model is built.
+  Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te, .seed = o.seed};
+  int data_vocab = cfg.V, window_tokens = T;
+  if (t5) {
+    // Span corruption (T5 paper 3.1.4): sentinels count down from the top of the vocabulary,
+    // so data tokens must stay below the lowest sentinel an example can use.
+    int raw_len, target_len, noise, spans;
+    if (span_config_init(&batch.span, Te, T, cfg.V, 1, err, sizeof err) ||
+        span_raw_length(&batch.span, &raw_len, &target_len, err, sizeof err))
+      usage_error("%s", err);
+    span_counts(&batch.span, raw_len, &noise, &spans);
+    data_vocab = batch.span.sentinel_top - spans + 1;
+    window_tokens = raw_len;
+  }
+  batch.inputs = xmalloc((size_t)B * T * sizeof(int32_t), "batch");
+  batch.targets = xmalloc((size_t)B * T * sizeof(int32_t), "batch");
+  batch.enc = xmalloc((size_t)B * (Te ? Te : 1) * sizeof(int32_t), "batch");
   TokenStream train, val;
-  open_stream(&train, o.data, "--data", cfg.V, B, T);
-  if (o.val_data) open_stream(&val, o.val_data, "--val-data", cfg.V, B, T);
+  open_stream(&train, o.data, "--data", data_vocab, t5 ? 1 : B, window_tokens);
+  if (o.val_data) open_stream(&val, o.val_data, "--val-data", data_vocab, t5 ? 1 : B, window_tokens);
   PromptSet prompts = {0};
   if (o.eval_prompts) prompts = load_prompts(o.eval_prompts, T, cfg.V);
 
   FSDP fs;
-  fsdp_init(&fs, 1 + cfg.L, o.fsdp, comm_world(), NULL);
+  fsdp_init(&fs, model_num_units(&cfg), o.fsdp, comm_world(), NULL);
   Model model;
-  model_create(&model, &cfg, &fs, B, T, o.seed);
+  model_create(&model, &cfg, &fs, B, T, Te, o.seed);
 
-  log0("fsdp.c | model %s | L=%d C=%d H=%d V=%d (padded %d) T=%d\n", cfg.name, cfg.L, cfg.C, cfg.H, cfg.V, cfg.Vp, cfg.T);
+  if (t5)
+    log0("fsdp.c | model %s | T5 %s | L=%d+%d C=%d H=%d D=%d F=%d V=%d (padded %d)\n", cfg.name,
+         cfg.gated ? "v1.1" : "v1.0", cfg.L, cfg.Ld, cfg.C, cfg.H, cfg.D, cfg.F, cfg.V, cfg.Vp);
+  else
+    log0("fsdp.c | model %s | GPT | L=%d C=%d H=%d V=%d (padded %d) T=%d\n", cfg.name, cfg.L, cfg.C, cfg.H, cfg.V, cfg.Vp, cfg.T);
   log0("| %-22s | %-30s |\n", "setting", "value");
   log0("| %-22s | %-30d |\n", "ranks", W);
   char shard[64];
@@ -451,9 +504,14 @@ int main(int argc, char** argv) {
   log0("| %-22s | %-30s |\n", "prefetch", o.fsdp.prefetch_forward ? (o.fsdp.prefetch_backward ? "both" : "forward") : (o.fsdp.prefetch_backward ? "backward" : "none"));
   log0("| %-22s | %-30s |\n", "gradient accumulation", o.fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
   log0("| %-22s | %-30d |\n", "micro-batch (B)", B);
-  log0("| %-22s | %-30d |\n", "sequence (T)", T);
+  if (t5) {
+    log0("| %-22s | %-30d |\n", "encoder length", Te);
+    log0("| %-22s | %-30d |\n", "decoder length", T);
+  } else {
+    log0("| %-22s | %-30d |\n", "sequence (T)", T);
+  }
   log0("| %-22s | %-30d |\n", "accumulation (A)", A);
-  log0("| %-22s | %-30.0f |\n", "tokens per step", global_tokens);
+  log0("| %-22s | %-30lld |\n", "sequences per step", (long long)M * B);
   log0("| %-22s | %-30d |\n", "steps", o.steps);
   log0("| %-22s | %-30g |\n", "learning rate", o.lr);
   log0("| %-22s | %-30d |\n", "warmup", o.warmup);
@@ -463,6 +521,9 @@ int main(int argc, char** argv) {
   log0("| %-22s | %-30lld |\n", "parameters", (long long)fsdp_num_params(&fs));
   log0("| %-22s | %-30lld |\n", "padded flat elements", (long long)fsdp_num_padded(&fs));
   log0("| %-22s | %-30d |\n", "units", fs.nunits);
+  double flops_step = M * model_flops(&cfg, B, T, Te);
+  log0("| %-22s | %-30.4g |\n", "matmul FLOPs per step", flops_step);
+  if (t5) log0("| %-22s | %-30.4g |\n", "IBM T5 formula (s=enc)", M * t5_flops_ibm(&cfg, B, Te));
   log0("| %-22s | %-30lld |\n", "train tokens", (long long)train.total);
   if (o.val_data) log0("| %-22s | %-30lld |\n", "val tokens", (long long)val.total);
   memplan_print(&fs.plan);
@@ -477,10 +538,23 @@ int main(int argc, char** argv) {
   for (int step = 0; step < o.steps; step++) {
     double t0 = now_seconds();
     fsdp_begin_step(&fs, A);
+    // Loss gradients are scaled by 1 / (the step's valid target tokens over all ranks); with
+    // T5's padded targets that count varies, so it is agreed on before any backward.
+    double global_tokens = (double)M * B * T;
+    if (t5) {
+      int64_t valid = 0;
+      for (int j = 0; j < A; j++) {
+        batch_load(&batch, &train, (int64_t)step * M + (int64_t)j * W + rank);
+        valid += batch_valid_targets(&batch);
+      }
+      comm_all_reduce(fs.world, &valid, 1, DT_I64);
+      global_tokens = (double)valid;
+    }
     double loss_sum = 0.0;
     for (int j = 0; j < A; j++) {
       // Micro-batch number j*W + rank of this step: rank r reads micro-batches r, r+W, ...
-      load_micro_batch(&model, &train, (int64_t)step * M + (int64_t)j * W + rank);
+      batch_load(&batch, &train, (int64_t)step * M + (int64_t)j * W + rank);
+      batch_to_model(&batch, &model);
       fsdp_begin_forward(&fs, j, 1);
       loss_sum += model_forward(&model, 1, (float)(1.0 / global_tokens));
       model_backward(&model);
@@ -507,17 +581,17 @@ int main(int argc, char** argv) {
     if (!isfinite(loss)) fatal("loss is %f at step %d; lower --lr or check the data", loss, step + 1);
     eval_now = (o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == o.steps;
     if (eval_now && o.val_data) {
-      double vl = evaluate(&model, &val, o.eval_batches);
+      double vl = evaluate(&model, &batch, &val, o.eval_batches);
       log0("step %5d | val loss %.6f\n", step + 1, vl);
       if (logf) fprintf(logf, "{\"step\": %d, \"val_loss\": %.17g}\n", step + 1, vl);
     }
     if (eval_now && o.eval_prompts) {
-      double acc = exact_match(&model, &prompts);
+      double acc = exact_match(&model, &batch, &prompts);
       log0("step %5d | exact-match accuracy %.2f%% on %d held-out prompts\n", step + 1, 100.0 * acc, prompts.n);
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
     if (o.sample_every && (step + 1) % o.sample_every == 0)
-      sample_text(&model, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
+      sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
   }
   if (o.digest) {
     uint64_t d = fsdp_params_digest(&fs);

@@ -39,6 +39,8 @@ typedef struct {
   int64_t live;     // elements [live, numel) are padding (vocabulary rows): zero, never trained
   InitRule init;
   float std;        // for INIT_NORMAL
+  int64_t split;    // INIT_NORMAL: elements [split, numel) use std_tail (fused q|k|v weights)
+  float std_tail;
   int decay;        // AdamW applies weight decay to it
 } ParamInfo;
 
@@ -133,6 +135,9 @@ int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t
 // Marks elements [live, numel) of a parameter as padding (zero-initialized, left out of the
 // digest): the rows of a vocabulary padded to a multiple of 128.
 void fsdp_set_live(FSDP* fs, int unit, int param, int64_t live);
+// Gives elements [split, numel) of a normal-initialized parameter another std: one fused
+// weight whose row blocks are initialized as separate matrices (T5's q versus k and v).
+void fsdp_set_init_split(FSDP* fs, int unit, int param, int64_t split, float std_tail);
 // Computes padding, shard sizes and decay segments once every parameter is added, and adds
 // the runtime's regions (shards, optimizer state, slots, gradient buffers) to fs->plan.
 void fsdp_finalize_layout(FSDP* fs);

@@ -58,7 +58,8 @@ void fsdp_init_shards(FSDP* fs, uint64_t seed) {
 #pragma omp parallel for schedule(static)
       for (int64_t g = a; g < b; g++) {
         int64_t e = g - p->offset;
-        host[g - lo] = e < p->live ? fsdp_init_value(seed, u, i, e, p->init, p->std) : 0.0f;
+        float std = e < p->split ? p->std : p->std_tail;
+        host[g - lo] = e < p->live ? fsdp_init_value(seed, u, i, e, p->init, std) : 0.0f;
       }
     }
     device_copy_to_device(U->master, host, (size_t)U->shard * sizeof(float));

@@ -46,20 +46,21 @@ typedef struct {
   const char* local_rank;
   const char* local_world;
   int local_world_optional;
+  int local_world_is_max;  // local_world is a per-node maximum: clamped to the world size
 } Launcher;
 
 static const Launcher kLaunchers[] = {
     {"openmpi", "OpenMPI (mpirun) launch", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", 0},
+     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", 0, 0},
     {"slurm", "Slurm (srun) launch", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-     "SLURM_NTASKS_PER_NODE", 1},
+     "SLURM_NTASKS_PER_NODE", 1, 1},
     {"torchrun", "torchrun-style launch", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-     1},
+     1, 0},
 };
 
 static const char kOrderHint[] =
     "(the first launcher whose variables are set is used, in the order OpenMPI, Slurm, "
-    "torchrun; unset variables left over in the environment)";
+    "torchrun; unset any left over from another launch)";
 
 // A decimal integer that fits an int, with an optional sign and nothing else around it.
 static int parse_int(const char* s, int* out) {
@@ -94,14 +95,15 @@ int launch_env_detect_from(LaunchEnv* out, LaunchGetenv get, void* ctx, char* er
 
     // A partial set: name what is set and what is missing.
     char set_list[512] = "", missing[256] = "";
-    int nmissing = 0;
+    int nmissing = 0, nset = 0;
     for (int k = 0; k < 4; k++) {
       char* dst = vals[k] ? set_list : missing;
       size_t cap = vals[k] ? sizeof set_list : sizeof missing;
       size_t used = strlen(dst);
-      if (vals[k])
+      if (vals[k]) {
         snprintf(dst + used, cap - used, "%s%s=%s", used ? ", " : "", names[k], vals[k]);
-      else if (required[k]) {
+        nset++;
+      } else if (required[k]) {
         snprintf(dst + used, cap - used, "%s%s", used ? ", " : "", names[k]);
         nmissing++;
       }
@@ -117,7 +119,7 @@ int launch_env_detect_from(LaunchEnv* out, LaunchGetenv get, void* ctx, char* er
       return fail(err, errlen,
                   "%s: incomplete environment: %s %s set but %s %s not; a launch sets %s. Set "
                   "the missing variable%s, or unset the others %s",
-                  L->what, set_list, strchr(set_list, ',') ? "are" : "is", missing,
+                  L->what, set_list, nset > 1 ? "are" : "is", missing,
                   nmissing > 1 ? "are" : "is", all, nmissing > 1 ? "s" : "", kOrderHint);
     }
 
@@ -153,6 +155,9 @@ int launch_env_detect_from(LaunchEnv* out, LaunchGetenv get, void* ctx, char* er
       if (lworld < 1)
         return fail(err, errlen, "%s: %s=%d is not a valid local size (it must be at least 1)",
                     L->what, L->local_world, lworld);
+      // Slurm's --ntasks-per-node is a maximum when --ntasks is smaller (and an sbatch value
+      // is inherited by srun steps), so it may exceed SLURM_NTASKS: no node runs more than all.
+      if (lworld > world && L->local_world_is_max) lworld = world;
       if (lworld > world)
         return fail(err, errlen,
                     "%s: %s=%d is above %s=%d; a node cannot run more ranks than the whole job",
@@ -209,7 +214,7 @@ static int bad_run_id(char* err, size_t errlen, const char* from, const char* va
 int launch_run_id_from(char* out, size_t len, int world, LaunchGetenv get, void* ctx, char* err,
                        size_t errlen) {
   if (!out || !len || !get) return fail(err, errlen, "launch_run_id: no output or no getter");
-  char buf[3 * LAUNCH_RUN_ID_MAX];
+  char buf[4 * LAUNCH_RUN_ID_MAX];
   const char* from = NULL;
   const char* v;
   if ((v = get_nonempty(get, ctx, "FSDP_RUN_ID"))) {
@@ -488,7 +493,7 @@ int launch_exchange_id(const char* dir, const char* run_id, int rank, unsigned c
              "launch, which is never used)",
              other);
   return fail(err, errlen,
-              "rank %d timed out after %.1f s waiting for rank 0's NCCL id file %s (run id "
+              "rank %d timed out after %g s waiting for rank 0's NCCL id file %s (run id "
               "'%s')%s. Check that every rank has the same --init-dir and that it is one "
               "directory shared by all nodes; that every rank has the same run id (FSDP_RUN_ID, "
               "else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID); that rank 0 is alive and got this "

@@ -39,7 +39,8 @@ typedef struct {
 // skipped for a lower one. None present: one rank (0 of 1, local 0 of 1, source "none").
 // Errors: a value that is not a decimal integer, a negative rank, a world size below 1, a rank
 // not below the world size, a local rank not below the local size, a local size above the
-// world size, a partial set (e.g. RANK without WORLD_SIZE).
+// world size, a partial set (e.g. RANK without WORLD_SIZE). SLURM_NTASKS_PER_NODE is a
+// per-node maximum (and srun steps inherit sbatch's), so above SLURM_NTASKS it is clamped.
 int launch_env_detect(LaunchEnv* out, char* err, size_t errlen);
 int launch_env_detect_from(LaunchEnv* out, LaunchGetenv get, void* ctx, char* err, size_t errlen);
 

@@ -90,6 +90,7 @@ int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t
     p->numel *= shape[i];
   }
   p->live = p->numel;
+  p->split = p->numel;
   p->offset = round_up(U->numel, PARAM_ALIGN);
   p->init = init;
   p->std = std;
@@ -100,6 +101,11 @@ int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t
 
 void fsdp_set_live(FSDP* fs, int unit, int param, int64_t live) {
   fs->units[unit].params[param].live = live;
+}
+
+void fsdp_set_init_split(FSDP* fs, int unit, int param, int64_t split, float std_tail) {
+  fs->units[unit].params[param].split = split;
+  fs->units[unit].params[param].std_tail = std_tail;
 }
 
 // The decay flags of the parameters cut by this rank's shard, as shard-local ranges.

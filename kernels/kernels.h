@@ -37,6 +37,16 @@ typedef float act_t;
 
 typedef struct KernelCtx KernelCtx;  // backend-private; NULL is valid on the CPU backend
 
+// ---- backend lifecycle ------------------------------------------------------------
+// Creates the context of a backend (CUDA: selects `device`, creates the compute stream, the
+// cuBLASLt handle and its workspace; CPU: returns NULL). Aborts with a clear message when the
+// backend cannot start (e.g. no GPU: the message names the CPU binary).
+KernelCtx* kernels_init(int device);
+void kernels_shutdown(KernelCtx* ctx);
+// The backend's name and its device's name ("cpu", "NVIDIA H100 80GB HBM3", ...).
+const char* kernels_backend(void);
+void kernels_device_name(KernelCtx* ctx, char* out, size_t len);
+
 // ---- embeddings -------------------------------------------------------------------
 // out[n,:] = wte[tokens[n],:] + (wpe ? wpe[n % T,:] : 0). wpe may be NULL (T5).
 void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tokens, const act_t* wte,
@@ -129,8 +139,21 @@ void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
 // Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host.
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
 
+// ---- relative position bias (T5) ---------------------------------------------------
+// T5's bucketed relative positions: bucket of (key j - query i) with num_buckets buckets and
+// max_distance, bidirectional (encoder) or one-directional (decoder), as in the T5 paper
+// (section 2.1) and its reference implementation (log-spaced buckets computed in fp32).
+int relative_position_bucket(int relative_position, int bidirectional, int num_buckets, int max_distance);
+// bias[h, i, j] = table[bucket(j - i), h] for i < Tq, j < Tk. table is [num_buckets, H].
+void relative_bias_forward(KernelCtx* ctx, act_t* bias, const act_t* table, int H, int Tq, int Tk,
+                           int bidirectional, int num_buckets, int max_distance);
+// dtable[bucket(j - i), h] += dbias[h, i, j], summed in a fixed order (deterministic).
+void relative_bias_backward(KernelCtx* ctx, float* dtable, const float* dbias, int H, int Tq, int Tk,
+                            int bidirectional, int num_buckets, int max_distance);
+
 // ---- elementwise helpers ----------------------------------------------------------
 void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n);   // y += x
+void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n);            // x *= s
 void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n);
 void fill_zero_f32(KernelCtx* ctx, float* x, size_t n);
 void scale_f32(KernelCtx* ctx, float* x, float s, size_t n);           // x *= s

@@ -1,4 +1,4 @@
-// config.c: model presets and the custom model form.
+// config.c: model presets and the custom model forms.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +20,41 @@ static const GPTPreset gpt_presets[] = {
     {"gpt3-13b", 40, 5120, 40, 50257, 2048},  {"gpt3-175b", 96, 12288, 96, 50257, 2048},
 };
 
+typedef struct {
+  const char* name;
+  int L, C, H, D, F, gated;
+} T5Preset;
+
+// T5 (Raffel et al. 2020, table 14) v1.0 shapes: ReLU feed-forward, lm_head tied to the
+// shared embedding; and the v1.1 shapes: gated-GELU, untied lm_head. Encoder and decoder have
+// L blocks each; the vocabulary is 32128 (32100 tokens, padded for efficiency).
+static const T5Preset t5_presets[] = {
+    {"t5-small", 6, 512, 8, 64, 2048, 0},         {"t5-base", 12, 768, 12, 64, 3072, 0},
+    {"t5-large", 24, 1024, 16, 64, 4096, 0},      {"t5-3b", 24, 1024, 32, 128, 16384, 0},
+    {"t5-11b", 24, 1024, 128, 128, 65536, 0},     {"t5v1.1-small", 8, 512, 6, 64, 1024, 1},
+    {"t5v1.1-base", 12, 768, 12, 64, 2048, 1},    {"t5v1.1-large", 24, 1024, 16, 64, 2816, 1},
+    {"t5v1.1-xl", 24, 2048, 32, 64, 5120, 1},     {"t5v1.1-xxl", 24, 4096, 64, 64, 10240, 1},
+};
+#define T5_VOCAB 32128
+
 static int pad_vocab(int V) { return (V + 127) / 128 * 128; }
 
 void model_list_presets(char* out, size_t len) {
   size_t o = 0;
   for (size_t i = 0; i < sizeof gpt_presets / sizeof *gpt_presets && o < len; i++) {
     const GPTPreset* p = &gpt_presets[i];
-    o += snprintf(out + o, len - o, "  %-10s L=%d C=%d H=%d V=%d T=%d\n", p->name, p->L, p->C, p->H, p->V, p->T);
+    o += snprintf(out + o, len - o, "  %-13s L=%d C=%d H=%d V=%d T=%d\n", p->name, p->L, p->C, p->H, p->V, p->T);
+  }
+  for (size_t i = 0; i < sizeof t5_presets / sizeof *t5_presets && o < len; i++) {
+    const T5Preset* p = &t5_presets[i];
+    o += snprintf(out + o, len - o, "  %-13s L=%d+%d C=%d H=%d D=%d F=%d V=%d %s\n", p->name, p->L, p->L, p->C,
+                  p->H, p->D, p->F, T5_VOCAB, p->gated ? "gated-GELU, untied" : "ReLU, tied");
   }
   if (o < len)
-    snprintf(out + o, len - o, "  gpt:L=..,C=..,H=..,V=..,T=..  custom (defaults L=2,C=64,H=4,V=256,T=64)\n");
+    o += snprintf(out + o, len - o,
+                  "  gpt:L=..,C=..,H=..,V=..,T=..        custom GPT (defaults L=2,C=64,H=4,V=256,T=64)\n"
+                  "  t5:L=..,M=..,C=..,H=..,D=..,F=..,V=..  custom T5 v1.0 (M decoder blocks, default M=L;\n"
+                  "  t5v1.1:...                          defaults L=2,C=64,H=4,D=16,F=128,V=512)\n");
 }
 
 // Parses "K=v,K=v" into the given fields; keys are single letters from `keys`.
@@ -53,45 +78,95 @@ static int parse_kv(const char* s, const char* keys, int* vals, char* err, size_
   return 0;
 }
 
+static void gpt_config(ModelConfig* c, const char* name, int L, int C, int H, int V, int T) {
+  *c = (ModelConfig){.kind = MODEL_GPT, .L = L, .C = C, .H = H, .D = C / H, .F = 4 * C, .V = V,
+                     .Vp = pad_vocab(V), .T = T, .tied = 1};
+  snprintf(c->name, sizeof c->name, "%s", name);
+}
+
+static void t5_config(ModelConfig* c, const char* name, int L, int Ld, int C, int H, int D, int F, int V, int gated) {
+  *c = (ModelConfig){.kind = MODEL_T5, .L = L, .Ld = Ld, .C = C, .H = H, .D = D, .F = F, .V = V,
+                     .Vp = pad_vocab(V), .gated = gated, .tied = !gated};
+  snprintf(c->name, sizeof c->name, "%s", name);
+}
+
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen) {
   memset(cfg, 0, sizeof *cfg);
-  snprintf(cfg->name, sizeof cfg->name, "%s", spec);
   for (size_t i = 0; i < sizeof gpt_presets / sizeof *gpt_presets; i++) {
     const GPTPreset* p = &gpt_presets[i];
     if (!strcmp(spec, p->name)) {
-      *cfg = (ModelConfig){MODEL_GPT, "", p->L, p->C, p->H, p->V, pad_vocab(p->V), p->T};
-      snprintf(cfg->name, sizeof cfg->name, "%s", spec);
+      gpt_config(cfg, spec, p->L, p->C, p->H, p->V, p->T);
+      return 0;
+    }
+  }
+  for (size_t i = 0; i < sizeof t5_presets / sizeof *t5_presets; i++) {
+    const T5Preset* p = &t5_presets[i];
+    if (!strcmp(spec, p->name)) {
+      t5_config(cfg, spec, p->L, p->L, p->C, p->H, p->D, p->F, T5_VOCAB, p->gated);
       return 0;
     }
   }
   if (!strncmp(spec, "gpt:", 4) || !strcmp(spec, "gpt")) {
     int vals[5] = {2, 64, 4, 256, 64};  // L, C, H, V, T
     if (spec[3] == ':' && parse_kv(spec + 4, "LCHVT", vals, err, errlen)) return -1;
-    *cfg = (ModelConfig){MODEL_GPT, "", vals[0], vals[1], vals[2], vals[3], pad_vocab(vals[3]), vals[4]};
-    snprintf(cfg->name, sizeof cfg->name, "%s", spec);
-    if (cfg->C % cfg->H) {
-      snprintf(err, errlen, "model %s: the width C=%d must be divisible by the number of heads H=%d", spec, cfg->C, cfg->H);
+    if (vals[1] % vals[2]) {
+      snprintf(err, errlen, "model %s: the width C=%d must be divisible by the number of heads H=%d", spec, vals[1], vals[2]);
       return -1;
     }
-    if (cfg->V > 65536) {
-      snprintf(err, errlen, "model %s: V=%d exceeds 65536, the largest vocabulary uint16 token shards can hold", spec, cfg->V);
-      return -1;
-    }
-    return 0;
+    gpt_config(cfg, spec, vals[0], vals[1], vals[2], vals[3], vals[4]);
+  } else if (!strncmp(spec, "t5:", 3) || !strncmp(spec, "t5v1.1:", 7)) {
+    int gated = spec[2] == 'v';
+    int vals[7] = {2, 0, 64, 4, 16, 128, 512};  // L, M, C, H, D, F, V
+    if (parse_kv(spec + (gated ? 7 : 3), "LMCHDFV", vals, err, errlen)) return -1;
+    t5_config(cfg, spec, vals[0], vals[1] ? vals[1] : vals[0], vals[2], vals[3], vals[4], vals[5], vals[6], gated);
+  } else {
+    char list[4096];
+    model_list_presets(list, sizeof list);
+    snprintf(err, errlen, "unknown model '%s'; known models:\n%s", spec, list);
+    return -1;
   }
-  char list[1024];
-  model_list_presets(list, sizeof list);
-  snprintf(err, errlen, "unknown model '%s'; known models:\n%s", spec, list);
-  return -1;
+  if (cfg->V > 65536) {
+    snprintf(err, errlen, "model %s: V=%d exceeds 65536, the largest vocabulary uint16 token shards can hold", spec, cfg->V);
+    return -1;
+  }
+  return 0;
 }
 
-double model_flops_per_step(const ModelConfig* c, int B, int T) {
-  // Per token and block: qkv 3C^2, attention projection C^2, MLP 8C^2 weights (2 flops per
-  // multiply-add), attention scores and weighted values 2 * T_eff * C with causal masking
-  // counted in full as cuBLAS-free implementations do; lm_head C * Vp. Backward costs twice
-  // the forward.
-  double N = (double)B * T, C = c->C;
-  double per_block = 2.0 * N * (12.0 * C * C) + 2.0 * 2.0 * (double)B * T * T * C;
-  double fwd = c->L * per_block + 2.0 * N * C * c->Vp;
-  return 3.0 * fwd;
+// Score entries of an attention over Tq queries and Tk keys: causal attention computes only
+// the lower triangle (key j <= query i).
+static double attention_pairs(int Tq, int Tk, int causal) {
+  return causal ? (double)Tq * (Tq + 1) / 2 : (double)Tq * Tk;
+}
+
+double gpt_flops(const ModelConfig* c, int B, int T) {
+  double N = (double)B * T, C = c->C, HD = (double)c->H * c->D;
+  double block = 2 * N * C * 3 * HD                                // qkv
+                 + 2 * 2 * B * attention_pairs(T, T, 1) * HD      // scores and weighted values
+                 + 2 * N * HD * C                                 // attention projection
+                 + 2 * N * C * c->F * 2;                          // MLP up and down
+  double forward = c->L * block + 2 * N * C * c->Vp;                // + lm_head
+  return 3 * forward;  // backward: two products per forward product
+}
+
+double t5_flops(const ModelConfig* c, int B, int Td, int Te) {
+  double Ne = (double)B * Te, Nd = (double)B * Td, C = c->C, I = (double)c->H * c->D;
+  double ff_up = c->gated ? 2.0 * c->F : c->F;
+  double enc = 2 * Ne * C * 3 * I + 2 * 2 * B * attention_pairs(Te, Te, 0) * I + 2 * Ne * I * C +
+               2 * Ne * C * ff_up + 2 * Ne * c->F * C;
+  double dec = 2 * Nd * C * 3 * I + 2 * 2 * B * attention_pairs(Td, Td, 1) * I + 2 * Nd * I * C  // self
+               + 2 * Nd * C * I + 2 * Ne * C * 2 * I + 2 * 2 * B * attention_pairs(Td, Te, 0) * I +
+               2 * Nd * I * C                                                                   // cross
+               + 2 * Nd * C * ff_up + 2 * Nd * c->F * C;
+  double forward = c->L * enc + c->Ld * dec + 2 * Nd * C * c->Vp;
+  return 3 * forward;
+}
+
+// IBM post, appendix: encoder block 23Bsh^2 + 4Bs^2h, decoder block 31Bsh^2 + 8Bs^2h, four
+// passes (forward, recompute forward, backward = two forwards) and 6BshV for the lm_head.
+// It assumes one sequence length s for encoder and decoder and d_ff = 4h-ish shapes; it is
+// printed beside the exact count for comparison with the post's numbers, not used for MFU.
+double t5_flops_ibm(const ModelConfig* c, int B, int s) {
+  double h = c->C, Bd = B, sd = s;
+  return 4.0 * (c->L * (23 * Bd * sd * h * h + 4 * Bd * sd * sd * h) + c->Ld * (31 * Bd * sd * h * h + 8 * Bd * sd * sd * h)) +
+         6 * Bd * sd * h * c->V;
 }

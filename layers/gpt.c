@@ -27,14 +27,17 @@ typedef struct {
   float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
 } BlockActs;
 
-struct GPT {
+typedef struct GPT {
   BlockActs* blocks;
   act_t* encoded;        // embedding output = input of block 0
   act_t* lnf;
   float *lnf_mean, *lnf_rstd;
   // backward and forward scratch, shared by all blocks
   act_t *scratch_c, *dresidual, *dln, *dqkv, *datty, *dfch;
-};
+  // planned regions holding every block's activations of one kind (carved per block)
+  act_t *r_ln1, *r_qkv, *r_atty, *r_res2, *r_ln2, *r_fch, *r_fch_gelu, *r_out;
+  float *r_stats, *r_lse;
+} GPT;
 
 static void add_block_params(FSDP* fs, int u, const ModelConfig* c) {
   int64_t C = c->C;
@@ -60,16 +63,13 @@ static void plan_acts(MemPlan* p, const char* group, const char* name, size_t el
   memplan_add(p, group, name, elems * esize, target);
 }
 
-void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, uint64_t seed) {
-  if (cfg->kind != MODEL_GPT) fatal("model %s: only GPT models are built by layers/gpt.c", cfg->name);
+void gpt_plan(Model* m) {
+  const ModelConfig* cfg = &m->cfg;
+  FSDP* fs = m->fs;
+  int B = m->B, T = m->T;
   if (T > cfg->T) fatal("--seq %d exceeds the model's maximum sequence length T=%d", T, cfg->T);
-  memset(m, 0, sizeof *m);
-  m->cfg = *cfg;
-  m->B = B;
-  m->T = T;
-  m->fs = fs;
   GPT* g = xcalloc(1, sizeof(GPT), "model");
-  m->gpt = g;
+  m->impl = g;
   int L = cfg->L;
   int64_t C = cfg->C, Vp = cfg->Vp;
 
@@ -90,24 +90,21 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, uint
   }
   fsdp_finalize_layout(fs);
 
-  // Activations: what each block saves for backward, plus shared scratch.
+  // Activations: what each block saves for backward (one region per kind, L slices each),
+  // plus shared scratch.
   size_t N = (size_t)B * T, H = cfg->H;
   MemPlan* p = &fs->plan;
-  g->blocks = xcalloc(L, sizeof(BlockActs), "activation table");
   const char* A = "activations";
-  // Per-block activations are planned as one region per kind (L slices each).
-  act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *out;
-  float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lse;
-  plan_acts(p, A, "ln1 (L x N x C)", L * N * C, sizeof(act_t), (void**)&ln1);
-  plan_acts(p, A, "qkv (L x N x 3C)", L * N * 3 * C, sizeof(act_t), (void**)&qkv);
-  plan_acts(p, A, "attention out (L x N x C)", L * N * C, sizeof(act_t), (void**)&atty);
-  plan_acts(p, A, "residual 2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&res2);
-  plan_acts(p, A, "ln2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&ln2);
-  plan_acts(p, A, "mlp fc (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&fch);
-  plan_acts(p, A, "mlp gelu (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&fch_gelu);
-  plan_acts(p, A, "block out (L x N x C)", L * N * C, sizeof(act_t), (void**)&out);
-  plan_acts(p, A, "norm statistics", 4 * L * N, sizeof(float), (void**)&ln1_mean);
-  plan_acts(p, A, "attention lse (L x B x H x T)", L * N * H, sizeof(float), (void**)&lse);
+  plan_acts(p, A, "ln1 (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_ln1);
+  plan_acts(p, A, "qkv (L x N x 3C)", L * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
+  plan_acts(p, A, "attention out (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_atty);
+  plan_acts(p, A, "residual 2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_res2);
+  plan_acts(p, A, "ln2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_ln2);
+  plan_acts(p, A, "mlp fc (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
+  plan_acts(p, A, "mlp gelu (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
+  plan_acts(p, A, "block out (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_out);
+  plan_acts(p, A, "norm statistics (4 x L x N)", 4 * L * N, sizeof(float), (void**)&g->r_stats);
+  plan_acts(p, A, "attention lse (L x B x H x T)", L * N * H, sizeof(float), (void**)&g->r_lse);
   plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
   plan_acts(p, A, "final norm (N x C)", N * C, sizeof(act_t), (void**)&g->lnf);
   plan_acts(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
@@ -121,29 +118,31 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, uint
   plan_acts(p, W, "d attention (N x C)", N * C, sizeof(act_t), (void**)&g->datty);
   plan_acts(p, W, "d mlp (N x 4C)", N * 4 * C, sizeof(act_t), (void**)&g->dfch);
   plan_acts(p, W, "tokens (2 x N)", 2 * N, sizeof(int32_t), (void**)&m->inputs);
-  memplan_allocate(p);
+}
+
+void gpt_carve(Model* m) {
+  GPT* g = m->impl;
+  int L = m->cfg.L;
+  size_t N = (size_t)m->B * m->T, C = m->cfg.C, H = m->cfg.H;
   m->targets = m->inputs + N;
   g->lnf_rstd = g->lnf_mean + N;
-  ln1_rstd = ln1_mean + L * N;
-  ln2_mean = ln1_mean + 2 * L * N;
-  ln2_rstd = ln1_mean + 3 * L * N;
+  g->blocks = xcalloc(L, sizeof(BlockActs), "activation table");
   for (int l = 0; l < L; l++) {
     BlockActs* b = &g->blocks[l];
-    b->ln1 = ln1 + l * N * C;
-    b->qkv = qkv + l * N * 3 * C;
-    b->atty = atty + l * N * C;
-    b->res2 = res2 + l * N * C;
-    b->ln2 = ln2 + l * N * C;
-    b->fch = fch + l * N * 4 * C;
-    b->fch_gelu = fch_gelu + l * N * 4 * C;
-    b->out = out + l * N * C;
-    b->ln1_mean = ln1_mean + l * N;
-    b->ln1_rstd = ln1_rstd + l * N;
-    b->ln2_mean = ln2_mean + l * N;
-    b->ln2_rstd = ln2_rstd + l * N;
-    b->lse = lse + l * N * H;
+    b->ln1 = g->r_ln1 + l * N * C;
+    b->qkv = g->r_qkv + l * N * 3 * C;
+    b->atty = g->r_atty + l * N * C;
+    b->res2 = g->r_res2 + l * N * C;
+    b->ln2 = g->r_ln2 + l * N * C;
+    b->fch = g->r_fch + l * N * 4 * C;
+    b->fch_gelu = g->r_fch_gelu + l * N * 4 * C;
+    b->out = g->r_out + l * N * C;
+    b->ln1_mean = g->r_stats + (0 * L + l) * N;
+    b->ln1_rstd = g->r_stats + (1 * L + l) * N;
+    b->ln2_mean = g->r_stats + (2 * L + l) * N;
+    b->ln2_rstd = g->r_stats + (3 * L + l) * N;
+    b->lse = g->r_lse + l * N * H;
   }
-  fsdp_materialize(fs, seed);
 }
 
 static AttnShape attn_shape(const Model* m) {
@@ -156,7 +155,7 @@ static AttnShape attn_shape(const Model* m) {
 static void block_forward(Model* m, int l, const act_t* x) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
-  GPT* g = m->gpt;
+  GPT* g = m->impl;
   BlockActs* a = &g->blocks[l];
   int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
 #define P(i) fsdp_param(fs, u, i)
@@ -177,7 +176,7 @@ static void block_forward(Model* m, int l, const act_t* x) {
 static void block_backward(Model* m, int l, const act_t* x) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
-  GPT* g = m->gpt;
+  GPT* g = m->impl;
   BlockActs* a = &g->blocks[l];
   int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
 #define P(i) fsdp_param(fs, u, i)
@@ -200,13 +199,13 @@ static void block_backward(Model* m, int l, const act_t* x) {
 }
 
 static const act_t* block_input(Model* m, int l) {
-  return l == 0 ? m->gpt->encoded : m->gpt->blocks[l - 1].out;
+  return l == 0 ? ((GPT*)m->impl)->encoded : ((GPT*)m->impl)->blocks[l - 1].out;
 }
 
-double model_forward(Model* m, int use_targets, float dloss) {
+double gpt_forward(Model* m, int use_targets, float dloss) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
-  GPT* g = m->gpt;
+  GPT* g = m->impl;
   int N = m->B * m->T, C = m->cfg.C, L = m->cfg.L;
   fsdp_pre_forward(fs, 0);
   embedding_forward(k, g->encoded, m->inputs, fsdp_param(fs, 0, R_WTE), fsdp_param(fs, 0, R_WPE), N, m->T, C);
@@ -232,10 +231,10 @@ double model_forward(Model* m, int use_targets, float dloss) {
   return loss_sum;
 }
 
-void model_backward(Model* m) {
+void gpt_backward(Model* m) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
-  GPT* g = m->gpt;
+  GPT* g = m->impl;
   int N = m->B * m->T, C = m->cfg.C, L = m->cfg.L;
   fsdp_pre_backward(fs, 0);
   // lm_head and final norm (the logits buffer holds d logits).

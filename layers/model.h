@@ -1,5 +1,5 @@
-// model.h: model configurations (presets and the custom form) and the model interface the
-// training loop uses. GPT lives in layers/gpt.c; T5 is added beside it with the same interface.
+// model.h: model configurations (presets and custom forms) and the model interface the
+// training loop uses. GPT lives in layers/gpt.c, T5 in layers/t5.c; model.c dispatches.
 #ifndef FSDP_MODEL_H
 #define FSDP_MODEL_H
 #include <stddef.h>
@@ -12,43 +12,70 @@ typedef enum { MODEL_GPT, MODEL_T5 } ModelKind;
 typedef struct {
   ModelKind kind;
   char name[64];   // preset name or the custom spec
-  int L;           // transformer blocks
-  int C;           // model width
+  int L;           // transformer blocks (T5: encoder blocks)
+  int Ld;          // T5: decoder blocks (0 for GPT)
+  int C;           // model width (d_model)
   int H;           // attention heads
+  int D;           // head size (GPT: C/H; T5: d_kv, so H*D may differ from C)
+  int F;           // MLP hidden width (GPT: 4C; T5: d_ff)
   int V;           // vocabulary (real tokens)
   int Vp;          // vocabulary padded to a multiple of 128 (rows of the embedding / lm_head)
-  int T;           // maximum sequence length (position embedding rows)
+  int T;           // GPT: maximum sequence length (position embedding rows); T5: 0 (relative)
+  int gated;       // T5 v1.1: gated-GELU feed-forward (else ReLU)
+  int tied;        // lm_head is the token embedding (GPT, T5 v1.0)
 } ModelConfig;
 
-// Parses a preset name ("gpt2-124m", ...) or a custom spec "gpt:L=2,C=72,H=3,V=509,T=32"
-// (any key may be left out). Returns 0, or -1 with a message in err.
+// Parses a preset name ("gpt2-124m", "t5-base", ...) or a custom spec
+// "gpt:L=2,C=72,H=3,V=509,T=32" / "t5:L=2,C=64,H=4,D=16,F=128,V=300" / "t5v1.1:..." (any key
+// may be left out). Returns 0, or -1 with a message in err.
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen);
 // Lists the presets, one per line, for --help and error messages.
 void model_list_presets(char* out, size_t len);
+// Units of the model: the root + one per block.
+int model_num_units(const ModelConfig* cfg);
 
-typedef struct GPT GPT;
-
-// A model instance bound to an FSDP runtime, with activations for micro-batches of B x T.
+// A model instance bound to an FSDP runtime, with activations for micro-batches of B rows.
 typedef struct {
   ModelConfig cfg;
-  int B, T;
+  int B;
+  int T;             // tokens per row (GPT) / decoder length (T5)
+  int Te;            // T5: encoder length (0 for GPT)
   FSDP* fs;
-  GPT* gpt;
+  void* impl;        // the model's own state (struct GPT / struct T5)
   float* losses;     // per-token losses of the last forward [B*T]
   act_t* logits;     // [B*T, Vp]; after a training forward it holds the logit gradients
-  int32_t* inputs;   // [B*T] the current micro-batch, written by the caller
-  int32_t* targets;  // [B*T]
+  int32_t* inputs;   // [B*T] GPT tokens / T5 decoder inputs, written by the caller
+  int32_t* targets;  // [B*T] next tokens; < 0 marks positions the loss ignores
+  int32_t* enc_inputs;  // [B*Te] T5 encoder inputs
 } Model;
 
-// Declares the units and parameters (GPT-2 initialization), plans activations, allocates the
-// one memory plan and writes the sharded initial weights.
-void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, uint64_t seed);
-// Forward over m->inputs, after fsdp_begin_forward(fs, micro_step, training). With use_targets
-// it computes the per-token losses against m->targets and, when training, leaves the logit
-// gradients (scaled by dloss) in m->logits. Returns the sum of this micro-batch's losses.
-// A training forward must be followed by model_backward.
+// Declares the units and parameters and plans the activations (nothing is allocated: this is
+// what --plan prints). Then model_allocate makes the one allocation and writes the sharded
+// initial weights. model_create does both.
+void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te);
+void model_allocate(Model* m, uint64_t seed);
+void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te, uint64_t seed);
+// Forward over the current micro-batch, after fsdp_begin_forward(fs, micro_step, training).
+// With use_targets it computes the per-token losses against m->targets and, when training,
+// leaves the logit gradients (scaled by dloss) in m->logits. Returns the sum of this
+// micro-batch's losses. A training forward must be followed by model_backward.
 double model_forward(Model* m, int use_targets, float dloss);
 void model_backward(Model* m);
-// Matmul FLOPs of one forward + backward over B*T tokens (2mnk per product, backward 2x).
-double model_flops_per_step(const ModelConfig* cfg, int B, int T);
+// Matmul FLOPs of one forward + backward over one micro-batch (2mnk per product; backward
+// twice the forward; causal attention counts only the scores it computes).
+double model_flops(const ModelConfig* cfg, int B, int T, int Te);
+
+// The per-model functions model.c dispatches to.
+void gpt_plan(Model* m);
+void gpt_carve(Model* m);
+double gpt_forward(Model* m, int use_targets, float dloss);
+void gpt_backward(Model* m);
+double gpt_flops(const ModelConfig* cfg, int B, int T);
+void t5_plan(Model* m);
+void t5_carve(Model* m);
+double t5_forward(Model* m, int use_targets, float dloss);
+void t5_backward(Model* m);
+double t5_flops(const ModelConfig* cfg, int B, int Td, int Te);
+// The T5 formula of the IBM post's appendix (Megatron style, with recompute: 4 passes).
+double t5_flops_ibm(const ModelConfig* cfg, int B, int s);
 #endif

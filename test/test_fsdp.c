@@ -158,8 +158,8 @@ static void build(FSDP* fs, Model* m, const char* spec, FSDPOptions opt, int B, 
   ModelConfig cfg;
   char err[512];
   if (model_config_parse(spec, &cfg, err, sizeof err)) fatal("test: %s", err);
-  fsdp_init(fs, 1 + cfg.L, opt, g_world, NULL);
-  model_create(m, &cfg, fs, B, T, seed);
+  fsdp_init(fs, model_num_units(&cfg), opt, g_world, NULL);
+  model_create(m, &cfg, fs, B, T, 0, seed);
 }
 
 // Frees what the tests create per model: the plan, the communicators and the tables.
@@ -176,7 +176,7 @@ static void teardown(FSDP* fs, Model* m) {
   free(fs->gathered);
   free(fs->grad_slots);
   free(fs->grad_slot_owner);
-  free(m->gpt);
+  free(m->impl);
 }
 
 // ---- the GPT-2 parameter table, by name (independent of layers/gpt.c) ------------------
@@ -247,6 +247,7 @@ static float expected_value(const FSDP* fs, const ModelConfig* c, int u, int64_t
     InitRule rule;
     float std;
     expected_init(c, p->name, &rule, &std);
+    if (e >= p->split) std = p->std_tail;  // a fused weight's tail block (none in GPT-2)
     return fsdp_init_value(seed, u, i, e, rule, std);
   }
   return 0.0f;
@@ -1006,8 +1007,10 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
   // Bit-identical results between configurations that fold the gradient sums the same way.
   uint64_t digest = fsdp_params_digest(&fs);
   int key = (s->F == 1 || s->F == g_W) ? 0 : s->F;
-  StepRef* r = &g_refs[key][sync][A];
-  if (!r->valid) {
+  StepRef* r = &g_refs[key < 64 ? key : 0][sync][A];
+  if (key >= 64) {
+    // (no reference slot for this factor: only compared on world sizes below 64)
+  } else if (!r->valid) {
     r->valid = 1;
     r->norm = norm;
     r->digest = digest;

@@ -9,6 +9,11 @@ void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
 void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n) { memset(x, 0, n * sizeof(act_t)); }
 
 void fill_zero_f32(KernelCtx* ctx, float* x, size_t n) { memset(x, 0, n * sizeof(float)); }

@@ -1,0 +1,45 @@
+// model.c: the model interface, dispatched on the model kind.
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "layers/model.h"
+
+int model_num_units(const ModelConfig* cfg) { return 1 + cfg->L + cfg->Ld; }
+
+void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  m->B = B;
+  m->T = T;
+  m->Te = Te;
+  m->fs = fs;
+  if (fs->nunits != model_num_units(cfg))
+    fatal("model %s has %d units but the FSDP runtime was made for %d", cfg->name, model_num_units(cfg), fs->nunits);
+  if (cfg->kind == MODEL_GPT) gpt_plan(m);
+  else t5_plan(m);
+}
+
+void model_allocate(Model* m, uint64_t seed) {
+  memplan_allocate(&m->fs->plan);
+  if (m->cfg.kind == MODEL_GPT) gpt_carve(m);
+  else t5_carve(m);
+  fsdp_materialize(m->fs, seed);
+}
+
+void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te, uint64_t seed) {
+  model_plan(m, cfg, fs, B, T, Te);
+  model_allocate(m, seed);
+}
+
+double model_forward(Model* m, int use_targets, float dloss) {
+  return m->cfg.kind == MODEL_GPT ? gpt_forward(m, use_targets, dloss) : t5_forward(m, use_targets, dloss);
+}
+
+void model_backward(Model* m) {
+  if (m->cfg.kind == MODEL_GPT) gpt_backward(m);
+  else t5_backward(m);
+}
+
+double model_flops(const ModelConfig* cfg, int B, int T, int Te) {
+  return cfg->kind == MODEL_GPT ? gpt_flops(cfg, B, T) : t5_flops(cfg, B, T, Te);
+}
