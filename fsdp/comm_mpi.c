@@ -157,8 +157,8 @@ static void fold_rows(void* out, const void* in, size_t n, int size, DType t) {
 
 void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {
   if (c->size == 1 || count == 0) return;
-  size_t es = dtype_size(t);
-  char* tmp = xmalloc((size_t)c->size * PIECE * es, "reduce-scatter staging");
+  size_t es = dtype_size(t), piece = count < PIECE ? count : PIECE;
+  char* tmp = xmalloc((size_t)c->size * piece * es, "reduce-scatter staging");
   for (size_t off = 0; off < count; off += PIECE) {
     size_t n = count - off < PIECE ? count - off : PIECE;
     // Every rank sends piece `off` of chunk d to rank d and receives its own chunk's piece from
@@ -175,8 +175,8 @@ void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {
 
 void comm_all_reduce(Comm* c, void* buf, size_t count, DType t) {
   if (c->size == 1 || count == 0) return;
-  size_t es = dtype_size(t);
-  char* tmp = xmalloc((size_t)c->size * PIECE * es, "all-reduce staging");
+  size_t es = dtype_size(t), piece = count < PIECE ? count : PIECE;
+  char* tmp = xmalloc((size_t)c->size * piece * es, "all-reduce staging");
   for (size_t off = 0; off < count; off += PIECE) {
     size_t n = count - off < PIECE ? count - off : PIECE;
     // Every rank gathers every rank's piece and folds the same rows in the same order, so all

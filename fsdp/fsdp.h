@@ -101,6 +101,10 @@ typedef struct {
   int* slot_owner;                  // unit holding each slot, -1 when free
   DeviceEvent** slot_free;          // recorded when the slot's last reader is done
   DeviceEvent** gathered;           // per unit: recorded when its all-gather completed
+  DeviceEvent** grad_ready;         // per unit: its unsharded gradient is written
+  DeviceEvent** grad_reduced;       // per unit: its gradient reduction has read the buffer
+  DeviceEvent* params_updated;      // recorded after the optimizer step wrote the master shards
+  double* norm_host;                // host copy of one shard's norm blocks
   act_t* root_params;               // the root's own unsharded buffer (kept across fwd + bwd)
   // gradient buffers
   int ngrad_slots;

@@ -191,7 +191,17 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
     fs->grad_slot_owner[s] = -1;
   }
   fs->gathered = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
-  for (int u = 0; u < fs->nunits; u++) fs->gathered[u] = device_event_create();
+  fs->grad_ready = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
+  fs->grad_reduced = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
+  int64_t max_shard = 0;
+  for (int u = 0; u < fs->nunits; u++) {
+    fs->gathered[u] = device_event_create();
+    fs->grad_ready[u] = device_event_create();
+    fs->grad_reduced[u] = device_event_create();
+    if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
+  }
+  fs->params_updated = device_event_create();
+  fs->norm_host = xmalloc((size_t)(max_shard / NORM_BLOCK) * sizeof(double), "gradient norm blocks");
   fsdp_init_shards(fs, seed);
 }
 

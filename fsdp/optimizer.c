@@ -17,10 +17,7 @@
 // strategy. Replicas hold identical shards, so only the shard group is summed.
 double fsdp_grad_norm(FSDP* fs) {
   int64_t words[EXACT_WORDS] = {0};
-  size_t max_blocks = 0;
-  for (int u = 0; u < fs->nunits; u++)
-    if ((size_t)fs->units[u].shard / NORM_BLOCK > max_blocks) max_blocks = fs->units[u].shard / NORM_BLOCK;
-  double* host = xmalloc(max_blocks * sizeof(double), "gradient norm blocks");
+  double* host = fs->norm_host;
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
     size_t nb = U->shard / NORM_BLOCK;
@@ -29,7 +26,6 @@ double fsdp_grad_norm(FSDP* fs) {
     for (size_t b = 0; b < nb; b++) exact_add(words, host[b]);
     exact_normalize(words);
   }
-  free(host);
   comm_all_reduce(fs->shard_group, words, EXACT_WORDS, DT_I64);
   exact_normalize(words);
   return sqrt(exact_value(words));
@@ -47,6 +43,7 @@ void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
     }
     fill_zero_f32(fs->kctx, U->grad, U->shard);
   }
+  device_event_record(fs->params_updated, STREAM_COMPUTE);
 }
 
 void fsdp_gather_master(FSDP* fs, int unit, float* out) {

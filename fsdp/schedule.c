@@ -35,6 +35,8 @@ static void unshard(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   if (U->full_params) return;  // already gathered: prefetched, or kept since forward
   act_t* buf;
+  // The master shard is read below: the last optimizer step must have written it.
+  device_stream_wait(STREAM_ALL_GATHER, fs->params_updated);
   if (u == 0) {
     buf = fs->root_params;
   } else {
@@ -123,7 +125,9 @@ void fsdp_pre_backward(FSDP* fs, int u) {
   unshard(fs, u);
   device_stream_wait(STREAM_COMPUTE, fs->gathered[u]);
   borrow_grad_buffer(fs, u);
-  if (fs->opt.prefetch_backward) prefetch(fs, u - 1);
+  // Backward order is the reverse of forward: after the root (lm_head) comes the last block.
+  int prev = u == 0 ? fs->nunits - 1 : u - 1;
+  if (fs->opt.prefetch_backward) prefetch(fs, prev);
 }
 
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across
@@ -132,10 +136,16 @@ void fsdp_pre_backward(FSDP* fs, int u) {
 // all that is needed.
 static void reduce_gradient(FSDP* fs, Unit* U) {
   float* g = U->full_grads;
+  // The reduce-scatter stream starts once the compute stream has written the gradient.
+  device_event_record(fs->grad_ready[U->index], STREAM_COMPUTE);
+  device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
   float* chunk = g + (size_t)fs->shard_rank * U->shard;
   comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
   comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
   add_f32(fs->kctx, U->grad, chunk, U->shard);
+  // The buffer may be reused (or zeroed by compute) only after the reduction has read it.
+  device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);
+  device_stream_wait(STREAM_COMPUTE, fs->grad_reduced[U->index]);
   fs->reduce_scatters++;
 }
 

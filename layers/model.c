@@ -23,6 +23,7 @@ void model_allocate(Model* m, uint64_t seed) {
   memplan_allocate(&m->fs->plan);
   if (m->cfg.kind == MODEL_GPT) gpt_carve(m);
   else t5_carve(m);
+  m->losses_host = xmalloc((size_t)m->B * m->T * sizeof(float), "losses");
   fsdp_materialize(m->fs, seed);
 }
 

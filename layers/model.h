@@ -43,6 +43,7 @@ typedef struct {
   FSDP* fs;
   void* impl;        // the model's own state (struct GPT / struct T5)
   float* losses;     // per-token losses of the last forward [B*T]
+  float* losses_host;  // their host copy, summed in order
   act_t* logits;     // [B*T, Vp]; after a training forward it holds the logit gradients
   int32_t* inputs;   // [B*T] GPT tokens / T5 decoder inputs, written by the caller
   int32_t* targets;  // [B*T] next tokens; < 0 marks positions the loss ignores

@@ -390,10 +390,8 @@ double t5_forward(Model* m, int use_targets, float dloss) {
   double loss_sum = 0.0;
   if (use_targets) {
     classifier_forward_backward(k, m->losses, m->logits, m->targets, Nd, c->V, c->Vp, fs->training ? dloss : 0.0f);
-    float* host = xmalloc((size_t)Nd * sizeof(float), "losses");
-    device_copy_to_host(host, m->losses, (size_t)Nd * sizeof(float));
-    for (int i = 0; i < Nd; i++) loss_sum += host[i];
-    free(host);
+    device_copy_to_host(m->losses_host, m->losses, (size_t)Nd * sizeof(float));
+    for (int i = 0; i < Nd; i++) loss_sum += m->losses_host[i];
   }
   fsdp_end_forward(fs);
   return loss_sum;
