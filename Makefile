@@ -19,9 +19,9 @@ LDLIBS_CPU := -lm -fopenmp
 
 BUILD := build
 CPU_LIB_SRCS := $(wildcard kernels/cpu/*.c) $(filter-out %_nccl.c %_cuda.c,$(wildcard fsdp/*.c)) \
-                $(wildcard layers/*.c) $(wildcard data/*.c)
+                $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c)
 CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
-HEADERS := $(wildcard kernels/*.h fsdp/*.h layers/*.h data/*.h test/*.h)
+HEADERS := $(wildcard kernels/*.h fsdp/*.h layers/*.h data/*.h train/*.h test/*.h)
 
 $(BUILD)/cpu/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)

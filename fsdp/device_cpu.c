@@ -1,5 +1,6 @@
 // device_cpu.c: the CPU "device": host memory, and no-op streams and events (collectives
 // complete synchronously on the MPI backend, so program order is already the schedule).
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,5 +22,18 @@ DeviceEvent* device_event_create(void) { return xcalloc(1, sizeof(DeviceEvent), 
 void device_event_record(DeviceEvent* e, StreamId s) { (void)e; (void)s; }
 void device_stream_wait(StreamId s, DeviceEvent* e) { (void)e; (void)s; }
 void device_synchronize(void) {}
+
+// MemAvailable of /proc/meminfo, shared by the ranks of this host (OpenMPI tells how many).
+size_t device_free_bytes(void) {
+  FILE* f = fopen("/proc/meminfo", "r");
+  size_t kb = 0;
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  size_t ranks = local && atoi(local) > 0 ? (size_t)atoi(local) : 1;
+  return kb ? kb * 1024 / ranks : (size_t)-1;
+}
 void device_copy_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 void device_copy_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }

@@ -115,6 +115,7 @@ typedef struct {
   int training;                     // forward will be followed by backward
   int micro_step, accum_steps;      // current micro-step of the optimizer step, and their number
   int64_t all_gathers, reduce_scatters;  // counters, for tests and traces
+  double comm_seconds;              // host time spent waiting in collectives (exposed on CPU)
   MemPlan plan;
   // regions of the plan, carved per unit by fsdp_materialize
   float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;
@@ -132,6 +133,9 @@ typedef struct {
 // Creates the runtime for `nunits` units (unit 0 is the root); names are given to units by
 // the model with fsdp_unit_name. Sets up communicators from the strategy.
 void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx);
+// The same layout for a world of world_size ranks, without communicators or memory: for
+// planning (--plan --world N). Only fsdp_add_param, fsdp_finalize_layout and the plan work.
+void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size);
 void fsdp_unit_name(FSDP* fs, int unit, const char* name);
 // Appends a parameter to a unit's table; returns its index in the unit.
 int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t* shape,

@@ -38,14 +38,14 @@ int fsdp_parse_strategy(const char* s, FSDPOptions* opt) {
   return 0;
 }
 
-void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx) {
+// Sizes and groups from the strategy, for a world of W ranks seen from `rank`; no
+// communicator is touched, so --plan can lay out any world size from one process.
+static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, KernelCtx* kctx) {
   memset(fs, 0, sizeof *fs);
   fs->opt = opt;
-  fs->world = world;
   fs->kctx = kctx;
-  fs->world_rank = comm_rank(world);
-  fs->world_size = comm_size(world);
-  int W = fs->world_size;
+  fs->world_rank = rank;
+  fs->world_size = W;
   // The sharding factor F (FSDP paper section 3.2): W for full and grad-op, 1 for DDP, and
   // F < W for hybrid sharding (section 3.2.2), with W/F replicas of each shard.
   switch (opt.strategy) {
@@ -58,12 +58,9 @@ void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kc
     fatal("--shard hybrid:%d needs the sharding factor to divide the world size %d; pick a "
           "factor F with %d %% F == 0", fs->F, W, W);
   fs->replicas = W / fs->F;
+  fs->shard_rank = rank % fs->F;
   fs->reshard_after_forward = opt.strategy == SHARD_FULL || opt.strategy == SHARD_HYBRID;
   if (opt.limit_all_gathers < 1) fatal("--limit-all-gathers must be at least 1 (got %d)", opt.limit_all_gathers);
-  // Shard group: F consecutive ranks; replica group: the ranks holding the same shard.
-  fs->shard_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
-  fs->replica_group = comm_split(world, fs->world_rank % fs->F, fs->world_rank);
-  fs->shard_rank = comm_rank(fs->shard_group);
   fs->nunits = nunits;
   fs->units = xcalloc(nunits, sizeof(Unit), "unit table");
   for (int u = 0; u < nunits; u++) {
@@ -71,6 +68,19 @@ void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kc
     fs->units[u].slot = fs->units[u].grad_slot = -1;
     snprintf(fs->units[u].name, sizeof fs->units[u].name, u ? "unit.%d" : "root", u);
   }
+}
+
+void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx) {
+  configure(fs, nunits, opt, comm_size(world), comm_rank(world), kctx);
+  fs->world = world;
+  // Shard group: F consecutive ranks; replica group: the ranks holding the same shard.
+  fs->shard_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
+  fs->replica_group = comm_split(world, fs->world_rank % fs->F, fs->world_rank);
+  if (comm_rank(fs->shard_group) != fs->shard_rank) fatal("shard group ranks are not in world order; this is a bug");
+}
+
+void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size) {
+  configure(fs, nunits, opt, world_size, 0, NULL);
 }
 
 void fsdp_unit_name(FSDP* fs, int unit, const char* name) {

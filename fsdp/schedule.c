@@ -18,9 +18,16 @@
 // On the CPU backend collectives are synchronous and the stream/event calls are no-ops: the
 // program order below is the schedule. The CUDA backend runs the same calls on streams.
 #include <string.h>
+#include <time.h>
 
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
+
+static double wall(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static int free_slot(FSDP* fs) {
   for (int s = 0; s < fs->nslots; s++)
@@ -48,7 +55,9 @@ static void unshard(FSDP* fs, int u) {
     device_stream_wait(STREAM_ALL_GATHER, fs->slot_free[s]);  // the slot's last reader is done
   }
   cast_f32_to_act(fs->kctx, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
+  double t0 = wall();
   comm_all_gather(fs->shard_group, buf, U->shard, ACT_DTYPE);
+  fs->comm_seconds += wall() - t0;
   device_event_record(fs->gathered[u], STREAM_ALL_GATHER);
   U->full_params = buf;
   fs->all_gathers++;
@@ -140,8 +149,10 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   device_event_record(fs->grad_ready[U->index], STREAM_COMPUTE);
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
   float* chunk = g + (size_t)fs->shard_rank * U->shard;
+  double t0 = wall();
   comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
   comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
+  fs->comm_seconds += wall() - t0;
   add_f32(fs->kctx, U->grad, chunk, U->shard);
   // The buffer may be reused (or zeroed by compute) only after the reduction has read it.
   device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);

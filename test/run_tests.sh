@@ -38,6 +38,7 @@ for t in build/test/test_*; do
 done
 part "pytorch reference (GPT)" /usr/bin/python3 test/ref_gpt.py
 part "command line" bash test/test_cli.sh
+part "planner and benchmark" python3 test/test_plan.py
 part "multi-rank FSDP" bash test/test_multirank.sh
 part "end-to-end training" bash test/test_e2e.sh
 

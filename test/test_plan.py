@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""--plan, the memory refusal and --bench JSON, against layouts computed here by hand.
+
+The expected plan is derived independently from the layout rules (parameters aligned to 64
+elements, units padded to F x 128, shards = padded / F) and the list of regions a GPT run
+needs; each region starts 256-byte aligned. Prints ok/FAIL per check and "N passed, M failed".
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN = "./train_gpt_cpu"
+passed = failed = 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok   " + name)
+    else:
+        failed += 1
+        print("FAIL %s: %s" % (name, detail))
+
+
+def up(x, m):
+    return (x + m - 1) // m * m
+
+
+def unit_numel(shapes):
+    end = 0
+    for n in shapes:
+        end = up(end, 64) + n
+    return end
+
+
+def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True):
+    """Bytes of every region of one rank's plan, in fp32 (the CPU backend)."""
+    Vp = up(V, 128)
+    root = unit_numel([Vp * C, T * C, C, C])
+    block = unit_numel([C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C])
+    F = {"full": W, "grad-op": W, "none": 1}.get(strategy) or int(strategy.split(":")[1])
+    reshard = strategy == "full" or strategy.startswith("hybrid")
+    pr, pb = up(root, F * 128), up(block, F * 128)
+    shard_total = pr // F + L * (pb // F)
+    nslots = min(K, L) if reshard else L
+    ngrad = min(2, L) if sync else L
+    N, f = B * T, 4
+    regions = [shard_total * f] * 4 + [
+        pr * f, nslots * pb * f, pr * f, ngrad * pb * f, max(pr // F, pb // F) // 128 * 8,
+        # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, out, stats, lse, encoded, lnf,
+        # lnf stats, logits, losses
+        L * N * C * f, L * N * 3 * C * f, L * N * C * f, L * N * C * f, L * N * C * f,
+        L * N * 4 * C * f, L * N * 4 * C * f, L * N * C * f, 4 * L * N * f, L * N * H * f,
+        N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f,
+        # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
+        N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
+    total = 0
+    for r in regions:
+        total = up(total, 256) + r
+    return total, shard_total
+
+
+def run(args):
+    p = subprocess.run([BIN] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def plan_bytes(out):
+    for line in out.splitlines():
+        if line.startswith("plan_bytes_per_rank "):
+            return int(line.split()[1])
+    return None
+
+
+configs = [
+    ("gpt:L=3,C=72,H=3,V=509,T=32", dict(L=3, C=72, H=3, V=509, T=32), 2, 32),
+    ("gpt:L=2,C=40,H=5,V=131,T=17", dict(L=2, C=40, H=5, V=131, T=17), 3, 17),
+    ("gpt2-124m", dict(L=12, C=768, H=12, V=50257, T=1024), 4, 1024),
+]
+for spec, shape, B, T in configs:
+    for W, strategy in [(1, "full"), (3, "full"), (4, "grad-op"), (4, "none"), (8, "hybrid:4")]:
+        rc, out = run(["--plan", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy])
+        want, _ = gpt_plan(B=B, W=W, strategy=strategy, **dict(shape, T=shape["T"]))
+        # the activations use the run's T (--seq), the position table the model's T
+        got = plan_bytes(out)
+        check("plan %s W=%d %s: %s bytes" % (spec, W, strategy, got), rc == 0 and got == want,
+              "got %s, computed by hand %d" % (got, want))
+rc, out = run(["--plan", "--world", "2", "--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--seq", "32",
+               "--limit-all-gathers", "3", "--no-sync-accum"])
+want, _ = gpt_plan(3, 72, 3, 509, 32, 2, 2, "full", K=3, sync=False)
+check("plan with --limit-all-gathers 3 --no-sync-accum", plan_bytes(out) == want, "%s vs %d" % (plan_bytes(out), want))
+check("plan prints the FSDP paper's formula", "FSDP paper formula" in out, out[-300:])
+# Sharding divides the per-rank state: 16 bytes per padded element / F.
+_, s1 = gpt_plan(12, 768, 12, 50257, 1024, 4, 1, "full")
+_, s8 = gpt_plan(12, 768, 12, 50257, 1024, 4, 8, "full")
+check("per-rank shard elements fall with the world size (gpt2-124m: %d -> %d)" % (s1, s8), s8 * 7 < s1)
+rc, out = run(["--plan", "--world", "1", "--model", "gpt3-175b", "--batch", "1"])
+check("--plan works for gpt3-175b without allocating", rc == 0 and plan_bytes(out) > 2 * 10**12, out[-200:])
+rc, out = run(["--plan", "--model", "t5-3b", "--batch", "2", "--world", "8"])
+check("--plan works for T5 presets", rc == 0 and plan_bytes(out) is not None, out[-200:])
+
+# A run whose plan exceeds the memory refuses to start and says what to change.
+data = "data/addition/train_000.bin"
+rc, out = run(["--model", "gpt:L=2,C=64,H=4,V=256,T=64", "--data", data, "--batch", "8", "--steps", "1",
+               "--memory-limit", "0.001"])
+check("a plan over --memory-limit is refused", rc != 0 and "memory plan needs" in out and "--batch" in out, out[-300:])
+
+# --bench prints its table and writes JSON with every field.
+with tempfile.TemporaryDirectory() as tmp:
+    js = os.path.join(tmp, "bench.json")
+    rc, out = run(["--model", "gpt:L=2,C=64,H=4,V=256,T=64", "--data", data, "--batch", "4", "--steps", "3",
+                   "--bench", "--bench-warmup", "1", "--bench-json", js, "--peak"])
+    check("--bench prints the summary table", rc == 0 and "step time median (ms)" in out and "MFU" in out, out[-400:])
+    try:
+        j = json.load(open(js))
+    except Exception as e:  # noqa: BLE001
+        j = {}
+    fields = ["model", "device", "backend", "ranks", "shard", "step_ms_median", "step_ms_min", "step_ms_max",
+              "tokens_per_s_per_rank", "model_tflops_per_rank", "hardware_tflops_per_rank", "mfu", "peak_tflops",
+              "exposed_comm_ms_median", "memory_bytes_per_rank", "steps"]
+    missing = [f for f in fields if f not in j]
+    check("--bench-json has every field", not missing, "missing %s" % missing)
+    check("--bench measured 3 steps after 1 warm-up", j.get("steps") == 3, str(j.get("steps")))
+    check("--peak gives an MFU between 0 and 1", isinstance(j.get("mfu"), float) and 0 < j["mfu"] < 1, str(j.get("mfu")))
+    check("median lies between min and max", j and j["step_ms_min"] <= j["step_ms_median"] <= j["step_ms_max"], str(j))
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)

@@ -1,0 +1,35 @@
+// batch.c: the data of a step: token streams and host micro-batches (GPT windows or T5
+// span-corrupted examples), copied into the model's own buffers.
+#include <stdio.h>
+
+#include "fsdp/dist.h"
+#include "train/train.h"
+
+void open_stream(TokenStream* ts, const char* glob, const char* what, int vocab, int B, int T) {
+  char err[1024];
+  if (token_stream_open(ts, glob, vocab, err, sizeof err)) fatal("%s: %s", what, err);
+  if (sampler_windows(ts, B, T) < 1)
+    fatal("%s '%s' has %lld tokens, fewer than one micro-batch of B*T+1 = %lld; lower --batch or --seq",
+          what, glob, (long long)ts->total, (long long)B * T + 1);
+}
+
+void batch_load(Batch* b, const TokenStream* ts, int64_t g) {
+  char err[1024];
+  int rc = b->t5 ? span_micro_batch(ts, &b->span, b->seed, g, b->B, b->enc, b->inputs, b->targets, err, sizeof err)
+                 : sampler_micro_batch(ts, g, b->B, b->T, b->inputs, b->targets, err, sizeof err);
+  if (rc) fatal("%s", err);
+}
+
+int64_t batch_valid_targets(const Batch* b) {
+  int64_t n = 0;
+  for (int i = 0; i < b->B * b->T; i++) n += b->targets[i] >= 0;
+  return n;
+}
+
+void batch_to_model(const Batch* b, Model* m) {
+  size_t n = (size_t)b->B * b->T * sizeof(int32_t);
+  device_copy_to_device(m->inputs, b->inputs, n);
+  device_copy_to_device(m->targets, b->targets, n);
+  if (b->t5) device_copy_to_device(m->enc_inputs, b->enc, (size_t)b->B * b->Te * sizeof(int32_t));
+}
+

@@ -1,0 +1,162 @@
+// evaluate.c: validation loss, greedy exact-match accuracy on prompts, text samples.
+// Every forward here is collective (it all-gathers units), so all ranks run the same number
+// of forwards, each on its own share of the work.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "train/train.h"
+
+// Validation loss over eval_batches micro-batches, spread over ranks like training batches
+// (every rank runs the same number of forwards: the collectives must match).
+double evaluate(Model* m, Batch* b, const TokenStream* val, int eval_batches) {
+  FSDP* fs = m->fs;
+  int W = fs->world_size, rounds = (eval_batches + W - 1) / W;
+  double sums[2] = {0, 0};  // loss sum, token count
+  for (int i = 0; i < rounds; i++) {
+    int64_t g = (int64_t)i * W + fs->world_rank;
+    batch_load(b, val, g % eval_batches);
+    batch_to_model(b, m);
+    fsdp_begin_forward(fs, 0, 0);
+    double s = model_forward(m, 1, 0.0f);
+    if (g < eval_batches) sums[0] += s, sums[1] += (double)batch_valid_targets(b);
+  }
+  comm_all_reduce(fs->world, sums, 2, DT_F64);
+  return sums[0] / sums[1];
+}
+
+// Greedy decoding from each row's cursor; rows advance in lock step over `steps` tokens.
+static void greedy_extend(Model* m, Batch* bt, int* cursor, int steps) {
+  int T = m->T, Vp = m->cfg.Vp, V = m->cfg.V;
+  act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");
+  float* probs = xmalloc((size_t)V * sizeof(float), "probabilities");
+  for (int s = 0; s < steps; s++) {
+    batch_to_model(bt, m);
+    fsdp_begin_forward(m->fs, 0, 0);
+    model_forward(m, 0, 0.0f);
+    for (int b = 0; b < m->B; b++) {
+      if (cursor[b] >= T) continue;
+      device_copy_to_host(row, m->logits + ((size_t)b * T + cursor[b] - 1) * Vp, (size_t)V * sizeof(act_t));
+      softmax_row(NULL, probs, row, V, 1.0f);  // fp32 on both backends
+      int best = 0;
+      for (int v = 1; v < V; v++)
+        if (probs[v] > probs[best]) best = v;
+      bt->inputs[(size_t)b * T + cursor[b]] = best;
+      cursor[b]++;
+    }
+  }
+  free(row);
+  free(probs);
+}
+
+PromptSet load_prompts(const char* path, int T, int V) {
+  PromptSet ps = {0};
+  FILE* f = fopen(path, "r");
+  if (!f) fatal("--eval-prompts: cannot open '%s'", path);
+  char line[4096];
+  int cap = 0;
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\r\n")] = 0;
+    if (!*line) continue;
+    char* tab = strchr(line, '\t');
+    if (!tab) fatal("--eval-prompts %s: line %d has no TAB between prompt and answer", path, ps.n + 1);
+    *tab = 0;
+    if ((int)(strlen(line) + strlen(tab + 1)) + 1 > T)
+      fatal("--eval-prompts %s: line %d does not fit in a sequence of %d tokens", path, ps.n + 1, T);
+    for (const unsigned char* c = (const unsigned char*)line; *c; c++)
+      if (*c >= V) fatal("--eval-prompts %s: byte %d is not a token of a vocabulary of %d", path, *c, V);
+    if (ps.n == cap) {
+      cap = cap ? 2 * cap : 256;
+      ps.prompt = realloc(ps.prompt, cap * sizeof(char*));
+      ps.answer = realloc(ps.answer, cap * sizeof(char*));
+      if (!ps.prompt || !ps.answer) fatal("out of memory reading %s", path);
+    }
+    ps.prompt[ps.n] = strdup(line);
+    ps.answer[ps.n] = strdup(tab + 1);
+    if ((int)strlen(tab + 1) > ps.max_answer) ps.max_answer = (int)strlen(tab + 1);
+    ps.n++;
+  }
+  fclose(f);
+  if (!ps.n) fatal("--eval-prompts %s: no prompts", path);
+  return ps;
+}
+
+// Exact-match accuracy: each prompt starts a sequence (position 0) and is extended greedily by
+// as many tokens as the longest answer; its answer must match byte for byte. Chunks of B prompts are spread over ranks; every rank decodes the same number of
+// rounds and steps, since the forwards are collective.
+double exact_match(Model* m, Batch* bt, const PromptSet* ps) {
+  FSDP* fs = m->fs;
+  int B = m->B, T = m->T, W = fs->world_size;
+  int chunks = (ps->n + B - 1) / B, rounds = (chunks + W - 1) / W;
+  int* cursor = xmalloc((size_t)B * sizeof(int), "cursors");
+  int* start = xmalloc((size_t)B * sizeof(int), "cursors");
+  double counts[2] = {0, 0};  // correct, total
+  for (int r = 0; r < rounds; r++) {
+    int chunk = r * W + fs->world_rank;
+    for (int b = 0; b < B; b++) {
+      int i = chunk * B + b;
+      int32_t* row = bt->inputs + (size_t)b * T;
+      for (int t = 0; t < T; t++) row[t] = '\n';
+      int len = 0;
+      if (i < ps->n)
+        for (const char* c = ps->prompt[i]; *c; c++) row[len++] = (unsigned char)*c;
+      cursor[b] = start[b] = len;
+    }
+    greedy_extend(m, bt, cursor, ps->max_answer);
+    for (int b = 0; b < B; b++) {
+      int i = chunk * B + b;
+      if (i >= ps->n) continue;
+      int ok = 1;
+      for (int t = 0; ps->answer[i][t]; t++)
+        if (bt->inputs[(size_t)b * T + start[b] + t] != (unsigned char)ps->answer[i][t]) ok = 0;
+      counts[0] += ok;
+      counts[1] += 1;
+    }
+  }
+  free(cursor);
+  free(start);
+  comm_all_reduce(fs->world, counts, 2, DT_F64);
+  return counts[1] > 0 ? counts[0] / counts[1] : 0.0;
+}
+
+// Samples a continuation of the first token of `ts` with a fixed-seed generator (the same on
+// all ranks, so the collective forwards stay in step) and prints it on rank 0.
+void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64_t seed) {
+  int T = m->T, V = m->cfg.V, Vp = m->cfg.Vp;
+  int32_t first;
+  char err[256];
+  if (token_stream_read(ts, 0, 1, &first, err, sizeof err)) fatal("%s", err);
+  for (int i = 0; i < m->B * T; i++) bt->inputs[i] = first;
+  int n = ntokens < T - 1 ? ntokens : T - 1;
+  act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");
+  float* probs = xmalloc((size_t)V * sizeof(float), "probabilities");
+  uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 1;
+  for (int t = 1; t <= n; t++) {
+    batch_to_model(bt, m);
+    fsdp_begin_forward(m->fs, 0, 0);
+    model_forward(m, 0, 0.0f);
+    device_copy_to_host(row, m->logits + (size_t)(t - 1) * Vp, (size_t)V * sizeof(act_t));
+    softmax_row(NULL, probs, row, V, 1.0f);
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64
+    double u = (state >> 11) * (1.0 / 9007199254740992.0), acc = 0.0;
+    int next = V - 1;
+    for (int v = 0; v < V; v++)
+      if ((acc += probs[v]) > u) {
+        next = v;
+        break;
+      }
+    bt->inputs[t] = next;
+  }
+  log0("sample: ");
+  for (int t = 0; t <= n; t++) {
+    int tok = bt->inputs[t];
+    if (V <= 256) log0("%c", (tok >= 32 && tok < 127) || tok == '\n' ? tok : '?');
+    else log0("%d ", tok);
+  }
+  log0("\n");
+  free(row);
+  free(probs);
+}
+

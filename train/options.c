@@ -1,0 +1,193 @@
+// options.c: the command line of the trainer: defaults, --help, and strict parsing
+// (unknown or malformed options are refused with the usage line).
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "train/train.h"
+
+const char* USAGE =
+    "usage: train_gpt_cpu --model NAME --data GLOB [options]   (--help for all options)";
+
+static void print_help(void) {
+  char presets[2048];
+  model_list_presets(presets, sizeof presets);
+  printf(
+      "%s\n\n"
+      "model and data\n"
+      "  --model NAME          preset or custom shape, e.g. gpt:L=2,C=72,H=3,V=509,T=32\n"
+      "  --data GLOB           training token shards (llm.c format)\n"
+      "  --val-data GLOB       validation token shards\n"
+      "  --batch B             micro-batch per rank, in sequences (default 4)\n"
+      "  --seq T               sequence length (default: the model's T)\n"
+      "  --enc-len N, --dec-len N   T5 encoder and decoder lengths (default 512, 114)\n"
+      "  --accum A             micro-steps per optimizer step on each rank (default 1)\n"
+      "  --global-batch G      sequences per optimizer step; sets A = G / (B x ranks)\n"
+      "optimization\n"
+      "  --steps N             optimizer steps (default 10)\n"
+      "  --lr LR               peak learning rate (default 3e-4)\n"
+      "  --warmup N            linear warmup steps, then cosine decay (default 0)\n"
+      "  --lr-final-frac F     final learning rate as a fraction of the peak (default 0.1)\n"
+      "  --weight-decay WD     AdamW decoupled weight decay on matmul weights (default 0.1)\n"
+      "  --decay-embeddings    also decay the embeddings\n"
+      "  --beta1 B1 --beta2 B2 --adam-eps E   AdamW constants (0.9, 0.95, 1e-8)\n"
+      "  --grad-clip C         clip the global gradient norm to C, 0 = off (default 1.0)\n"
+      "  --seed S              initialization seed (default 1337)\n"
+      "FSDP\n"
+      "  --shard S             full (default) | grad-op | none | hybrid:F\n"
+      "  --limit-all-gathers K unsharded blocks at most at once, the slot pool (default 2)\n"
+      "  --prefetch P          none | forward | backward | both (default both)\n"
+      "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
+      "evaluation and logs\n"
+      "  --eval-every N        validation loss every N steps and at the end (default 0 = end only)\n"
+      "  --eval-batches N      validation micro-batches (default 8)\n"
+      "  --eval-prompts FILE   lines 'prompt<TAB>answer' (byte tokens): exact-match accuracy of\n"
+      "                        greedy answers, reported with each evaluation\n"
+      "  --sample-every N      print a sampled continuation every N steps (default 0 = off)\n"
+      "  --sample-tokens N     tokens per sample (default 64)\n"
+      "  --log FILE            one JSON object per step (and per evaluation)\n"
+      "  --digest              print params_digest <hex> of the final parameters\n"
+      "  --dump-params FILE    write the final parameters (fp32, global order, no padding)\n"
+      "planning and benchmarks\n"
+      "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
+      "  --world N             plan for N ranks (default: the ranks of this run)\n"
+      "  --memory-limit GIB    refuse plans above GIB per rank (default: free device memory)\n"
+      "  --bench               time --steps steps after --bench-warmup (default 2) untimed ones;\n"
+      "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
+      "  --bench-json FILE     write the benchmark results as JSON\n"
+      "  --peak                measure this device's achievable matmul rate for MFU\n"
+      "  --help                this text\n\n"
+      "models:\n%s",
+      USAGE, presets);
+}
+
+void usage_error(const char* fmt, const char* arg) {
+  if (dist_rank() == 0) {
+    fprintf(stderr, "error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s\n", USAGE);
+  }
+  dist_finalize();
+  exit(2);
+}
+
+static long parse_long(const char* opt, const char* s, long lo, long hi) {
+  char* end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "option --%s expects an integer in [%ld, %ld], got '%%s'", opt, lo, hi);
+    usage_error(msg, s);
+  }
+  return v;
+}
+
+static float parse_float(const char* opt, const char* s, float lo, float hi) {
+  char* end;
+  float v = strtof(s, &end);
+  if (!*s || *end || !(v >= lo && v <= hi)) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "option --%s expects a number in [%g, %g], got '%%s'", opt, lo, hi);
+    usage_error(msg, s);
+  }
+  return v;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .steps = 10, .lr = 3e-4f, .lr_final_frac = 0.1f,
+               .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
+               .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
+               .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
+                        .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32}};
+  static struct option longopts[] = {
+      {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, 'd'},
+      {"val-data", required_argument, 0, 'V'},    {"batch", required_argument, 0, 'b'},
+      {"seq", required_argument, 0, 't'},         {"accum", required_argument, 0, 'a'},
+      {"global-batch", required_argument, 0, 'G'},{"steps", required_argument, 0, 'n'},
+      {"lr", required_argument, 0, 'l'},          {"warmup", required_argument, 0, 'w'},
+      {"lr-final-frac", required_argument, 0, 'f'},{"weight-decay", required_argument, 0, 'D'},
+      {"decay-embeddings", no_argument, 0, 'E'},  {"beta1", required_argument, 0, '1'},
+      {"beta2", required_argument, 0, '2'},       {"adam-eps", required_argument, 0, 'e'},
+      {"grad-clip", required_argument, 0, 'c'},   {"seed", required_argument, 0, 's'},
+      {"shard", required_argument, 0, 'S'},       {"limit-all-gathers", required_argument, 0, 'K'},
+      {"prefetch", required_argument, 0, 'p'},    {"no-sync-accum", no_argument, 0, 'N'},
+      {"eval-every", required_argument, 0, 'v'},  {"eval-batches", required_argument, 0, 'B'},
+      {"eval-prompts", required_argument, 0, 'P'},{"sample-every", required_argument, 0, 'x'},
+      {"sample-tokens", required_argument, 0, 'X'},{"log", required_argument, 0, 'L'},
+      {"digest", no_argument, 0, 'H'},            {"dump-params", required_argument, 0, 'Q'},
+      {"enc-len", required_argument, 0, 'j'},     {"dec-len", required_argument, 0, 'k'},
+      {"plan", no_argument, 0, 'y'},              {"world", required_argument, 0, 'Y'},
+      {"memory-limit", required_argument, 0, 'z'},{"bench", no_argument, 0, 'q'},
+      {"bench-warmup", required_argument, 0, 'u'},{"bench-json", required_argument, 0, 'J'},
+      {"peak", no_argument, 0, 'Z'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  opterr = 0;
+  int c, idx;
+  while ((c = getopt_long(argc, argv, "", longopts, &idx)) != -1) {
+    const char* name = longopts[idx].name;
+    switch (c) {
+      case 'm': o.model = optarg; break;
+      case 'd': o.data = optarg; break;
+      case 'V': o.val_data = optarg; break;
+      case 'b': o.batch = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 't': o.seq = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'a': o.accum = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'G': o.global_batch = (int)parse_long(name, optarg, 1, 1 << 30); break;
+      case 'n': o.steps = (int)parse_long(name, optarg, 0, 1 << 30); break;
+      case 'l': o.lr = parse_float(name, optarg, 0.0f, 10.0f); break;
+      case 'w': o.warmup = (int)parse_long(name, optarg, 0, 1 << 30); break;
+      case 'f': o.lr_final_frac = parse_float(name, optarg, 0.0f, 1.0f); break;
+      case 'D': o.weight_decay = parse_float(name, optarg, 0.0f, 10.0f); break;
+      case 'E': o.fsdp.decay_embeddings = 1; break;
+      case '1': o.beta1 = parse_float(name, optarg, 0.0f, 0.999999f); break;
+      case '2': o.beta2 = parse_float(name, optarg, 0.0f, 0.999999f); break;
+      case 'e': o.adam_eps = parse_float(name, optarg, 0.0f, 1.0f); break;
+      case 'c': o.grad_clip = parse_float(name, optarg, 0.0f, 1e30f); break;
+      case 's': o.seed = (uint64_t)parse_long(name, optarg, 0, 0x7fffffffffffffffL); break;
+      case 'S':
+        if (fsdp_parse_strategy(optarg, &o.fsdp)) usage_error("--shard expects full, grad-op, none or hybrid:F, got '%s'", optarg);
+        break;
+      case 'K': o.fsdp.limit_all_gathers = (int)parse_long(name, optarg, 1, 1024); break;
+      case 'p':
+        if (!strcmp(optarg, "none")) o.fsdp.prefetch_forward = o.fsdp.prefetch_backward = 0;
+        else if (!strcmp(optarg, "forward")) o.fsdp.prefetch_forward = 1, o.fsdp.prefetch_backward = 0;
+        else if (!strcmp(optarg, "backward")) o.fsdp.prefetch_forward = 0, o.fsdp.prefetch_backward = 1;
+        else if (!strcmp(optarg, "both")) o.fsdp.prefetch_forward = o.fsdp.prefetch_backward = 1;
+        else usage_error("--prefetch expects none, forward, backward or both, got '%s'", optarg);
+        break;
+      case 'N': o.fsdp.sync_accum = 0; break;
+      case 'v': o.eval_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
+      case 'B': o.eval_batches = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'P': o.eval_prompts = optarg; break;
+      case 'x': o.sample_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
+      case 'X': o.sample_tokens = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'L': o.log_path = optarg; break;
+      case 'H': o.digest = 1; break;
+      case 'Q': o.dump_params = optarg; break;
+      case 'y': o.plan = 1; break;
+      case 'Y': o.plan_world = (int)parse_long(name, optarg, 1, 1 << 24); break;
+      case 'z': o.memory_limit_gib = parse_float(name, optarg, 1e-6f, 1e9f); break;
+      case 'q': o.bench = 1; break;
+      case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
+      case 'J': o.bench_json = optarg; break;
+      case 'Z': o.peak = 1; break;
+      case 'j': o.enc_len = (int)parse_long(name, optarg, 2, 1 << 20); break;
+      case 'k': o.dec_len = (int)parse_long(name, optarg, 2, 1 << 20); break;
+      case 'h':
+        if (dist_rank() == 0) print_help();
+        dist_finalize();
+        exit(0);
+      case ':': usage_error("option %s needs a value", argv[optind - 1]); break;
+      default: usage_error("unknown option '%s'", argv[optind - 1]); break;
+    }
+  }
+  if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+  if (!o.model) usage_error("%s", "--model is required");
+  if (!o.data && !o.plan) usage_error("%s", "--data is required");
+  if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
+  return o;
+}
+

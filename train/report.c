@@ -1,0 +1,183 @@
+// report.c: what the trainer tells its user: the start-up table, the memory plan (--plan),
+// the device's peak matmul rate (--peak) and the benchmark summary (--bench).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "train/train.h"
+
+static const char* prefetch_name(const FSDPOptions* f) {
+  if (f->prefetch_forward) return f->prefetch_backward ? "both" : "forward";
+  return f->prefetch_backward ? "backward" : "none";
+}
+
+void print_model_line(const ModelConfig* c) {
+  if (c->kind == MODEL_T5)
+    log0("fsdp.c | model %s | T5 %s | L=%d+%d C=%d H=%d D=%d F=%d V=%d (padded %d)\n", c->name,
+         c->gated ? "v1.1" : "v1.0", c->L, c->Ld, c->C, c->H, c->D, c->F, c->V, c->Vp);
+  else
+    log0("fsdp.c | model %s | GPT | L=%d C=%d H=%d V=%d (padded %d) T=%d\n", c->name, c->L, c->C, c->H, c->V, c->Vp, c->T);
+}
+
+void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
+  const ModelConfig* c = &m->cfg;
+  int W = fs->world_size, M = W * A;
+  char shard[64];
+  snprintf(shard, sizeof shard, "%s (F=%d, %d replica%s)", fsdp_strategy_name(o->fsdp.strategy), fs->F,
+           fs->replicas, fs->replicas > 1 ? "s" : "");
+  log0("| %-22s | %-30s |\n", "setting", "value");
+  log0("| %-22s | %-30d |\n", "ranks", W);
+  log0("| %-22s | %-30s |\n", "sharding", shard);
+  log0("| %-22s | %-30d |\n", "limit all-gathers", o->fsdp.limit_all_gathers);
+  log0("| %-22s | %-30s |\n", "prefetch", prefetch_name(&o->fsdp));
+  log0("| %-22s | %-30s |\n", "gradient accumulation", o->fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
+  log0("| %-22s | %-30d |\n", "micro-batch (B)", m->B);
+  if (c->kind == MODEL_T5) {
+    log0("| %-22s | %-30d |\n", "encoder length", m->Te);
+    log0("| %-22s | %-30d |\n", "decoder length", m->T);
+  } else {
+    log0("| %-22s | %-30d |\n", "sequence (T)", m->T);
+  }
+  log0("| %-22s | %-30d |\n", "accumulation (A)", A);
+  log0("| %-22s | %-30lld |\n", "sequences per step", (long long)M * m->B);
+  log0("| %-22s | %-30d |\n", "steps", o->steps);
+  log0("| %-22s | %-30g |\n", "learning rate", o->lr);
+  log0("| %-22s | %-30d |\n", "warmup", o->warmup);
+  log0("| %-22s | %-30g |\n", "weight decay", o->weight_decay);
+  log0("| %-22s | %-30g |\n", "grad clip", o->grad_clip);
+  log0("| %-22s | %-30llu |\n", "seed", (unsigned long long)o->seed);
+  log0("| %-22s | %-30lld |\n", "parameters", (long long)fsdp_num_params(fs));
+  log0("| %-22s | %-30lld |\n", "padded flat elements", (long long)fsdp_num_padded(fs));
+  log0("| %-22s | %-30d |\n", "units", fs->nunits);
+  log0("| %-22s | %-30.4g |\n", "matmul FLOPs per step", M * model_flops(c, m->B, m->T, m->Te));
+  if (c->kind == MODEL_T5) log0("| %-22s | %-30.4g |\n", "IBM T5 formula (s=enc)", M * t5_flops_ibm(c, m->B, m->Te));
+}
+
+// --plan: the layout and the memory plan of one rank of a `world`-rank run, from the same
+// planner a real run allocates from, and the FSDP paper's formula beside it.
+void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world) {
+  FSDP fs;
+  fsdp_init_plan(&fs, model_num_units(cfg), o->fsdp, world);
+  Model m;
+  model_plan(&m, cfg, &fs, B, T, Te);
+  print_model_line(cfg);
+  print_settings(o, &m, &fs, o->accum);
+  log0("units (elements: unpadded -> padded, per-rank shard):\n");
+  int64_t padded_total = 0;
+  for (int u = 0; u < fs.nunits; u++) {
+    const Unit* U = &fs.units[u];
+    padded_total += U->padded;
+    if (u < 3 || u == fs.nunits - 1)
+      log0("  %-12s %14lld -> %14lld  shard %14lld\n", U->name, (long long)U->numel, (long long)U->padded, (long long)U->shard);
+    else if (u == 3)
+      log0("  ... (%d more units of the same shapes)\n", fs.nunits - 4);
+  }
+  memplan_print(&fs.plan);
+  // FSDP paper, section 3.2.1: peak parameter memory is O(sum_i psi_i / F + max_i psi_i).
+  double shard_elems = (double)padded_total / fs.F, largest = (double)fs.max_padded;
+  log0("FSDP paper formula (3.2.1): sum psi / F + max psi = %.4g + %.4g = %.4g elements\n", shard_elems, largest,
+       shard_elems + largest);
+  log0("  as bytes: 16 B x %.4g (fp32 master, gradient, adam m, v) + %d slot%s x %zu B x %.4g = %.4g GiB\n",
+       shard_elems, fs.nslots, fs.nslots == 1 ? "" : "s", sizeof(act_t), largest,
+       (16.0 * shard_elems + fs.nslots * sizeof(act_t) * largest) / 1073741824.0);
+  log0("plan_bytes_per_rank %zu\n", fs.plan.total);
+}
+
+// Refuses a plan that does not fit before anything is allocated, and says what to change.
+void check_plan_fits(const Options* o, const FSDP* fs) {
+  size_t limit = o->memory_limit_gib > 0 ? (size_t)(o->memory_limit_gib * 1073741824.0) : device_free_bytes();
+  if (fs->plan.total <= limit) return;
+  fatal("the memory plan needs %.2f GiB per rank but %s %.2f GiB; lower --batch (or --seq), use more ranks with "
+        "--shard full, lower --limit-all-gathers, or compare options with --plan --world N",
+        fs->plan.total / 1073741824.0, o->memory_limit_gib > 0 ? "--memory-limit allows" : "this device has",
+        limit / 1073741824.0);
+}
+
+// Dense bf16 peak of known GPUs (H100/H200 SXM 989 TFLOPS, A100 312); 0 when unknown.
+double device_peak_flops(const char* device_name) {
+  if (strstr(device_name, "H100") || strstr(device_name, "H200")) return 989e12;
+  if (strstr(device_name, "A100")) return 312e12;
+  return 0.0;
+}
+
+// --peak: the rate of this backend's own matmul on a large square-ish product, the best of a
+// few timed repetitions (what the chip delivers to our kernels, not its datasheet).
+double measure_peak_flops(KernelCtx* k) {
+  int n = strcmp(kernels_backend(), "cpu") ? 8192 : 768;
+  size_t elems = (size_t)n * n;
+  act_t* a = device_alloc_zeroed(elems * sizeof(act_t), "--peak operands");
+  act_t* b = device_alloc_zeroed(elems * sizeof(act_t), "--peak operands");
+  act_t* c = device_alloc_zeroed(elems * sizeof(act_t), "--peak operands");
+  matmul_forward(k, c, a, b, NULL, n, n, n);  // warm-up: algorithm choice, caches
+  double best = 1e30;
+  for (int r = 0; r < 5; r++) {
+    device_synchronize();
+    double t0 = now_seconds();
+    matmul_forward(k, c, a, b, NULL, n, n, n);
+    device_synchronize();
+    double dt = now_seconds() - t0;
+    if (dt < best) best = dt;
+  }
+  device_free(a);
+  device_free(b);
+  device_free(c);
+  return 2.0 * n * (double)n * n / best;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+// --bench: median and spread over the measured steps (the warm-up steps are not in ms[]).
+void bench_report(const Options* o, const Model* m, const FSDP* fs, int A, const double* ms, const double* comm_ms,
+                  int n, double peak, const char* peak_source, const char* device) {
+  if (n < 1) return;
+  double* sorted = xmalloc((size_t)n * sizeof(double), "bench");
+  memcpy(sorted, ms, (size_t)n * sizeof(double));
+  qsort(sorted, n, sizeof(double), cmp_double);
+  double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  double lo = sorted[0], hi = sorted[n - 1];
+  memcpy(sorted, comm_ms, (size_t)n * sizeof(double));
+  qsort(sorted, n, sizeof(double), cmp_double);
+  double comm = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  free(sorted);
+  int W = fs->world_size;
+  double tokens = (double)W * A * m->B * (m->cfg.kind == MODEL_T5 ? m->Te + m->T : m->T);
+  double flops = W * A * model_flops(&m->cfg, m->B, m->T, m->Te);
+  double tflops = flops / W / (median / 1e3) / 1e12;  // per rank; no recompute, so hardware = model
+  double mfu = peak > 0 ? tflops * 1e12 / peak : NAN;
+  log0("bench | %s | %s | %d rank%s | %s | median of %d steps\n", m->cfg.name, device, W, W > 1 ? "s" : "",
+       fsdp_strategy_name(o->fsdp.strategy), n);
+  log0("| %-28s | %14s |\n", "metric", "value");
+  log0("| %-28s | %14.2f |\n", "step time median (ms)", median);
+  log0("| %-28s | %14.2f |\n", "step time min (ms)", lo);
+  log0("| %-28s | %14.2f |\n", "step time max (ms)", hi);
+  log0("| %-28s | %14.0f |\n", "tokens/s per rank", tokens / W / (median / 1e3));
+  log0("| %-28s | %14.4f |\n", "model TFLOPS per rank", tflops);
+  log0("| %-28s | %14.4f |\n", "hardware TFLOPS per rank", tflops);
+  if (peak > 0) log0("| %-28s | %13.2f%% |\n", "MFU", 100 * mfu);
+  else log0("| %-28s | %14s |\n", "MFU", "n/a (--peak)");
+  log0("| %-28s | %14.2f |\n", "exposed comm median (ms)", comm);
+  log0("| %-28s | %14.2f |\n", "memory per rank (GiB)", fs->plan.total / 1073741824.0);
+  if (peak > 0) log0("MFU against %.1f TFLOPS (%s)\n", peak / 1e12, peak_source);
+  if (o->bench_json && fs->world_rank == 0) {
+    FILE* f = fopen(o->bench_json, "w");
+    if (!f) fatal("--bench-json: cannot open '%s'", o->bench_json);
+    char mfu_s[32];
+    if (peak > 0) snprintf(mfu_s, sizeof mfu_s, "%.6g", mfu);
+    else snprintf(mfu_s, sizeof mfu_s, "null");
+    fprintf(f, "{\"model\": \"%s\", \"device\": \"%s\", \"backend\": \"%s\", \"ranks\": %d, \"shard\": \"%s\", "
+               "\"batch\": %d, \"seq\": %d, \"enc_len\": %d, \"accum\": %d, \"steps\": %d, "
+               "\"step_ms_median\": %.6g, \"step_ms_min\": %.6g, \"step_ms_max\": %.6g, "
+               "\"tokens_per_s_per_rank\": %.6g, \"model_tflops_per_rank\": %.6g, \"hardware_tflops_per_rank\": %.6g, "
+               "\"mfu\": %s, \"peak_tflops\": %.6g, \"peak_source\": \"%s\", \"exposed_comm_ms_median\": %.6g, "
+               "\"memory_bytes_per_rank\": %zu}\n",
+            m->cfg.name, device, kernels_backend(), W, fsdp_strategy_name(o->fsdp.strategy), m->B, m->T, m->Te, A, n,
+            median, lo, hi, tokens / W / (median / 1e3), tflops, tflops, mfu_s, peak / 1e12, peak_source, comm,
+            fs->plan.total);
+    fclose(f);
+  }
+}
