@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
     dist_finalize();
     return 0;
   }
-  if (o.fsdp.reduce_dtype != DT_F32) fatal("the CPU backend reduces gradients in fp32 only");
+  if (o.fsdp.reduce_dtype != DT_F32 && !strcmp(kernels_backend(), "cpu"))
+    usage_error("%s", "--reduce-dtype bf16 needs the CUDA build (train_gpt); the CPU backend reduces in fp32");
   int A = o.accum, M = W * A;  // micro-batches per optimizer step, over all ranks
 
   // Data first: a bad path on any rank stops every rank before the model is built.
@@ -95,6 +96,9 @@ int main(int argc, char** argv) {
     log0("peak: %.3f TFLOPS measured on this %s matmul\n", peak / 1e12, kernels_backend());
   }
 
+  const char** unit_names = xcalloc(fs.nunits, sizeof(char*), "unit names");
+  for (int u = 0; u < fs.nunits; u++) unit_names[u] = fs.units[u].name;
+  if (o.trace_path) fs.trace = trace_open(o.trace_path, rank, W, unit_names);
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
     logf = fopen(o.log_path, "w");
@@ -143,8 +147,8 @@ int main(int argc, char** argv) {
     comm_ms[step] = (fs.comm_seconds - comm0) * 1e3;
     double tok_s = global_tokens / (ms / 1e3);
     double tflops = flops_step / W / (ms / 1e3) / 1e12;  // per rank
-    log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1, total_steps,
-         loss, lr, norm, ms, tok_s, tflops);
+    log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
+         total_steps, loss, lr, norm, ms, comm_ms[step], tok_s, tflops);
     if (peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / peak);
     log0("\n");
     if (logf) {
@@ -155,6 +159,7 @@ int main(int argc, char** argv) {
       fprintf(logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu}\n", comm_ms[step], fs.plan.total);
       fflush(logf);
     }
+    trace_flush(fs.trace);
     if (!isfinite(loss)) fatal("loss is %f at step %d; lower --lr or check the data", loss, step + 1);
     int eval_now = (o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == total_steps;
     if (eval_now && o.val_data) {
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
   }
   if (o.dump_params) dump_params(&fs, o.dump_params);
   if (logf) fclose(logf);
+  trace_close(fs.trace);
   kernels_shutdown(kctx);
   dist_finalize();
   return 0;

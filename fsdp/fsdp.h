@@ -17,6 +17,7 @@
 #include "fsdp/comm.h"
 #include "fsdp/device.h"
 #include "fsdp/memplan.h"
+#include "fsdp/trace.h"
 #include "kernels/kernels.h"
 
 // Every parameter starts at a multiple of PARAM_ALIGN elements inside its unit; a unit is
@@ -116,6 +117,8 @@ typedef struct {
   int micro_step, accum_steps;      // current micro-step of the optimizer step, and their number
   int64_t all_gathers, reduce_scatters;  // counters, for tests and traces
   double comm_seconds;              // host time spent waiting in collectives (exposed on CPU)
+  Trace* trace;                     // --trace timeline, NULL when off
+  double* compute_start;            // per unit: when its current compute span began
   MemPlan plan;
   // regions of the plan, carved per unit by fsdp_materialize
   float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;

@@ -18,16 +18,9 @@
 // On the CPU backend collectives are synchronous and the stream/event calls are no-ops: the
 // program order below is the schedule. The CUDA backend runs the same calls on streams.
 #include <string.h>
-#include <time.h>
 
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int free_slot(FSDP* fs) {
   for (int s = 0; s < fs->nslots; s++)
@@ -55,9 +48,11 @@ static void unshard(FSDP* fs, int u) {
     device_stream_wait(STREAM_ALL_GATHER, fs->slot_free[s]);  // the slot's last reader is done
   }
   cast_f32_to_act(fs->kctx, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
-  double t0 = wall();
+  double t0 = trace_now();
   comm_all_gather(fs->shard_group, buf, U->shard, ACT_DTYPE);
-  fs->comm_seconds += wall() - t0;
+  double t1 = trace_now();
+  fs->comm_seconds += t1 - t0;
+  trace_span(fs->trace, "all-gather", u, TRACK_ALL_GATHER, t0, t1);
   device_event_record(fs->gathered[u], STREAM_ALL_GATHER);
   U->full_params = buf;
   fs->all_gathers++;
@@ -94,9 +89,11 @@ void fsdp_pre_forward(FSDP* fs, int u) {
   unshard(fs, u);
   device_stream_wait(STREAM_COMPUTE, fs->gathered[u]);
   if (fs->opt.prefetch_forward) prefetch(fs, u + 1);
+  fs->compute_start[u] = trace_now();
 }
 
 void fsdp_post_forward(FSDP* fs, int u) {
+  trace_span(fs->trace, "forward", u, TRACK_COMPUTE, fs->compute_start[u], trace_now());
   if (u == 0) return;  // the root stays unsharded until the end of backward (or of evaluation)
   // grad-op and none keep the unit unsharded for backward: no second all-gather.
   if (fs->training && !fs->reshard_after_forward) return;
@@ -137,6 +134,7 @@ void fsdp_pre_backward(FSDP* fs, int u) {
   // Backward order is the reverse of forward: after the root (lm_head) comes the last block.
   int prev = u == 0 ? fs->nunits - 1 : u - 1;
   if (fs->opt.prefetch_backward) prefetch(fs, prev);
+  fs->compute_start[u] = trace_now();
 }
 
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across
@@ -149,10 +147,12 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   device_event_record(fs->grad_ready[U->index], STREAM_COMPUTE);
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
   float* chunk = g + (size_t)fs->shard_rank * U->shard;
-  double t0 = wall();
+  double t0 = trace_now();
   comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
   comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
-  fs->comm_seconds += wall() - t0;
+  double t1 = trace_now();
+  fs->comm_seconds += t1 - t0;
+  trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, t0, t1);
   add_f32(fs->kctx, U->grad, chunk, U->shard);
   // The buffer may be reused (or zeroed by compute) only after the reduction has read it.
   device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);
@@ -162,6 +162,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
 
 void fsdp_post_backward(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
+  trace_span(fs->trace, "backward", u, TRACK_COMPUTE, fs->compute_start[u], trace_now());
   // Gradient accumulation without communication (paper section 3.4) reduces only on the
   // last micro-step; until then the unsharded gradient stays in its buffer.
   int reduce = fs->opt.sync_accum || fs->micro_step == fs->accum_steps - 1;

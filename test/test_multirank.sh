@@ -95,6 +95,28 @@ for MODEL in "t5:L=2,M=2,C=40,H=3,D=12,F=72,V=509" "t5v1.1:L=1,M=2,C=40,H=3,D=12
   ARGS=$ARGS_SAVED
 done
 
+# --trace: a Chrome trace per rank with every unit's all-gather, compute and reduce-scatter.
+$MPIRUN -np 2 $BIN $ARGS --steps 2 --trace "$TMP/trace.json" > "$TMP/trace.out" 2>&1
+r=$(python3 - "$TMP/trace.json" <<'PYEOF'
+import collections, json, sys
+L, steps = 3, 2
+for rank in (0, 1):
+    ev = [e for e in json.load(open("%s.rank%d" % (sys.argv[1], rank)))["traceEvents"] if e["ph"] == "X"]
+    c = collections.Counter(e["cat"] for e in ev)
+    want = {"all-gather": (1 + 2 * L) * steps, "forward": (1 + L) * steps, "backward": (1 + L) * steps,
+            "reduce-scatter": (1 + L) * steps, "optimizer": steps}
+    if dict(c) != want:
+        print("rank %d: %s != %s" % (rank, dict(c), want)); sys.exit(1)
+    comm = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e["tid"] in (1, 2))
+    if any(b[0] < a[1] - 1e-3 for a, b in zip(comm, comm[1:])):  # CPU collectives run one at a time
+        print("overlapping collectives on rank %d" % rank); sys.exit(1)
+    if any(e["dur"] < 0 for e in ev):
+        print("negative duration"); sys.exit(1)
+print("ok")
+PYEOF
+)
+[ "$r" = ok ] && ok "--trace writes a Chrome trace per rank with every unit's all-gather, compute and reduce-scatter" || bad "--trace: $r"
+
 # The comparison must be able to fail: a different seed gives different parameters.
 run other 1 --accum 4 --seed 7
 python3 test/compare_params.py "$TMP/other.bin" "$TMP/ref4.bin" "$TMP/other.json" "$TMP/ref4.json" 1e-6 > /dev/null &&

@@ -40,6 +40,9 @@ static void print_help(void) {
       "  --limit-all-gathers K unsharded blocks at most at once, the slot pool (default 2)\n"
       "  --prefetch P          none | forward | backward | both (default both)\n"
       "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
+      "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
+      "  --trace FILE          per-rank Chrome trace (Perfetto) of all-gathers, compute and\n"
+      "                        reduce-scatters (FILE.rank<r> for each rank of a multi-rank run)\n"
       "evaluation and logs\n"
       "  --eval-every N        validation loss every N steps and at the end (default 0 = end only)\n"
       "  --eval-batches N      validation micro-batches (default 8)\n"
@@ -121,7 +124,8 @@ Options parse_options(int argc, char** argv) {
       {"plan", no_argument, 0, 'y'},              {"world", required_argument, 0, 'Y'},
       {"memory-limit", required_argument, 0, 'z'},{"bench", no_argument, 0, 'q'},
       {"bench-warmup", required_argument, 0, 'u'},{"bench-json", required_argument, 0, 'J'},
-      {"peak", no_argument, 0, 'Z'},
+      {"peak", no_argument, 0, 'Z'},             {"trace", required_argument, 0, 'T'},
+      {"reduce-dtype", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -168,6 +172,12 @@ Options parse_options(int argc, char** argv) {
       case 'H': o.digest = 1; break;
       case 'Q': o.dump_params = optarg; break;
       case 'y': o.plan = 1; break;
+      case 'T': o.trace_path = optarg; break;
+      case 'R':
+        if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
+        else if (!strcmp(optarg, "bf16")) o.fsdp.reduce_dtype = DT_BF16;
+        else usage_error("--reduce-dtype expects fp32 or bf16, got '%s'", optarg);
+        break;
       case 'Y': o.plan_world = (int)parse_long(name, optarg, 1, 1 << 24); break;
       case 'z': o.memory_limit_gib = parse_float(name, optarg, 1e-6f, 1e9f); break;
       case 'q': o.bench = 1; break;

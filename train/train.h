@@ -26,6 +26,7 @@ typedef struct {
   double memory_limit_gib;          // --memory-limit: plan against this instead of free memory
   int bench, bench_warmup, peak;    // --bench, --bench-warmup, --peak
   const char* bench_json;
+  const char* trace_path;           // --trace FILE
   FSDPOptions fsdp;
 } Options;
 
