@@ -41,7 +41,7 @@ $(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 
-test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump
+test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump
 
 test: test-bins data/addition/train_000.bin
 	bash test/run_tests.sh

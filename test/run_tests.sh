@@ -37,6 +37,7 @@ for t in build/test/test_*; do
   part "$(basename "$t")" "$t"
 done
 part "pytorch reference (GPT)" /usr/bin/python3 test/ref_gpt.py
+part "pytorch reference (T5)" /usr/bin/python3 test/ref_t5.py
 part "command line" bash test/test_cli.sh
 part "planner and benchmark" python3 test/test_plan.py
 part "multi-rank FSDP" bash test/test_multirank.sh
