@@ -64,8 +64,13 @@ int main(int argc, char** argv) {
   batch.targets = xmalloc((size_t)B * T * sizeof(int32_t), "batch");
   batch.enc = xmalloc((size_t)B * (Te ? Te : 1) * sizeof(int32_t), "batch");
   TokenStream train, val;
-  open_stream(&train, o.data, "--data", data_vocab, t5 ? 1 : B, window_tokens);
-  if (o.val_data) open_stream(&val, o.val_data, "--val-data", data_vocab, t5 ? 1 : B, window_tokens);
+  char what_train[160] = "--data", what_val[160] = "--val-data";
+  if (t5) {
+    snprintf(what_train, sizeof what_train, "--data (T5: ids %d..%d are span-corruption sentinels)", data_vocab, batch.span.sentinel_top);
+    snprintf(what_val, sizeof what_val, "--val-data (T5: ids %d..%d are span-corruption sentinels)", data_vocab, batch.span.sentinel_top);
+  }
+  open_stream(&train, o.data, what_train, data_vocab, t5 ? 1 : B, window_tokens);
+  if (o.val_data) open_stream(&val, o.val_data, what_val, data_vocab, t5 ? 1 : B, window_tokens);
   PromptSet prompts = {0};
   if (o.eval_prompts) prompts = load_prompts(o.eval_prompts, T, cfg.V);
 

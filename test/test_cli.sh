@@ -62,5 +62,19 @@ assert any(len(repr(s['loss'])) > 12 for s in steps)  # full precision, not roun
 print(len(steps))"
 $BIN $M --data $DATA --batch 2 --steps 3 --digest > "$TMP/out2" 2>&1
 expect "the same command twice gives the same digest" 0 "same" bash -c "[ \"\$(grep digest $TMP/out)\" = \"\$(grep digest $TMP/out2)\" ] && echo same"
+# T5: span-corrupted batches from the same shards, the exact FLOP count beside the IBM formula.
+T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --val-data data/addition/val_000.bin --batch 2 --enc-len 40 --dec-len 12"
+$BIN $T5 --steps 12 --lr 3e-3 --eval-every 12 --log "$TMP/t5.json" > "$TMP/t5.out" 2>&1
+expect "T5 trains from the command line (span corruption on the fly)" 0 "step +12/12" cat "$TMP/t5.out"
+expect "T5 start-up shows the exact matmul FLOPs and the IBM formula" 0 "IBM T5 formula" cat "$TMP/t5.out"
+expect "T5 loss falls over 12 steps" 0 "^falls$" python3 -c "
+import json
+l = [json.loads(x)['loss'] for x in open('$TMP/t5.json') if 'grad_norm' in x]
+print('falls' if l[-1] < l[0] - 0.5 else l)"
+expect "T5 --dec-len too short for the targets is refused" 2 "dec-len" $BIN $T5 --dec-len 3 --steps 1
+expect "T5 vocabulary without room for sentinels is refused" 2 "V must be at least" $BIN --model t5:V=4 --data $DATA --enc-len 64 --dec-len 20 --steps 1
+expect "T5 data tokens colliding with sentinels are refused" 1 "sentinels.*id 5[0-9] >= vocab 52" $BIN --model t5:V=80 --data $DATA --enc-len 512 --dec-len 114 --steps 1
+expect "--eval-prompts is refused for T5" 2 "for GPT models" $BIN $T5 --eval-prompts data/addition/val_problems.txt
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
