@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fsdp/device.h"
+
 typedef enum { DT_F32, DT_F64, DT_I64, DT_BF16 } DType;
 size_t dtype_size(DType t);
 
@@ -30,6 +32,9 @@ int comm_size(const Comm* c);
 // Ranks with the same color form a sub-group, ordered by key (as MPI_Comm_split/ncclCommSplit).
 Comm* comm_split(Comm* c, int color, int key);
 void comm_free(Comm* c);
+// The stream this communicator's collectives are issued on (NCCL); a no-op on MPI, whose
+// collectives complete before they return. The world communicator uses the compute stream.
+void comm_bind_stream(Comm* c, StreamId s);
 
 void comm_all_gather(Comm* c, void* buf, size_t count, DType t);
 void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t);

@@ -31,6 +31,7 @@ int comm_rank(const Comm* c) { (void)c; return 0; }
 int comm_size(const Comm* c) { (void)c; return 1; }
 Comm* comm_split(Comm* c, int color, int key) { (void)color; (void)key; return c; }
 void comm_free(Comm* c) { (void)c; }
+void comm_bind_stream(Comm* c, StreamId s) { (void)c; (void)s; }
 // With one rank every collective leaves the buffer as it is.
 void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {}
 void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {}
@@ -84,6 +85,8 @@ Comm* comm_split(Comm* c, int color, int key) {
   MPI_CHECK(MPI_Comm_split(c->mc, color, key, &sub));
   return comm_wrap(sub);
 }
+
+void comm_bind_stream(Comm* c, StreamId s) { (void)c; (void)s; }
 
 void comm_free(Comm* c) {
   if (!c || c->mc == MPI_COMM_WORLD) return;

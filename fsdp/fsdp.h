@@ -90,7 +90,10 @@ typedef struct {
   int shard_rank;                   // rank inside the shard group
   int replicas;                     // world_size / F
   int reshard_after_forward;
-  Comm *world, *shard_group, *replica_group;
+  // Communicators. The shard group has two: one for all-gathers and one for reduce-scatters,
+  // bound to their own streams, so the backend never serializes the two (FSDP paper 3.2 notes
+  // that one process group forces the reduce-scatter and the next all-gather into one queue).
+  Comm *world, *shard_group, *gather_group, *replica_group;
   KernelCtx* kctx;
   // units: 0 is the root, then the model's units in forward order
   int nunits;

@@ -76,7 +76,11 @@ void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kc
   fs->world = world;
   // Shard group: F consecutive ranks; replica group: the ranks holding the same shard.
   fs->shard_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
+  fs->gather_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
   fs->replica_group = comm_split(world, fs->world_rank % fs->F, fs->world_rank);
+  comm_bind_stream(fs->shard_group, STREAM_REDUCE_SCATTER);
+  comm_bind_stream(fs->replica_group, STREAM_REDUCE_SCATTER);
+  comm_bind_stream(fs->gather_group, STREAM_ALL_GATHER);
   if (comm_rank(fs->shard_group) != fs->shard_rank) fatal("shard group ranks are not in world order; this is a bug");
 }
 

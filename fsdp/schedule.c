@@ -49,7 +49,7 @@ static void unshard(FSDP* fs, int u) {
   }
   cast_f32_to_act(fs->kctx, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
   double t0 = trace_now();
-  comm_all_gather(fs->shard_group, buf, U->shard, ACT_DTYPE);
+  comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
   double t1 = trace_now();
   fs->comm_seconds += t1 - t0;
   trace_span(fs->trace, "all-gather", u, TRACK_ALL_GATHER, t0, t1);
