@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   KernelCtx* kctx = kernels_init(0);
   char device[128];
   kernels_device_name(kctx, device, sizeof device);
+  comm_configure(o.init_dir, o.comm_timeout);
   FSDP fs;
   fsdp_init(&fs, model_num_units(&cfg), o.fsdp, comm_world(), kctx);
   Model model;

@@ -25,7 +25,12 @@ size_t dtype_size(DType t);
 
 typedef struct Comm Comm;
 
-// The world communicator (MPI_COMM_WORLD, or a single rank without MPI).
+// Start-up settings, before the first comm_world(): the directory where rank 0 publishes the
+// NCCL id when there is no MPI (--init-dir), and the seconds after which a collective that has
+// not finished aborts the run (--comm-timeout, 0 = never; NCCL only: an MPI collective that
+// never completes cannot be interrupted).
+void comm_configure(const char* init_dir, double timeout_s);
+// The world communicator (MPI_COMM_WORLD, NCCL's world, or a single rank).
 Comm* comm_world(void);
 int comm_rank(const Comm* c);
 int comm_size(const Comm* c);

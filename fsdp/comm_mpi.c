@@ -12,6 +12,11 @@
 
 #include "fsdp/dist.h"
 
+void comm_configure(const char* init_dir, double timeout_s) {
+  (void)init_dir;  // MPI starts from mpirun; no id to exchange
+  (void)timeout_s;
+}
+
 size_t dtype_size(DType t) {
   switch (t) {
     case DT_F32: return 4;
@@ -26,7 +31,13 @@ size_t dtype_size(DType t) {
 
 struct Comm { int unused; };
 static struct Comm world_comm;
-Comm* comm_world(void) { return &world_comm; }
+Comm* comm_world(void) {
+  // Several ranks need a communication backend: MPI here (build with mpicc), or NCCL.
+  if (dist_world() > 1)
+    fatal("the environment describes %d ranks, but this binary was built without MPI or NCCL; "
+          "install OpenMPI (mpicc) and rebuild, or run one rank", dist_world());
+  return &world_comm;
+}
 int comm_rank(const Comm* c) { (void)c; return 0; }
 int comm_size(const Comm* c) { (void)c; return 1; }
 Comm* comm_split(Comm* c, int color, int key) { (void)color; (void)key; return c; }

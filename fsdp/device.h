@@ -18,6 +18,8 @@ DeviceEvent* device_event_create(void);
 void device_event_record(DeviceEvent* e, StreamId s);
 void device_stream_wait(StreamId s, DeviceEvent* e);
 void device_synchronize(void);
+// The backend's handle of a stream (cudaStream_t on CUDA, NULL on the CPU).
+void* device_stream(StreamId s);
 // Memory the plan may use on this device: free GPU memory, or the host's available memory.
 size_t device_free_bytes(void);
 void device_copy_to_host(void* dst, const void* src, size_t bytes);

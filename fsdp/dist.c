@@ -8,7 +8,12 @@
 #include <mpi.h>
 #endif
 
-static int g_rank = 0, g_world = 1, g_mpi = 0;
+#include "fsdp/launch.h"
+
+static int g_rank = 0, g_world = 1, g_local_rank = 0;
+#ifndef NO_MPI
+static int g_mpi = 0;
+#endif
 
 void dist_init(int* argc, char*** argv) {
 #ifndef NO_MPI
@@ -20,11 +25,29 @@ void dist_init(int* argc, char*** argv) {
   g_mpi = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+  // The rank on this node (it picks the GPU): ranks that share memory form one node.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &g_local_rank);
+  MPI_Comm_free(&node);
 #else
   (void)argc;
   (void)argv;
+  // Without MPI the launcher's environment (OpenMPI, Slurm or torchrun variables) says who
+  // we are; with none of them this is the only rank.
+  LaunchEnv env;
+  char err[1024];
+  if (launch_env_detect(&env, err, sizeof err)) {
+    fprintf(stderr, "error: %s\n", err);
+    exit(2);
+  }
+  g_rank = env.rank;
+  g_world = env.world;
+  g_local_rank = env.local_rank;
 #endif
 }
+
+int dist_local_rank(void) { return g_local_rank; }
 
 void dist_finalize(void) {
 #ifndef NO_MPI

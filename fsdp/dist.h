@@ -12,6 +12,7 @@ void dist_init(int* argc, char*** argv);
 void dist_finalize(void);
 int dist_rank(void);
 int dist_world(void);
+int dist_local_rank(void);  // rank on this node: selects the GPU
 // printf on rank 0 only.
 void log0(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Prints "[rank r] error: <message>" to stderr and aborts all ranks.

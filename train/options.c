@@ -41,6 +41,8 @@ static void print_help(void) {
       "  --prefetch P          none | forward | backward | both (default both)\n"
       "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
       "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
+      "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
+      "  --comm-timeout S      abort a collective unfinished after S seconds (NCCL; default 600)\n"
       "  --trace FILE          per-rank Chrome trace (Perfetto) of all-gathers, compute and\n"
       "                        reduce-scatters (FILE.rank<r> for each rank of a multi-rank run)\n"
       "evaluation and logs\n"
@@ -99,7 +101,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 Options parse_options(int argc, char** argv) {
-  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .steps = 10, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -125,7 +127,8 @@ Options parse_options(int argc, char** argv) {
       {"memory-limit", required_argument, 0, 'z'},{"bench", no_argument, 0, 'q'},
       {"bench-warmup", required_argument, 0, 'u'},{"bench-json", required_argument, 0, 'J'},
       {"peak", no_argument, 0, 'Z'},             {"trace", required_argument, 0, 'T'},
-      {"reduce-dtype", required_argument, 0, 'R'},
+      {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
+      {"comm-timeout", required_argument, 0, 'O'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -173,6 +176,8 @@ Options parse_options(int argc, char** argv) {
       case 'Q': o.dump_params = optarg; break;
       case 'y': o.plan = 1; break;
       case 'T': o.trace_path = optarg; break;
+      case 'I': o.init_dir = optarg; break;
+      case 'O': o.comm_timeout = parse_float(name, optarg, 0.0f, 1e7f); break;
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
         else if (!strcmp(optarg, "bf16")) o.fsdp.reduce_dtype = DT_BF16;

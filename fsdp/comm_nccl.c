@@ -1,0 +1,327 @@
+// comm_nccl.c: the GPU implementation of fsdp/comm.h over NCCL.
+//
+// Collectives are issued on the stream their communicator is bound to (comm_bind_stream):
+// the shard group's all-gather communicator on the all-gather stream, the reduce-scatter and
+// replica communicators on the reduce-scatter stream. Separate communicators let NCCL run an
+// all-gather and a reduce-scatter at the same time (FSDP paper 3.2).
+//
+// Start-up: the unique id of the world communicator travels by MPI when the binary runs under
+// mpirun; without MPI every rank derives it from NCCL_COMM_ID, or rank 0 writes it to a file
+// in --init-dir that the others wait for (fsdp/launch.c). Each rank uses GPU local_rank.
+//
+// Failure handling: every NCCL call is checked; a watchdog thread polls each communicator's
+// asynchronous error and the age of the oldest collective still running. A collective that
+// has not finished after --comm-timeout seconds aborts every communicator and exits with a
+// message that names the rank and the collective, instead of hanging.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifndef NO_MPI
+#include <mpi.h>
+#endif
+
+#include "fsdp/comm.h"
+#include "fsdp/device.h"
+#include "fsdp/dist.h"
+#include "fsdp/launch.h"
+
+#define NCCL_CHECK(call)                                                                      \
+  do {                                                                                        \
+    ncclResult_t r_ = (call);                                                                 \
+    if (r_ != ncclSuccess) fatal("NCCL call failed: %s (%s:%d: %s)", ncclGetErrorString(r_), __FILE__, __LINE__, #call); \
+  } while (0)
+#define CUDA_OK(call)                                                                          \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) fatal("CUDA call failed: %s (%s:%d: %s)", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
+  } while (0)
+
+// Host values (a loss, a count, the norm's limbs) are staged through this much device memory,
+// allocated with the communicator, never inside a step.
+#define STAGING_BYTES 4096
+#define MAX_COMMS 16
+#define MAX_PENDING 256
+
+struct Comm {
+  ncclComm_t nc;
+  int rank, size;
+  StreamId stream;
+  void* staging;
+  const char* name;
+};
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DT_F32: return 4;
+    case DT_F64: return 8;
+    case DT_I64: return 8;
+    case DT_BF16: return 2;
+  }
+  return 0;
+}
+
+static ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DT_F32: return ncclFloat32;
+    case DT_F64: return ncclFloat64;
+    case DT_I64: return ncclInt64;
+    case DT_BF16: return ncclBfloat16;
+  }
+  return ncclFloat32;
+}
+
+// ---- the watchdog -------------------------------------------------------------------
+// A ring of collectives in flight: an event recorded right after each one on its stream,
+// the time it was issued and its name. The watchdog thread retires completed ones in order
+// and fails the run when the oldest is older than the timeout.
+typedef struct {
+  cudaEvent_t done;
+  double issued;
+  const char* what;
+  const Comm* comm;
+} Pending;
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_t thread;
+  int running;
+  double timeout_s;
+  Pending ring[MAX_PENDING];
+  int head, count;
+  Comm* comms[MAX_COMMS];
+  int ncomms;
+  int device;
+} watch = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char* g_init_dir = NULL;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void abort_all_and_exit(const char* msg) {
+  fprintf(stderr, "[rank %d] error: %s; aborting the NCCL communicators\n", dist_rank(), msg);
+  fflush(stderr);
+  for (int i = 0; i < watch.ncomms; i++) ncclCommAbort(watch.comms[i]->nc);
+  _exit(1);
+}
+
+static void* watchdog(void* arg) {
+  (void)arg;
+  cudaSetDevice(watch.device);
+  while (1) {
+    usleep(100 * 1000);
+    pthread_mutex_lock(&watch.lock);
+    while (watch.count > 0) {
+      Pending* p = &watch.ring[watch.head];
+      cudaError_t q = cudaEventQuery(p->done);
+      if (q == cudaErrorNotReady) {
+        if (now() - p->issued > watch.timeout_s) {
+          char msg[512];
+          snprintf(msg, sizeof msg, "%s on a communicator of %d ranks did not finish within %.0f s (--comm-timeout)",
+                   p->what, p->comm->size, watch.timeout_s);
+          pthread_mutex_unlock(&watch.lock);
+          abort_all_and_exit(msg);
+        }
+        break;
+      }
+      watch.head = (watch.head + 1) % MAX_PENDING;
+      watch.count--;
+    }
+    for (int i = 0; i < watch.ncomms; i++) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(watch.comms[i]->nc, &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "NCCL reported an asynchronous error: %s", ncclGetErrorString(async));
+        pthread_mutex_unlock(&watch.lock);
+        abort_all_and_exit(msg);
+      }
+    }
+    pthread_mutex_unlock(&watch.lock);
+  }
+  return NULL;
+}
+
+static void watch_comm(Comm* c) {
+  pthread_mutex_lock(&watch.lock);
+  if (watch.ncomms == MAX_COMMS) fatal("more than %d NCCL communicators", MAX_COMMS);
+  watch.comms[watch.ncomms++] = c;
+  pthread_mutex_unlock(&watch.lock);
+}
+
+// Called after a collective was issued: records its completion event for the watchdog.
+static void track(const Comm* c, const char* what, cudaStream_t s) {
+  if (!watch.running) return;
+  pthread_mutex_lock(&watch.lock);
+  if (watch.count == MAX_PENDING) {  // the ring is full: wait for the oldest to retire
+    Pending* p = &watch.ring[watch.head];
+    pthread_mutex_unlock(&watch.lock);
+    cudaEventSynchronize(p->done);
+    pthread_mutex_lock(&watch.lock);
+    watch.head = (watch.head + 1) % MAX_PENDING;
+    watch.count--;
+  }
+  Pending* p = &watch.ring[(watch.head + watch.count) % MAX_PENDING];
+  CUDA_OK(cudaEventRecord(p->done, s));
+  p->issued = now();
+  p->what = what;
+  p->comm = c;
+  watch.count++;
+  pthread_mutex_unlock(&watch.lock);
+}
+
+void comm_configure(const char* init_dir, double timeout_s) {
+  g_init_dir = init_dir;
+  watch.timeout_s = timeout_s;
+}
+
+// ---- communicators --------------------------------------------------------------------
+static Comm* wrap(ncclComm_t nc, const char* name) {
+  Comm* c = xcalloc(1, sizeof(Comm), "communicator");
+  c->nc = nc;
+  c->name = name;
+  c->stream = STREAM_COMPUTE;
+  NCCL_CHECK(ncclCommUserRank(nc, &c->rank));
+  NCCL_CHECK(ncclCommCount(nc, &c->size));
+  CUDA_OK(cudaMalloc(&c->staging, STAGING_BYTES));
+  watch_comm(c);
+  return c;
+}
+
+// The world's unique id: by MPI, from NCCL_COMM_ID, or through a file in --init-dir.
+static void world_id(ncclUniqueId* id, int rank, int world) {
+#ifndef NO_MPI
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(id));
+  if (MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) fatal("MPI_Bcast of the NCCL id failed");
+  return;
+#endif
+  if (world == 1 || getenv("NCCL_COMM_ID")) {
+    // With NCCL_COMM_ID every rank's id names the same bootstrap address (rank 0 listens).
+    NCCL_CHECK(ncclGetUniqueId(id));
+    return;
+  }
+  if (!g_init_dir)
+    fatal("%d ranks started without MPI: set NCCL_COMM_ID=<host of rank 0>:<port>, or pass --init-dir DIR "
+          "(a directory every rank can read) so rank 0 can publish the NCCL id there", world);
+  char run_id[160], err[1024];
+  if (launch_run_id(run_id, sizeof run_id, world, err, sizeof err)) fatal("%s", err);
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(id));
+  double timeout = watch.timeout_s > 0 ? watch.timeout_s : 300.0;
+  if (launch_exchange_id(g_init_dir, run_id, rank, (unsigned char*)id, sizeof *id, timeout, err, sizeof err))
+    fatal("%s", err);
+}
+
+Comm* comm_world(void) {
+  static Comm* world = NULL;
+  if (world) return world;
+  int rank = dist_rank(), W = dist_world();
+  watch.device = dist_local_rank();
+  CUDA_OK(cudaSetDevice(watch.device));
+  for (int i = 0; i < MAX_PENDING; i++) CUDA_OK(cudaEventCreateWithFlags(&watch.ring[i].done, cudaEventDisableTiming));
+  ncclUniqueId id;
+  world_id(&id, rank, W);
+  ncclComm_t nc;
+  NCCL_CHECK(ncclCommInitRank(&nc, W, id, rank));
+  world = wrap(nc, "world");
+  if (rank == 0 && g_init_dir && W > 1) {
+    char run_id[160], err[1024];
+    if (!launch_run_id(run_id, sizeof run_id, W, err, sizeof err)) launch_id_cleanup(g_init_dir, run_id, err, sizeof err);
+  }
+  if (watch.timeout_s > 0 && !watch.running) {
+    if (pthread_create(&watch.thread, NULL, watchdog, NULL)) fatal("cannot start the communication watchdog thread");
+    pthread_detach(watch.thread);
+    watch.running = 1;
+  }
+  return world;
+}
+
+int comm_rank(const Comm* c) { return c->rank; }
+int comm_size(const Comm* c) { return c->size; }
+
+Comm* comm_split(Comm* c, int color, int key) {
+  ncclComm_t sub;
+  NCCL_CHECK(ncclCommSplit(c->nc, color, key, &sub, NULL));
+  return wrap(sub, "group");
+}
+
+void comm_free(Comm* c) {
+  if (!c) return;
+  NCCL_CHECK(ncclCommDestroy(c->nc));
+  cudaFree(c->staging);
+  free(c);
+}
+
+void comm_bind_stream(Comm* c, StreamId s) { c->stream = s; }
+
+// Host pointers (loss sums, counts, norm limbs) go through the staging buffer and return
+// synchronously; device pointers (unit buffers) stay asynchronous on the bound stream.
+static int is_host(const void* p) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+
+typedef enum { OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_REDUCE, OP_BROADCAST } Op;
+
+static void collective(Comm* c, Op op, void* buf, size_t count, DType t, int root, const char* what) {
+  cudaStream_t s = (cudaStream_t)device_stream(c->stream);
+  size_t es = op == OP_BROADCAST ? 1 : dtype_size(t), total = (op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER ? (size_t)c->size : 1) * count * es;
+  int host = is_host(buf);
+  char* d = buf;
+  if (host) {
+    if (total > STAGING_BYTES) fatal("%s of %zu host bytes exceeds the %d-byte staging buffer; this is a bug", what, total, STAGING_BYTES);
+    d = c->staging;
+    CUDA_OK(cudaMemcpyAsync(d, buf, total, cudaMemcpyHostToDevice, s));
+  }
+  ncclDataType_t nt = op == OP_BROADCAST ? ncclUint8 : nccl_type(t);  // broadcast counts bytes
+  switch (op) {
+    case OP_ALL_GATHER:  // in place: this rank's input already sits at d + rank*count
+      NCCL_CHECK(ncclAllGather(d + (size_t)c->rank * count * es, d, count, nt, c->nc, s));
+      break;
+    case OP_REDUCE_SCATTER:
+      NCCL_CHECK(ncclReduceScatter(d, d + (size_t)c->rank * count * es, count, nt, ncclSum, c->nc, s));
+      break;
+    case OP_ALL_REDUCE: NCCL_CHECK(ncclAllReduce(d, d, count, nt, ncclSum, c->nc, s)); break;
+    case OP_BROADCAST: NCCL_CHECK(ncclBroadcast(d, d, count, nt, root, c->nc, s)); break;
+  }
+  track(c, what, s);
+  if (host) {
+    CUDA_OK(cudaMemcpyAsync(buf, d, total, cudaMemcpyDeviceToHost, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+  }
+}
+
+void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {
+  if (c->size > 1 && count) collective(c, OP_ALL_GATHER, buf, count, t, 0, "all-gather");
+}
+void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {
+  if (c->size > 1 && count) collective(c, OP_REDUCE_SCATTER, buf, count, t, 0, "reduce-scatter");
+}
+void comm_all_reduce(Comm* c, void* buf, size_t count, DType t) {
+  if (c->size > 1 && count) collective(c, OP_ALL_REDUCE, buf, count, t, 0, "all-reduce");
+}
+void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
+  if (c->size > 1 && bytes) collective(c, OP_BROADCAST, buf, bytes, DT_F32 /* unused: bytes */, root, "broadcast");
+}
+
+void comm_barrier(Comm* c) {
+  int64_t one = 1;
+  comm_all_reduce(c, &one, 1, DT_I64);
+}
+
+int comm_all_true(Comm* c, int flag) {
+  int64_t v = flag ? 0 : 1;  // count the ranks that say no
+  comm_all_reduce(c, &v, 1, DT_I64);
+  return v == 0;
+}
