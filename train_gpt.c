@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   if (o.fsdp.reduce_dtype != DT_F32 && !strcmp(kernels_backend(), "cpu"))
     usage_error("%s", "--reduce-dtype bf16 needs the CUDA build (train_gpt); the CPU backend reduces in fp32");
   int A = o.accum, M = W * A;  // micro-batches per optimizer step, over all ranks
+  if (o.fsdp.sim_world > 1 && W > 1) usage_error("%s", "--sim-world simulates several ranks from one: run it without mpirun");
 
   // Data first: a bad path on any rank stops every rank before the model is built.
   Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te, .seed = o.seed};
@@ -111,6 +112,8 @@ int main(int argc, char** argv) {
     if (!logf) fatal("--log: cannot open '%s' for writing", o.log_path);
   }
   int total_steps = o.steps + (o.bench ? o.bench_warmup : 0);
+  Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
+  schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
   double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
   for (int step = 0; step < total_steps; step++) {
@@ -143,7 +146,7 @@ int main(int argc, char** argv) {
     // Clip as torch.nn.utils.clip_grad_norm_: scale by C / (norm + 1e-6) when that is below 1.
     float scale = 1.0f;
     if (o.grad_clip > 0 && norm + 1e-6 > o.grad_clip) scale = (float)(o.grad_clip / (norm + 1e-6));
-    float lr = learning_rate(&o, step);
+    float lr = learning_rate(&schedule, step);
     AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps,
                       .weight_decay = o.weight_decay, .grad_scale = scale, .step = step + 1};
     fsdp_adamw_step(&fs, args);

@@ -18,6 +18,9 @@ DeviceEvent* device_event_create(void);
 void device_event_record(DeviceEvent* e, StreamId s);
 void device_stream_wait(StreamId s, DeviceEvent* e);
 void device_synchronize(void);
+// Holds stream s busy for `seconds` (the simulated link: a collective replaced by the time it
+// would take). CPU: the host sleeps, as a synchronous collective would block it.
+void device_delay(StreamId s, double seconds);
 // The backend's handle of a stream (cudaStream_t on CUDA, NULL on the CPU).
 void* device_stream(StreamId s);
 // Memory the plan may use on this device: free GPU memory, or the host's available memory.

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fsdp/device.h"
 #include "fsdp/dist.h"
@@ -22,6 +23,14 @@ DeviceEvent* device_event_create(void) { return xcalloc(1, sizeof(DeviceEvent), 
 void device_event_record(DeviceEvent* e, StreamId s) { (void)e; (void)s; }
 void device_stream_wait(StreamId s, DeviceEvent* e) { (void)e; (void)s; }
 void device_synchronize(void) {}
+void device_delay(StreamId s, double seconds) {
+  (void)s;
+  if (seconds <= 0) return;
+  struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
 void* device_stream(StreamId s) {
   (void)s;
   return NULL;

@@ -80,6 +80,11 @@ typedef struct {
   int prefetch_forward, prefetch_backward;
   int decay_embeddings;    // also decay embeddings (default: only matmul weights decay)
   DType reduce_dtype;      // dtype of the gradient collectives (DT_F32 by default)
+  // Simulated link (--sim-world W --sim-link GBps): keep the one-rank arithmetic, but replace
+  // each collective by a wait as long as a ring all-gather / reduce-scatter of that size
+  // would take on sim_world ranks at sim_gbps GB/s per rank.
+  int sim_world;
+  double sim_gbps;
 } FSDPOptions;
 
 typedef struct {

@@ -22,6 +22,13 @@
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
 
+// A ring all-gather or reduce-scatter of a buffer of `bytes` moves (W-1)/W of it through each
+// rank's link.
+static double ring_seconds(const FSDP* fs, double bytes) {
+  int W = fs->opt.sim_world;
+  return (double)(W - 1) / W * bytes / (fs->opt.sim_gbps * 1e9);
+}
+
 static int free_slot(FSDP* fs) {
   for (int s = 0; s < fs->nslots; s++)
     if (fs->slot_owner[s] < 0) return s;
@@ -49,6 +56,7 @@ static void unshard(FSDP* fs, int u) {
   }
   cast_f32_to_act(fs->kctx, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
   double t0 = trace_now();
+  if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
   comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
   double t1 = trace_now();
   fs->comm_seconds += t1 - t0;
@@ -148,6 +156,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
   float* chunk = g + (size_t)fs->shard_rank * U->shard;
   double t0 = trace_now();
+  if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
   comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
   comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
   double t1 = trace_now();

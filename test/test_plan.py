@@ -127,5 +127,28 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--peak gives an MFU between 0 and 1", isinstance(j.get("mfu"), float) and 0 < j["mfu"] < 1, str(j.get("mfu")))
     check("median lies between min and max", j and j["step_ms_min"] <= j["step_ms_median"] <= j["step_ms_max"], str(j))
 
+# The simulated link: every collective waits as long as a ring all-gather / reduce-scatter of
+# its unit on W ranks at the given bandwidth: (W-1)/W x bytes / bandwidth.
+def unit_sizes(L, C, H, V, T):
+    Vp = up(V, 128)
+    root = up(unit_numel([Vp * C, T * C, C, C]), 128)
+    block = up(unit_numel([C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C]), 128)
+    return root, block
+
+
+W_SIM, GBPS = 8, 0.05
+root, block = unit_sizes(2, 64, 4, 256, 64)
+ring = lambda elems: (W_SIM - 1) / W_SIM * elems * 4 / (GBPS * 1e9) * 1e3  # ms, fp32 on the CPU
+want_ms = ring(root) + 4 * ring(block) + ring(root) + 2 * ring(block)  # AG: root + 2 per block; RS: 1 each
+with tempfile.TemporaryDirectory() as tmp:
+    js = os.path.join(tmp, "sim.json")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([BIN, "--model", "gpt:L=2,C=64,H=4,V=256,T=64", "--data", data, "--batch", "2", "--steps", "2",
+                        "--bench", "--bench-warmup", "1", "--bench-json", js, "--sim-world", str(W_SIM), "--sim-link",
+                        str(GBPS)], capture_output=True, text=True, env=env)
+    got = json.load(open(js))["exposed_comm_ms_median"] if p.returncode == 0 else None
+    check("--sim-world %d --sim-link %g: exposed comm %s ms, ring model %.1f ms" % (W_SIM, GBPS, got, want_ms),
+          got is not None and want_ms <= got <= want_ms * 1.25 + 5, p.stdout[-300:] + p.stderr[-300:])
+
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -63,6 +63,8 @@ static void print_help(void) {
       "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
       "  --bench-json FILE     write the benchmark results as JSON\n"
       "  --peak                measure this device's achievable matmul rate for MFU\n"
+      "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
+      "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
       "models:\n%s",
       USAGE, presets);
@@ -126,7 +128,8 @@ Options parse_options(int argc, char** argv) {
       {"plan", no_argument, 0, 'y'},              {"world", required_argument, 0, 'Y'},
       {"memory-limit", required_argument, 0, 'z'},{"bench", no_argument, 0, 'q'},
       {"bench-warmup", required_argument, 0, 'u'},{"bench-json", required_argument, 0, 'J'},
-      {"peak", no_argument, 0, 'Z'},             {"trace", required_argument, 0, 'T'},
+      {"peak", no_argument, 0, 'Z'},             {"sim-world", required_argument, 0, 'W'},
+      {"sim-link", required_argument, 0, 'U'},             {"trace", required_argument, 0, 'T'},
       {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
       {"comm-timeout", required_argument, 0, 'O'},
       {"help", no_argument, 0, 'h'},
@@ -189,6 +192,8 @@ Options parse_options(int argc, char** argv) {
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
+      case 'W': o.fsdp.sim_world = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'U': o.fsdp.sim_gbps = parse_float(name, optarg, 1e-6f, 1e6f); break;
       case 'j': o.enc_len = (int)parse_long(name, optarg, 2, 1 << 20); break;
       case 'k': o.dec_len = (int)parse_long(name, optarg, 2, 1 << 20); break;
       case 'h':
@@ -203,6 +208,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.model) usage_error("%s", "--model is required");
   if (!o.data && !o.plan) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
+  if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
   return o;
 }
 

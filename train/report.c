@@ -31,6 +31,11 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   log0("| %-22s | %-30d |\n", "ranks", W);
   log0("| %-22s | %-30s |\n", "sharding", shard);
   log0("| %-22s | %-30d |\n", "limit all-gathers", o->fsdp.limit_all_gathers);
+  if (o->fsdp.sim_world > 1) {
+    char sim[64];
+    snprintf(sim, sizeof sim, "%d ranks at %g GB/s", o->fsdp.sim_world, o->fsdp.sim_gbps);
+    log0("| %-22s | %-30s |\n", "simulated link", sim);
+  }
   log0("| %-22s | %-30s |\n", "prefetch", prefetch_name(&o->fsdp));
   log0("| %-22s | %-30s |\n", "gradient accumulation", o->fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
   log0("| %-22s | %-30d |\n", "micro-batch (B)", m->B);
