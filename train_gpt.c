@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   if (o.eval_prompts) prompts = load_prompts(o.eval_prompts, T, cfg.V);
 
   // Model and FSDP runtime: plan, check the plan fits, allocate once, initialize the shards.
-  KernelCtx* kctx = kernels_init(0);
+  KernelCtx* kctx = kernels_init(dist_local_rank());  // each rank uses the GPU of its local rank
   char device[128];
   kernels_device_name(kctx, device, sizeof device);
   comm_configure(o.init_dir, o.comm_timeout);

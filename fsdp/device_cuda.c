@@ -5,7 +5,7 @@
 // every kernel runs on and two communication streams; StreamId maps onto them in order:
 //   STREAM_COMPUTE -> the kernels' stream, STREAM_ALL_GATHER and STREAM_REDUCE_SCATTER -> the
 //   two others (separate streams so that NCCL never serializes an all-gather behind a
-//   reduce-scatter; FSDP paper, section 3.3). The schedule orders them only through events.
+//   reduce-scatter, as in PyTorch FSDP). The schedule orders them only through events.
 // Copies run on the compute stream, so they are ordered after the kernels that produced their
 // source; a copy to the host waits for its completion.
 #include <cuda_runtime_api.h>
@@ -62,9 +62,18 @@ void device_stream_wait(StreamId s, DeviceEvent* e) { CUDA_OK(cudaStreamWaitEven
 
 void device_synchronize(void) { CUDA_OK(cudaDeviceSynchronize()); }
 
+// The stream stays busy on the GPU (the host does not wait), as a real collective would.
+void device_delay(StreamId s, double seconds) { kernels_cuda_delay((int)s, seconds); }
+
+void* device_stream(StreamId s) { return kernels_cuda_stream((int)s); }
+
+// Without a usable GPU (e.g. --plan on a machine without one) the limit is unknown: no limit.
 size_t device_free_bytes(void) {
   size_t free_b = 0, total_b = 0;
-  CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return (size_t)-1;
+  }
   return free_b;
 }
 

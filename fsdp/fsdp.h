@@ -99,7 +99,8 @@ typedef struct {
   // bound to their own streams, so the backend never serializes the two (FSDP paper 3.2 notes
   // that one process group forces the reduce-scatter and the next all-gather into one queue).
   Comm *world, *shard_group, *gather_group, *replica_group;
-  KernelCtx* kctx;
+  KernelCtx* kctx;                  // compute stream
+  KernelCtx *kctx_gather, *kctx_reduce;  // the same kernels on the all-gather / reduce-scatter streams
   // units: 0 is the root, then the model's units in forward order
   int nunits;
   Unit* units;
@@ -119,6 +120,7 @@ typedef struct {
   int ngrad_slots;
   float** grad_slots;
   int* grad_slot_owner;
+  int* grad_slot_last;              // the unit whose reduction last read each buffer (-1: none)
   float* root_grads;
   // step state
   int training;                     // forward will be followed by backward

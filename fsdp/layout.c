@@ -44,6 +44,8 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
   memset(fs, 0, sizeof *fs);
   fs->opt = opt;
   fs->kctx = kctx;
+  fs->kctx_gather = kernels_stream_ctx(kctx, STREAM_ALL_GATHER);
+  fs->kctx_reduce = kernels_stream_ctx(kctx, STREAM_REDUCE_SCATTER);
   fs->world_rank = rank;
   fs->world_size = W;
   // The sharding factor F (FSDP paper section 3.2): W for full and grad-op, 1 for DDP, and
@@ -201,9 +203,10 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
   }
   fs->grad_slots = xcalloc(fs->ngrad_slots, sizeof(float*), "gradient buffer table");
   fs->grad_slot_owner = xcalloc(fs->ngrad_slots, sizeof(int), "gradient buffer table");
+  fs->grad_slot_last = xcalloc(fs->ngrad_slots, sizeof(int), "gradient buffer table");
   for (int s = 0; s < fs->ngrad_slots; s++) {
     fs->grad_slots[s] = fs->region_grad_slots + (size_t)s * fs->max_padded;
-    fs->grad_slot_owner[s] = -1;
+    fs->grad_slot_owner[s] = fs->grad_slot_last[s] = -1;
   }
   fs->gathered = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
   fs->grad_ready = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");

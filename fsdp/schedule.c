@@ -37,12 +37,14 @@ static int free_slot(FSDP* fs) {
 
 // Unshard: borrow a slot (the root has its own buffer), cast this rank's fp32 master shard
 // straight into its place in the slot (mixed precision: the all-gather sends compute-dtype
-// data), and all-gather in place.
+// data), and all-gather in place. The cast and the collective both run on the all-gather
+// stream, so a prefetch never waits behind compute.
 static void unshard(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   if (U->full_params) return;  // already gathered: prefetched, or kept since forward
   act_t* buf;
-  // The master shard is read below: the last optimizer step must have written it.
+  // The master shard is read below: the last optimizer step must have written it. (The root
+  // buffer's last readers ran before that optimizer step.)
   device_stream_wait(STREAM_ALL_GATHER, fs->params_updated);
   if (u == 0) {
     buf = fs->root_params;
@@ -54,9 +56,9 @@ static void unshard(FSDP* fs, int u) {
     buf = fs->slots[s];
     device_stream_wait(STREAM_ALL_GATHER, fs->slot_free[s]);  // the slot's last reader is done
   }
-  cast_f32_to_act(fs->kctx, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
   double t0 = trace_now();
   if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
+  cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
   comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
   double t1 = trace_now();
   fs->comm_seconds += t1 - t0;
@@ -114,10 +116,12 @@ void fsdp_end_forward(FSDP* fs) {
 }
 
 // The unsharded gradient buffer of unit u: the root's own, a pooled one when every micro-step
-// reduces, or one kept per block across micro-steps without synchronization.
+// reduces, or one kept per block across micro-steps without synchronization. Compute zeroes it
+// only after the reduction that last read it (on the reduce-scatter stream) is done.
 static void borrow_grad_buffer(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   int fresh = fs->opt.sync_accum || fs->micro_step == 0;
+  int last_reader = u;  // the root and the no-sync buffers only ever hold their own unit
   if (u == 0) {
     U->full_grads = fs->root_grads;
   } else if (!fs->opt.sync_accum) {
@@ -129,9 +133,12 @@ static void borrow_grad_buffer(FSDP* fs, int u) {
       if (fs->grad_slot_owner[i] < 0) s = i;
     if (s < 0) fatal("schedule: no free gradient buffer for %s; this is a bug", U->name);
     fs->grad_slot_owner[s] = u;
+    last_reader = fs->grad_slot_last[s];
+    fs->grad_slot_last[s] = u;
     U->grad_slot = s;
     U->full_grads = fs->grad_slots[s];
   }
+  if (last_reader >= 0) device_stream_wait(STREAM_COMPUTE, fs->grad_reduced[last_reader]);
   if (fresh) fill_zero_f32(fs->kctx, U->full_grads, U->padded);
 }
 
@@ -147,14 +154,16 @@ void fsdp_pre_backward(FSDP* fs, int u) {
 
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across
 // replicas (hybrid sharding, paper section 3.2.2; DDP when F = 1), and accumulate it into the
-// fp32 gradient shard. Loss gradients are already scaled by 1/(global tokens), so sums are
-// all that is needed.
+// fp32 gradient shard, all on the reduce-scatter stream. Loss gradients are already scaled by
+// 1/(global tokens), so sums are all that is needed.
 static void reduce_gradient(FSDP* fs, Unit* U) {
   float* g = U->full_grads;
-  // The reduce-scatter stream starts once the compute stream has written the gradient.
+  float* chunk = g + (size_t)fs->shard_rank * U->shard;
+  // Start once compute has written the gradient, and (for the accumulation into the shard)
+  // once the last optimizer step has zeroed the gradient shard.
   device_event_record(fs->grad_ready[U->index], STREAM_COMPUTE);
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
-  float* chunk = g + (size_t)fs->shard_rank * U->shard;
+  device_stream_wait(STREAM_REDUCE_SCATTER, fs->params_updated);
   double t0 = trace_now();
   if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
   comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
@@ -162,10 +171,9 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   double t1 = trace_now();
   fs->comm_seconds += t1 - t0;
   trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, t0, t1);
-  add_f32(fs->kctx, U->grad, chunk, U->shard);
-  // The buffer may be reused (or zeroed by compute) only after the reduction has read it.
+  add_f32(fs->kctx_reduce, U->grad, chunk, U->shard);
+  // Compute waits on this before it reuses the buffer or reads the gradient shard.
   device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);
-  device_stream_wait(STREAM_COMPUTE, fs->grad_reduced[U->index]);
   fs->reduce_scatters++;
 }
 

@@ -40,6 +40,7 @@ part "pytorch reference (GPT)" /usr/bin/python3 test/ref_gpt.py
 part "pytorch reference (T5)" /usr/bin/python3 test/ref_t5.py
 part "command line" bash test/test_cli.sh
 part "planner and benchmark" python3 test/test_plan.py
+part "benchmark scripts" bash test/test_bench_scripts.sh
 part "multi-rank FSDP" bash test/test_multirank.sh
 part "end-to-end training" bash test/test_e2e.sh
 

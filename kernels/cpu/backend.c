@@ -9,6 +9,10 @@ KernelCtx* kernels_init(int device) {
   return NULL;
 }
 void kernels_shutdown(KernelCtx* ctx) { (void)ctx; }
+KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream) {
+  (void)stream;
+  return ctx;
+}
 const char* kernels_backend(void) { return "cpu"; }
 void kernels_device_name(KernelCtx* ctx, char* out, size_t len) {
   (void)ctx;

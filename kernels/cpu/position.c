@@ -2,27 +2,11 @@
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "kernels/position_bucket.h"
 
-// The bucket of a relative position (key minus query). Half the buckets (or all, one-
-// directional) hold exact small distances, the rest log-spaced distances up to max_distance.
-// The log is taken in fp32 and truncated, as T5's reference implementation does, so the
-// buckets agree at every boundary.
+// The body lives in kernels/position_bucket.h, shared with the CUDA kernels.
 int relative_position_bucket(int relative_position, int bidirectional, int num_buckets, int max_distance) {
-  int bucket = 0, n;
-  if (bidirectional) {
-    num_buckets /= 2;
-    if (relative_position > 0) bucket += num_buckets;
-    n = relative_position < 0 ? -relative_position : relative_position;
-  } else {
-    n = relative_position < 0 ? -relative_position : 0;  // only keys before the query count
-  }
-  int max_exact = num_buckets / 2;
-  if (n < max_exact) return bucket + n;
-  float scaled = logf((float)n / (float)max_exact) / (float)log((double)max_distance / max_exact) *
-                 (float)(num_buckets - max_exact);
-  int large = max_exact + (int)scaled;
-  if (large > num_buckets - 1) large = num_buckets - 1;
-  return bucket + large;
+  return position_bucket(relative_position, bidirectional, num_buckets, max_distance);
 }
 
 void relative_bias_forward(KernelCtx* ctx, act_t* bias, const act_t* table, int H, int Tq, int Tk,

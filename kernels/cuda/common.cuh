@@ -1,12 +1,24 @@
-// common.cuh: what every CUDA kernel file shares: the context, error checks, bf16 helpers.
+// common.cuh: what every CUDA kernel file shares: the context, error checks, bf16 helpers,
+// warp reductions and the deterministic column-sum helpers of reduce.cu.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
+#include "kernels/cuda/kernels_cuda.h"
+
+// Sizes of the two device buffers kernels_init allocates once (never inside the loop):
+//   the cuBLASLt workspace (split-K and stream-K algorithms use it), and
+//   the kernel scratch: per-chunk partial column sums (norm and bias gradients, reduce.cu),
+//   the sort buffers of the embedding backward and the diagonal sums of the relative
+//   position bias backward. Kernels that use it run on the one compute stream, one after
+//   the other, so they can share it.
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define KERNEL_SCRATCH_BYTES ((size_t)32 << 20)
 
 // The CUDA backend's context: the compute stream every kernel of this API runs on, the
 // cuBLASLt handle with one preallocated workspace, and the matmul plan cache (matmul.cu).
@@ -18,6 +30,12 @@ struct KernelCtx {
   size_t workspace_bytes;
   cudaDeviceProp prop;
   struct MatmulCache* matmul_cache;  // owned by matmul.cu
+  // The FSDP runtime's two communication streams (fsdp/device_cuda.c maps StreamId onto
+  // stream / comm_streams[0] (all-gather) / comm_streams[1] (reduce-scatter)).
+  cudaStream_t comm_streams[2];
+  void* scratch;  // KERNEL_SCRATCH_BYTES of device memory, see above
+  size_t scratch_bytes;
+  struct KernelCtx* views[2];  // the same context on comm_streams[0] and [1] (kernels_stream_ctx)
 };
 
 void cuda_fail(const char* what, const char* detail, const char* file, int line);
@@ -47,3 +65,36 @@ static __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_r
 static inline bf16* as_bf16(act_t* p) { return reinterpret_cast<bf16*>(p); }
 static inline const bf16* as_bf16(const act_t* p) { return reinterpret_cast<const bf16*>(p); }
 static inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
+
+// Blocks for a grid-stride loop over n elements: enough to fill any current GPU, never 0.
+static inline unsigned int grid_for(size_t n, int threads) {
+  size_t b = (n + threads - 1) / threads;
+  if (b > 65536) b = 65536;
+  return (unsigned int)(b ? b : 1);
+}
+
+// Sum over the 32 lanes of a warp with an xor butterfly. Every lane ends with the same bits:
+// at each step lanes i and i^o add the same two values (IEEE addition is commutative), and
+// the pairing is fixed, so the result is the same on every run.
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- deterministic column sums (reduce.cu) ------------------------------------------
+// A sum over the N rows of a [N, C] matrix is split into `chunks` consecutive row ranges of
+// `rows` rows (the last may be shorter). A first kernel writes one partial sum per (chunk,
+// column), each the plain sequential sum over its rows, into the ctx scratch; finish_column_sums
+// then adds the partials of each column in increasing chunk order to the fp32 output. The
+// split depends only on (N, C, vectors) and the scratch size, never on the GPU or timing, so
+// the bits are the same on every run.
+typedef struct {
+  int chunks, rows;
+} RowChunks;
+// `vectors` is the number of C-long partial vectors needed per chunk (2 for dweight + dbias).
+RowChunks plan_row_chunks(const KernelCtx* ctx, int N, int C, int vectors);
+// out[c] += sum over k = 0..chunks-1 of partials[k*C + c], in that order.
+void finish_column_sums(KernelCtx* ctx, float* out, const float* partials, int chunks, int C);
+// out[c] += sum over rows n of x[n*C + c] (the bias gradient of a linear layer).
+void column_sums_accumulate(KernelCtx* ctx, float* out, const bf16* x, int N, int C);

@@ -1,0 +1,108 @@
+// activation.cu: GELU (tanh form, as GPT-2), ReLU and gated GELU (T5 v1.1), bf16 in and out,
+// fp32 math with the same formulas as kernels/cpu/activation.c. Every output element is one
+// thread's and reads only its own inputs, so in-place use (out == x, dx == dout) is safe.
+#include "kernels/cuda/common.cuh"
+
+#define ACT_THREADS 256
+#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
+#define GELU_A 0.044715f
+
+static __device__ __forceinline__ float gelu(float x) {
+  float u = GELU_K * (x + GELU_A * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// d/dx of 0.5 x (1 + tanh u), u = k (x + a x^3):  0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
+static __device__ __forceinline__ float gelu_grad(float x) {
+  float u = GELU_K * (x + GELU_A * x * x * x);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+}
+
+#define GRID_STRIDE(i, n) \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void gelu_forward_kernel(bf16* out, const bf16* x, size_t n) {
+  GRID_STRIDE(i, n) out[i] = f2bf(gelu(bf2f(x[i])));
+}
+
+__global__ void gelu_backward_kernel(bf16* dx, const bf16* x, const bf16* dout, size_t n) {
+  GRID_STRIDE(i, n) dx[i] = f2bf(bf2f(dout[i]) * gelu_grad(bf2f(x[i])));
+}
+
+__global__ void relu_forward_kernel(bf16* out, const bf16* x, size_t n) {
+  GRID_STRIDE(i, n) {
+    float v = bf2f(x[i]);
+    out[i] = f2bf(v > 0.0f ? v : 0.0f);
+  }
+}
+
+// The subgradient at exactly 0 is 0, matching the forward's strict comparison.
+__global__ void relu_backward_kernel(bf16* dx, const bf16* x, const bf16* dout, size_t n) {
+  GRID_STRIDE(i, n) dx[i] = bf2f(x[i]) > 0.0f ? dout[i] : f2bf(0.0f);
+}
+
+// Element i of row n of out: gate = x[n, i], up = x[n, F + i].
+__global__ void geglu_forward_kernel(bf16* out, const bf16* x, int N, int F) {
+  size_t total = (size_t)N * F;
+  GRID_STRIDE(e, total) {
+    size_t n = e / F, i = e % F;
+    const bf16* row = x + n * 2 * (size_t)F;
+    out[e] = f2bf(gelu(bf2f(row[i])) * bf2f(row[F + i]));
+  }
+}
+
+// d/dgate = dout * up * gelu'(gate), d/dup = dout * gelu(gate). One thread writes both halves
+// of its element, after reading both inputs, so dx may alias x.
+__global__ void geglu_backward_kernel(bf16* dx, const bf16* x, const bf16* dout, int N, int F) {
+  size_t total = (size_t)N * F;
+  GRID_STRIDE(e, total) {
+    size_t n = e / F, i = e % F;
+    const bf16* row = x + n * 2 * (size_t)F;
+    float g = bf2f(row[i]), u = bf2f(row[F + i]), d = bf2f(dout[e]);
+    bf16* drow = dx + n * 2 * (size_t)F;
+    drow[i] = f2bf(d * u * gelu_grad(g));
+    drow[F + i] = f2bf(d * gelu(g));
+  }
+}
+
+extern "C" void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
+  if (!n) return;
+  gelu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(out), as_bf16(x), n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
+  if (!n) return;
+  gelu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(dx), as_bf16(x),
+                                                                                   as_bf16(dout), n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void relu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
+  if (!n) return;
+  relu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(out), as_bf16(x), n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
+  if (!n) return;
+  relu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(dx), as_bf16(x),
+                                                                                   as_bf16(dout), n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
+  size_t n = (size_t)N * F;
+  if (!n) return;
+  geglu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(out), as_bf16(x), N, F);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
+  size_t n = (size_t)N * F;
+  if (!n) return;
+  geglu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(dx), as_bf16(x),
+                                                                                    as_bf16(dout), N, F);
+  CUDA_LAUNCH_CHECK();
+}

@@ -1,0 +1,123 @@
+// backend.cu: the CUDA backend's lifecycle: device selection, the compute stream and the two
+// communication streams, the cuBLASLt handle and workspace, the kernel scratch.
+//
+// Everything is allocated here, once; no kernel of this backend allocates device memory.
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+void matmul_cache_create(KernelCtx* ctx);   // matmul.cu
+void matmul_cache_destroy(KernelCtx* ctx);  // matmul.cu
+
+// The context kernels_init created last: fsdp/device_cuda.c reaches the streams through it
+// (kernels_cuda_stream), since device.h's functions take no context.
+static KernelCtx* live_ctx = NULL;
+
+void cuda_fail(const char* what, const char* detail, const char* file, int line) {
+  fprintf(stderr, "error: CUDA call failed: %s\n  call: %s\n  at %s:%d\n", detail, what, file, line);
+  fflush(stderr);
+  exit(1);
+}
+
+extern "C" KernelCtx* kernels_init(int device) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    fprintf(stderr, "error: no CUDA GPU found: run train_gpt_cpu, the CPU build, instead (%s)\n",
+            e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+    exit(1);
+  }
+  if (device < 0 || device >= count) {
+    fprintf(stderr, "error: CUDA device %d requested, but this process sees %d GPU%s (CUDA_VISIBLE_DEVICES?)\n",
+            device, count, count == 1 ? "" : "s");
+    exit(1);
+  }
+  KernelCtx* ctx = (KernelCtx*)calloc(1, sizeof(KernelCtx));
+  if (!ctx) cuda_fail("calloc(KernelCtx)", "out of host memory", __FILE__, __LINE__);
+  ctx->device = device;
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaGetDeviceProperties(&ctx->prop, device));
+  // Blocking streams (the default flag): they also order against the legacy default stream,
+  // so a stray cudaMemcpy/cudaMemset without a stream can never race with them.
+  CUDA_CHECK(cudaStreamCreate(&ctx->stream));
+  CUDA_CHECK(cudaStreamCreate(&ctx->comm_streams[0]));
+  CUDA_CHECK(cudaStreamCreate(&ctx->comm_streams[1]));
+  CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
+  ctx->workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+  CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+  ctx->scratch_bytes = KERNEL_SCRATCH_BYTES;
+  CUDA_CHECK(cudaMalloc(&ctx->scratch, ctx->scratch_bytes));
+  matmul_cache_create(ctx);
+  // Views of this context that launch on the communication streams (kernels_stream_ctx): the
+  // FSDP runtime casts a shard into its slot on the all-gather stream and accumulates a
+  // reduced gradient on the reduce-scatter stream. Only elementwise kernels run on them, so
+  // they get no workspace or scratch: a kernel that needed one would fail loudly, not race.
+  for (int i = 0; i < 2; i++) {
+    KernelCtx* v = (KernelCtx*)calloc(1, sizeof(KernelCtx));
+    if (!v) cuda_fail("calloc(KernelCtx)", "out of host memory", __FILE__, __LINE__);
+    *v = *ctx;
+    v->stream = ctx->comm_streams[i];
+    v->workspace = v->scratch = NULL;
+    v->workspace_bytes = v->scratch_bytes = 0;
+    v->matmul_cache = NULL;
+    ctx->views[i] = v;
+  }
+  live_ctx = ctx;
+  return ctx;
+}
+
+extern "C" KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream) {
+  if (!ctx || stream == 0) return ctx;
+  return ctx->views[stream == 1 ? 0 : 1];
+}
+
+extern "C" void kernels_shutdown(KernelCtx* ctx) {
+  if (!ctx) return;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  matmul_cache_destroy(ctx);
+  free(ctx->views[0]);
+  free(ctx->views[1]);
+  CUBLAS_CHECK(cublasLtDestroy(ctx->lt));
+  CUDA_CHECK(cudaFree(ctx->workspace));
+  CUDA_CHECK(cudaFree(ctx->scratch));
+  CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[1]));
+  CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[0]));
+  CUDA_CHECK(cudaStreamDestroy(ctx->stream));
+  if (live_ctx == ctx) live_ctx = NULL;
+  free(ctx);
+}
+
+extern "C" const char* kernels_backend(void) { return "cuda"; }
+
+extern "C" void kernels_device_name(KernelCtx* ctx, char* out, size_t len) {
+  if (!ctx) ctx = live_ctx;
+  snprintf(out, len, "%s", ctx ? ctx->prop.name : "cuda (no context)");
+}
+
+extern "C" void* kernels_cuda_stream(int which) {
+  if (!live_ctx) {
+    fprintf(stderr, "error: a device stream was used before kernels_init created the CUDA context\n");
+    exit(1);
+  }
+  if (which == 1) return (void*)live_ctx->comm_streams[0];
+  if (which == 2) return (void*)live_ctx->comm_streams[1];
+  return (void*)live_ctx->stream;
+}
+
+// One thread that keeps its stream busy until `ns` nanoseconds of the GPU's global timer have
+// passed (sleeping between reads, so it takes no issue slots from other work).
+__global__ void delay_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+extern "C" void kernels_cuda_delay(int which, double seconds) {
+  if (!(seconds > 0.0)) return;
+  cudaStream_t s = (cudaStream_t)kernels_cuda_stream(which);
+  delay_kernel<<<1, 1, 0, s>>>((unsigned long long)(seconds * 1e9));
+  CUDA_LAUNCH_CHECK();
+}

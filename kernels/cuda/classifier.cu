@@ -1,0 +1,125 @@
+// classifier.cu: fused softmax + cross-entropy + logit gradient over a padded vocabulary, and
+// the host sampling probabilities.
+//
+// One block per row, and the row is never materialized as probabilities:
+//   1. each thread streams its columns j = tid, tid + blockDim, ... < V once, keeping an online
+//      (max, sum of exp(x - max)) pair: a new maximum rescales the running sum;
+//   2. the pairs are combined across the block in a fixed tree (warp butterfly, then the warps'
+//      results in warp order), giving the row's max M and S = sum exp(x - M), deterministic;
+//   3. loss = M + log(S) - x[target] (fp32), and every column is overwritten in place with
+//      dloss * (exp(x - M) / S - onehot), padding columns V..Vp-1 with 0.
+// The logit of the target is read before the block barrier of step 2, and every thread has
+// finished reading its columns at that barrier, so the in-place writes of step 3 never race
+// with a read. Rows with target < 0 get loss 0 and an all-zero gradient.
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cuda/common.cuh"
+
+#define CLS_THREADS 512
+
+// Combine two (max, sum) pairs. A pair with no elements is (-inf, 0).
+static __device__ __forceinline__ void lse_combine(float& m, float& s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2, s = s2;
+    return;
+  }
+  float mx = fmaxf(m, m2);
+  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  m = mx;
+}
+
+__global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* targets, int V, int Vp,
+                                  float dloss) {
+  __shared__ float sm[32], ss[32];
+  __shared__ float row_m, row_s;
+  int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  bf16* row = logits + (size_t)n * Vp;
+  int t = targets[n];
+  if (t < 0) {  // ignored position: no loss, no gradient
+    for (int j = tid; j < Vp; j += blockDim.x) row[j] = f2bf(0.0f);
+    if (tid == 0 && losses) losses[n] = 0.0f;
+    return;
+  }
+  float m = -INFINITY, s = 0.0f;
+  for (int j = tid; j < V; j += blockDim.x) {
+    float x = bf2f(row[j]);
+    if (x > m) {
+      s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  float xt = tid == 0 ? bf2f(row[t]) : 0.0f;  // read before the barrier below
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    lse_combine(m, s, m2, s2);
+  }
+  if (lane == 0) sm[warp] = m, ss[warp] = s;
+  __syncthreads();
+  if (tid == 0) {
+    float M = sm[0], S = ss[0];
+    for (int w = 1; w < nwarps; w++) lse_combine(M, S, sm[w], ss[w]);
+    row_m = M, row_s = S;
+    if (losses) losses[n] = M + logf(S) - xt;
+  }
+  __syncthreads();
+  float M = row_m, inv = 1.0f / row_s;
+  for (int j = tid; j < Vp; j += blockDim.x) {
+    float g = 0.0f;
+    if (j < V) g = dloss * (expf(bf2f(row[j]) - M) * inv - (j == t ? 1.0f : 0.0f));
+    row[j] = f2bf(g);
+  }
+}
+
+extern "C" void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
+                                            const int32_t* targets, int N, int V, int Vp, float dloss) {
+  if (N <= 0) return;
+  classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, as_bf16(logits), targets, V, Vp, dloss);
+  CUDA_LAUNCH_CHECK();
+}
+
+static float bf16_bits_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// A host function: the caller may pass the row in device memory (copied here on the compute
+// stream, after the kernels that wrote it) or already copied to host memory (train/evaluate.c
+// copies it with device_copy_to_host and passes ctx = NULL). fp32 math as the CPU backend.
+extern "C" void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature) {
+  if (V <= 0) return;
+  cudaPointerAttributes attr;
+  const act_t* row = logits_row;
+  uint16_t* copy = NULL;
+  if (cudaPointerGetAttributes(&attr, logits_row) == cudaSuccess &&
+      (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)) {
+    copy = (uint16_t*)malloc((size_t)V * sizeof(uint16_t));
+    if (!copy) cuda_fail("softmax_row", "out of host memory", __FILE__, __LINE__);
+    cudaStream_t st = ctx ? ctx->stream : (cudaStream_t)kernels_cuda_stream(0);
+    CUDA_CHECK(cudaMemcpyAsync(copy, logits_row, (size_t)V * sizeof(uint16_t), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    row = copy;
+  } else {
+    (void)cudaGetLastError();  // a host pointer unknown to CUDA is not an error here
+  }
+  float invt = 1.0f / temperature;
+  float mx = -INFINITY;
+  for (int j = 0; j < V; j++) {
+    float x = bf16_bits_to_float(row[j]) * invt;
+    mx = x > mx ? x : mx;
+  }
+  double sum = 0.0;
+  for (int j = 0; j < V; j++) {
+    probs[j] = expf(bf16_bits_to_float(row[j]) * invt - mx);
+    sum += probs[j];
+  }
+  float inv = (float)(1.0 / sum);
+  for (int j = 0; j < V; j++) probs[j] *= inv;
+  free(copy);
+}

@@ -1,0 +1,84 @@
+// elementwise.cu: small vector helpers, bf16 activations and fp32 buffers. Every element is
+// independent (grid-stride loops, fp32 arithmetic, one rounding to bf16 on store), so the
+// results do not depend on the launch shape. In-place use is what these functions are for
+// (y += x, x *= s); the casts need distinct input and output buffers.
+#include "kernels/cuda/common.cuh"
+
+#define EW_THREADS 256
+
+__global__ void add_act_kernel(bf16* y, const bf16* x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] = f2bf(bf2f(y[i]) + bf2f(x[i]));
+}
+
+__global__ void scale_act_kernel(bf16* x, float s, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = f2bf(bf2f(x[i]) * s);
+}
+
+__global__ void scale_f32_kernel(float* x, float s, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void add_f32_kernel(float* y, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void cast_f32_to_bf16_kernel(bf16* out, const float* in, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = f2bf(in[i]);
+}
+
+__global__ void cast_bf16_to_f32_kernel(float* out, const bf16* in, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = bf2f(in[i]);
+}
+
+extern "C" void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n) {
+  if (!n) return;
+  add_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_bf16(y), as_bf16(x), n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n) {
+  if (!n) return;
+  scale_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_bf16(x), s, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n) {
+  if (!n) return;
+  CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(act_t), ctx->stream));  // bf16 +0 is all zero bits
+}
+
+extern "C" void fill_zero_f32(KernelCtx* ctx, float* x, size_t n) {
+  if (!n) return;
+  CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), ctx->stream));
+}
+
+extern "C" void scale_f32(KernelCtx* ctx, float* x, float s, size_t n) {
+  if (!n) return;
+  scale_f32_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(x, s, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n) {
+  if (!n) return;
+  add_f32_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(y, x, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+// Round to nearest even (the all-gather sends these bits; fsdp/schedule.c casts the shard).
+extern "C" void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n) {
+  if (!n) return;
+  cast_f32_to_bf16_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_bf16(out), in, n);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n) {
+  if (!n) return;
+  cast_bf16_to_f32_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(out, as_bf16(in), n);
+  CUDA_LAUNCH_CHECK();
+}
