@@ -212,8 +212,11 @@ data/addition/train_000.bin: $(BUILD)/make_addition
 RUN_ARGS ?= --model gpt:L=2,C=96,H=4,V=256,T=10 --data 'data/addition/train_*.bin' \
   --val-data 'data/addition/val_*.bin' --batch 64 --seq 10 --steps 1000 --lr 3e-3 --warmup 50 \
   --weight-decay 0.0 --eval-every 250 --eval-prompts data/addition/val_problems.txt
-run: train_gpt_cpu data/addition/train_000.bin
-	./train_gpt_cpu $(RUN_ARGS)
+# The CUDA binary when this machine has a GPU (and nvcc to build it), else the CPU one.
+HAVE_GPU := $(shell nvidia-smi -L > /dev/null 2>&1 && echo yes)
+RUN_BIN := $(if $(and $(HAVE_GPU),$(NVCC)),train_gpt,train_gpt_cpu)
+run: $(RUN_BIN) data/addition/train_000.bin
+	./$(RUN_BIN) $(RUN_ARGS)
 
 print-run-args:
 	@echo $(RUN_ARGS)

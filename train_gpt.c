@@ -85,13 +85,20 @@ int main(int argc, char** argv) {
   Model model;
   model_plan(&model, &cfg, &fs, B, T, Te);
   check_plan_fits(&o, &fs);
+  size_t free_before = device_free_bytes();
   model_allocate(&model, o.seed);
+  // What the one allocation really took from the device (on a GPU: cudaMemGetInfo), beside
+  // what the plan said it would.
+  size_t free_after = device_free_bytes();
+  double measured = free_before >= free_after ? (double)(free_before - free_after) : 0.0;
   print_model_line(&cfg);
   print_settings(&o, &model, &fs, A);
   log0("| %-22s | %-30lld |\n", "train tokens", (long long)train.total);
   if (o.val_data) log0("| %-22s | %-30lld |\n", "val tokens", (long long)val.total);
   log0("| %-22s | %-30s |\n", "device", device);
   memplan_print(&fs.plan);
+  log0("memory: plan %zu bytes, measured %.0f bytes (%s)\n", fs.plan.total, measured,
+       strcmp(kernels_backend(), "cpu") ? "device free memory before and after the allocation" : "host available memory, approximate");
 
   // Model FLOPs utilization against the dense peak of the device, or a measured one.
   double flops_step = M * model_flops(&cfg, B, T, Te);

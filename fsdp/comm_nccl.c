@@ -223,8 +223,7 @@ Comm* comm_world(void) {
   static Comm* world = NULL;
   if (world) return world;
   int rank = dist_rank(), W = dist_world();
-  watch.device = dist_local_rank();
-  CUDA_OK(cudaSetDevice(watch.device));
+  CUDA_OK(cudaGetDevice(&watch.device));  // kernels_init chose it from the local rank
   for (int i = 0; i < MAX_PENDING; i++) CUDA_OK(cudaEventCreateWithFlags(&watch.ring[i].done, cudaEventDisableTiming));
   ncclUniqueId id;
   world_id(&id, rank, W);

@@ -27,10 +27,16 @@ extern "C" KernelCtx* kernels_init(int device) {
             e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
     exit(1);
   }
-  if (device < 0 || device >= count) {
-    fprintf(stderr, "error: CUDA device %d requested, but this process sees %d GPU%s (CUDA_VISIBLE_DEVICES?)\n",
-            device, count, count == 1 ? "" : "s");
+  if (device < 0) {
+    fprintf(stderr, "error: CUDA device %d requested\n", device);
     exit(1);
+  }
+  if (device >= count) {
+    // More ranks on this node than GPUs: ranks share GPUs round-robin. That is how the tests
+    // run several NCCL ranks on one GPU; for training it only makes sense for correctness.
+    fprintf(stderr, "note: local rank %d shares GPU %d (this process sees %d GPU%s)\n", device, device % count,
+            count, count == 1 ? "" : "s");
+    device %= count;
   }
   KernelCtx* ctx = (KernelCtx*)calloc(1, sizeof(KernelCtx));
   if (!ctx) cuda_fail("calloc(KernelCtx)", "out of host memory", __FILE__, __LINE__);

@@ -7,6 +7,9 @@
 #      loss logs must agree within the bf16 tolerance explained below
 #   3. reproducibility: two CUDA runs give bit-identical losses and final parameters (digest)
 #   4. compute-sanitizer memcheck on a 2-step CUDA run, when compute-sanitizer is installed
+#   5. NCCL with several ranks on this one GPU (each process its own NCCL_HOSTID, sockets on
+#      loopback): 2 and 4 ranks with full, grad-op and hybrid:2 track the one-rank run
+#   6. the memory plan: the device memory a run takes agrees with --plan within 2%
 # Ends with "N passed, M failed" (the kernel test's checks count one by one).
 #
 # Loss tolerance of part 2. Both backends start from the same fp32 master weights (sharded
@@ -133,6 +136,65 @@ if [ -n "$SAN" ]; then
 else
   echo "note: compute-sanitizer not found: memcheck skipped"
 fi
+
+# ---- 5. NCCL, several ranks on one GPU -------------------------------------------------
+# A correctness check only, never a timing. Each process gets its own NCCL_HOSTID so NCCL
+# treats them as separate hosts and talks over sockets on loopback. W ranks with accumulation 1
+# must track one rank with accumulation W: the same micro-batches and the same bf16 weights
+# (all-gathered from identical fp32 masters); only the order of the fp32 gradient sums
+# differs (NCCL's ring versus one rank's sequential accumulation), which AdamW turns into
+# parameter differences near the bf16 rounding level. Bound: losses within 5e-3 relative and
+# parameters within 5e-3 (L2 over the model) after 6 steps.
+export NCCL_NET=Socket NCCL_SOCKET_IFNAME==lo NCCL_IB_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+MR="--model gpt:L=3,C=72,H=3,V=509,T=32 --data $DATA --batch 2 --seq 32 --steps 6 --lr 1e-3 --grad-clip 1.0"
+launch() {  # launch W OUT args...: mpirun when present, else the environment path
+  local W=$1 out=$2
+  shift 2
+  if command -v mpirun > /dev/null; then
+    mpirun --oversubscribe --allow-run-as-root -np "$W" bash -c 'NCCL_HOSTID=fsdp$OMPI_COMM_WORLD_RANK exec "$@"' _ \
+      ./train_gpt "$@" > "$out" 2>&1
+  else
+    local dir pids=() rc=0
+    dir=$(mktemp -d)
+    for r in $(seq 0 $((W - 1))); do
+      RANK=$r WORLD_SIZE=$W LOCAL_RANK=$r FSDP_RUN_ID=gputest$$ NCCL_HOSTID=fsdp$r \
+        ./train_gpt "$@" --init-dir "$dir" --comm-timeout 120 > "$out.$r" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    cat "$out.0" > "$out"
+    rm -rf "$dir"
+    return $rc
+  fi
+}
+for W in 2 4; do
+  ./train_gpt $MR --accum $W --log "$TMP/mr_ref$W.json" --dump-params "$TMP/mr_ref$W.bin" > "$TMP/mr_ref$W.out" 2>&1 ||
+    bad "NCCL reference run (1 rank, accum $W) failed"
+  for S in full grad-op hybrid:2; do
+    [ "$S" = hybrid:2 ] && [ "$W" = 2 ] && continue
+    name="mr_w${W}_${S/:/}"
+    if launch "$W" "$TMP/$name.out" $MR --shard "$S" --log "$TMP/$name.json" --dump-params "$TMP/$name.bin"; then
+      r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/mr_ref$W.bin" "$TMP/$name.json" "$TMP/mr_ref$W.json" 5e-3)
+      if [ $? = 0 ]; then ok "NCCL $W ranks on one GPU, --shard $S, tracks 1 rank --accum $W ($r)"
+      else bad "NCCL $W ranks --shard $S differs from 1 rank --accum $W: $r"; fi
+    else
+      bad "NCCL $W ranks --shard $S failed: $(tail -3 "$TMP/$name.out")"
+    fi
+  done
+done
+unset NCCL_NET NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_P2P_DISABLE NCCL_SHM_DISABLE
+
+# ---- 6. the memory plan against the device ---------------------------------------------
+for args in "--model gpt2-124m --batch 4 --seq 1024" "--model t5-small --batch 8"; do
+  out=$(./train_gpt $args --data $DATA --steps 1 2>&1)
+  plan=$(echo "$out" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\1/p')
+  used=$(echo "$out" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\2/p')
+  if [ -n "$plan" ] && python3 -c "import sys; p, u = $plan, $used; sys.exit(0 if abs(u - p) <= 0.02 * p else 1)"; then
+    ok "memory ($args): measured $used bytes within 2% of the plan's $plan"
+  else
+    bad "memory ($args): measured '$used' bytes vs plan '$plan': $(echo "$out" | tail -2)"
+  fi
+done
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
