@@ -17,16 +17,6 @@ void comm_configure(const char* init_dir, double timeout_s) {
   (void)timeout_s;
 }
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DT_F32: return 4;
-    case DT_F64: return 8;
-    case DT_I64: return 8;
-    case DT_BF16: return 2;
-  }
-  return 0;
-}
-
 #ifdef NO_MPI
 
 struct Comm { int unused; };

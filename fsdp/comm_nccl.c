@@ -55,16 +55,6 @@ struct Comm {
   const char* name;
 };
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DT_F32: return 4;
-    case DT_F64: return 8;
-    case DT_I64: return 8;
-    case DT_BF16: return 2;
-  }
-  return 0;
-}
-
 static ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DT_F32: return ncclFloat32;

@@ -219,12 +219,7 @@ double gpt_forward(Model* m, int use_targets, float dloss) {
   const act_t* last = block_input(m, L);
   layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
   matmul_forward(k, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), NULL, N, C, m->cfg.Vp);
-  double loss_sum = 0.0;
-  if (use_targets) {
-    classifier_forward_backward(k, m->losses, m->logits, m->targets, N, m->cfg.V, m->cfg.Vp, fs->training ? dloss : 0.0f);
-    device_copy_to_host(m->losses_host, m->losses, (size_t)N * sizeof(float));
-    for (int i = 0; i < N; i++) loss_sum += m->losses_host[i];
-  }
+  double loss_sum = use_targets ? model_loss(m, dloss) : 0.0;
   fsdp_end_forward(fs);
   return loss_sum;
 }

@@ -32,6 +32,17 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int 
   model_allocate(m, seed);
 }
 
+double model_loss(Model* m, float dloss) {
+  int N = m->B * m->T;
+  // Fused softmax + cross-entropy; in training it leaves d logits (scaled by dloss) in place.
+  classifier_forward_backward(m->fs->kctx, m->losses, m->logits, m->targets, N, m->cfg.V, m->cfg.Vp,
+                              m->fs->training ? dloss : 0.0f);
+  device_copy_to_host(m->losses_host, m->losses, (size_t)N * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < N; i++) sum += m->losses_host[i];  // in order: the same bits on every rank count
+  return sum;
+}
+
 double model_forward(Model* m, int use_targets, float dloss) {
   return m->cfg.kind == MODEL_GPT ? gpt_forward(m, use_targets, dloss) : t5_forward(m, use_targets, dloss);
 }

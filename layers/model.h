@@ -62,6 +62,9 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int 
 // micro-batch's losses. A training forward must be followed by model_backward.
 double model_forward(Model* m, int use_targets, float dloss);
 void model_backward(Model* m);
+// The classifier over m->logits against m->targets (the end of every model's forward):
+// returns the sum of the per-token losses and, in training, leaves the logit gradients.
+double model_loss(Model* m, float dloss);
 // Matmul FLOPs of one forward + backward over one micro-batch (2mnk per product; backward
 // twice the forward; causal attention counts only the scores it computes).
 double model_flops(const ModelConfig* cfg, int B, int T, int Te);

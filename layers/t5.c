@@ -387,12 +387,7 @@ double t5_forward(Model* m, int use_targets, float dloss) {
   // in place: the unscaled norm output has no other reader.
   if (c->tied) scale_act(k, t->dec_final, 1.0f / sqrtf((float)C), (size_t)Nd * C);
   matmul_forward(k, m->logits, t->dec_final, lm_head(m), NULL, Nd, C, c->Vp);
-  double loss_sum = 0.0;
-  if (use_targets) {
-    classifier_forward_backward(k, m->losses, m->logits, m->targets, Nd, c->V, c->Vp, fs->training ? dloss : 0.0f);
-    device_copy_to_host(m->losses_host, m->losses, (size_t)Nd * sizeof(float));
-    for (int i = 0; i < Nd; i++) loss_sum += m->losses_host[i];
-  }
+  double loss_sum = use_targets ? model_loss(m, dloss) : 0.0;
   fsdp_end_forward(fs);
   return loss_sum;
 }
