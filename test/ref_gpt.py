@@ -53,6 +53,9 @@ import tempfile
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from refcheck import live_view, read_f32, read_i32, rel_err, report, split_params, summary  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "build", "tool", "gpt_dump")
 
@@ -78,62 +81,6 @@ TOL_NOISE = 1e-5    # a gradient that is exactly 0 in exact arithmetic, relative
 
 torch.set_num_threads(1)  # tiny tensors: threads only add overhead and nondeterminism
 DTYPE = torch.float32
-
-passed = 0
-failed = 0
-
-
-def report(name, err, tol, ok=None):
-    global passed, failed
-    if ok is None:
-        ok = err == err and err < tol  # NaN fails
-    print(("ok" if ok else "FAIL"), name, "%.3e" % err, "(tol %.0e)" % tol)
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-
-
-def rel_err(c, ref):
-    c = c.double()
-    ref = ref.double()
-    den = ref.abs().max().item()
-    num = (c - ref).abs().max().item()
-    return num / den if den > 0 else num
-
-
-def read_f32(path, n=None):
-    with open(path, "rb") as f:
-        data = f.read()
-    if n is not None and len(data) != 4 * n:
-        raise SystemExit("%s: %d bytes, expected %d" % (path, len(data), 4 * n))
-    return torch.tensor(struct.unpack("<%df" % (len(data) // 4), data), dtype=torch.float32)
-
-
-def read_i32(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    return torch.tensor(struct.unpack("<%di" % (len(data) // 4), data), dtype=torch.int64)
-
-
-def split_params(flat, meta):
-    """flat live elements -> {key: tensor} in meta order; wte is padded back to Vp rows with 0."""
-    out = {}
-    o = 0
-    for p in meta["params"]:
-        key = "%s.%s" % (p["unit_name"], p["name"])
-        live = p["live"]
-        t = torch.zeros(p["numel"], dtype=torch.float32)
-        t[:live] = flat[o:o + live]
-        o += live
-        out[key] = t.reshape(p["shape"])
-    assert o == flat.numel(), "params.bin size does not match meta.json"
-    return out
-
-
-def live_view(t, p):
-    return t.reshape(-1)[:p["live"]]
-
 
 # ---- the reference GPT-2 ------------------------------------------------------------------
 
@@ -322,8 +269,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix="ref_gpt_") as d:
             for c in CASES:
                 run_case(c, d)
-    print("%d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    sys.exit(summary())
 
 
 if __name__ == "__main__":

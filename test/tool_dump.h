@@ -1,0 +1,102 @@
+// tool_dump.h: what the reference-check dump tools (tool_gpt_dump.c, tool_t5_dump.c) share:
+// writing files, reading every parameter and gradient of a single-rank FSDP runtime in global
+// order (live elements only), and deterministic test tokens.
+#ifndef FSDP_TOOL_DUMP_H
+#define FSDP_TOOL_DUMP_H
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "fsdp/fsdp.h"
+
+static void write_file(const char* dir, const char* name, const void* data, size_t bytes) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE* f = fopen(path, "wb");
+  if (!f) fatal("cannot open %s for writing", path);
+  if (bytes && fwrite(data, 1, bytes, f) != bytes) fatal("short write to %s", path);
+  fclose(f);
+}
+
+static int64_t total_live(const FSDP* fs) {
+  int64_t n = 0;
+  for (int u = 0; u < fs->nunits; u++)
+    for (int i = 0; i < fs->units[u].nparams; i++) n += fs->units[u].params[i].live;
+  return n;
+}
+
+// Every parameter's live fp32 master elements, in unit order then table order.
+static float* gather_params(FSDP* fs) {
+  float* out = xmalloc((size_t)total_live(fs) * sizeof(float), "params dump");
+  size_t o = 0;
+  for (int u = 0; u < fs->nunits; u++) {
+    Unit* U = &fs->units[u];
+    float* full = xmalloc((size_t)U->numel * sizeof(float), "unit staging");
+    fsdp_gather_master(fs, u, full);
+    for (int i = 0; i < U->nparams; i++) {
+      memcpy(out + o, full + U->params[i].offset, (size_t)U->params[i].live * sizeof(float));
+      o += (size_t)U->params[i].live;
+    }
+    free(full);
+  }
+  return out;
+}
+
+// The fp32 gradient shard of every unit (F = 1: the whole padded unit), live elements only.
+// *pad_maxabs gets the largest |gradient| over padding elements [live, numel) of parameters.
+static float* gather_grads(FSDP* fs, double* pad_maxabs) {
+  float* out = xmalloc((size_t)total_live(fs) * sizeof(float), "grads dump");
+  size_t o = 0;
+  *pad_maxabs = 0.0;
+  for (int u = 0; u < fs->nunits; u++) {
+    Unit* U = &fs->units[u];
+    float* full = xmalloc((size_t)U->shard * sizeof(float), "unit staging");
+    device_copy_to_host(full, U->grad, (size_t)U->shard * sizeof(float));
+    for (int i = 0; i < U->nparams; i++) {
+      const ParamInfo* p = &U->params[i];
+      memcpy(out + o, full + p->offset, (size_t)p->live * sizeof(float));
+      o += (size_t)p->live;
+      for (int64_t e = p->live; e < p->numel; e++)
+        if (fabs(full[p->offset + e]) > *pad_maxabs) *pad_maxabs = fabs(full[p->offset + e]);
+    }
+    free(full);
+  }
+  return out;
+}
+
+// Largest |value| of the padding elements of the fp32 master parameters.
+static double param_pad_maxabs(FSDP* fs) {
+  double mx = 0.0;
+  for (int u = 0; u < fs->nunits; u++) {
+    Unit* U = &fs->units[u];
+    float* full = xmalloc((size_t)U->numel * sizeof(float), "unit staging");
+    fsdp_gather_master(fs, u, full);
+    for (int i = 0; i < U->nparams; i++)
+      for (int64_t e = U->params[i].live; e < U->params[i].numel; e++)
+        if (fabs(full[U->params[i].offset + e]) > mx) mx = fabs(full[U->params[i].offset + e]);
+    free(full);
+  }
+  return mx;
+}
+
+// Deterministic token ids (splitmix64). Every id in [0, V) is drawn with equal probability,
+// the two ends 0 and V-1 are always present, and every fifth token repeats one three places
+// earlier, so some ids occur several times (the embedding backward must accumulate them).
+static uint64_t rng_state;
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static void fill_tokens(int32_t* x, int n, int V, uint64_t seed) {
+  rng_state = seed * 0x2545F4914F6CDD1Dull + 12345;
+  for (int i = 0; i < n; i++) x[i] = (int32_t)(rng_next() % (uint64_t)V);
+  for (int i = 5; i < n; i += 5) x[i] = x[i - 3];
+  if (n > 0) x[0] = V - 1;
+  if (n > 1) x[n - 1] = 0;
+  if (n > 3) x[n / 2] = x[0];
+#endif
