@@ -42,7 +42,9 @@
   } while (0)
 
 // Host values (a loss, a count, the norm's limbs) are staged through this much device memory,
-// allocated with the communicator, never inside a step.
+// allocated with the communicator, never inside a step. Larger host buffers (a whole unit's
+// fp32 master parameters in fsdp_gather_master: --digest, --dump-params) only occur outside
+// the step loop and get a temporary device buffer.
 #define STAGING_BYTES 4096
 #define MAX_COMMS 16
 #define MAX_PENDING 256
@@ -73,7 +75,7 @@ typedef struct {
   cudaEvent_t done;
   double issued;
   const char* what;
-  const Comm* comm;
+  int size;  // ranks of its communicator (the Comm itself may be freed before it retires)
 } Pending;
 
 static struct {
@@ -113,10 +115,10 @@ static void* watchdog(void* arg) {
       Pending* p = &watch.ring[watch.head];
       cudaError_t q = cudaEventQuery(p->done);
       if (q == cudaErrorNotReady) {
-        if (now() - p->issued > watch.timeout_s) {
+        if (watch.timeout_s > 0 && now() - p->issued > watch.timeout_s) {
           char msg[512];
           snprintf(msg, sizeof msg, "%s on a communicator of %d ranks did not finish within %.0f s (--comm-timeout)",
-                   p->what, p->comm->size, watch.timeout_s);
+                   p->what, p->size, watch.timeout_s);
           pthread_mutex_unlock(&watch.lock);
           abort_all_and_exit(msg);
         }
@@ -147,23 +149,38 @@ static void watch_comm(Comm* c) {
   pthread_mutex_unlock(&watch.lock);
 }
 
+// Before the communicator is destroyed: the watchdog must not poll it any more.
+static void unwatch_comm(Comm* c) {
+  pthread_mutex_lock(&watch.lock);
+  for (int i = 0; i < watch.ncomms; i++)
+    if (watch.comms[i] == c) {
+      watch.comms[i] = watch.comms[--watch.ncomms];
+      break;
+    }
+  pthread_mutex_unlock(&watch.lock);
+}
+
 // Called after a collective was issued: records its completion event for the watchdog.
 static void track(const Comm* c, const char* what, cudaStream_t s) {
   if (!watch.running) return;
   pthread_mutex_lock(&watch.lock);
-  if (watch.count == MAX_PENDING) {  // the ring is full: wait for the oldest to retire
-    Pending* p = &watch.ring[watch.head];
+  while (watch.count == MAX_PENDING) {  // the ring is full: wait for the oldest to retire
+    int h = watch.head;
+    cudaEvent_t oldest = watch.ring[h].done;
     pthread_mutex_unlock(&watch.lock);
-    cudaEventSynchronize(p->done);
+    cudaEventSynchronize(oldest);
     pthread_mutex_lock(&watch.lock);
-    watch.head = (watch.head + 1) % MAX_PENDING;
-    watch.count--;
+    // Only this thread adds entries: if the watchdog has not retired it meanwhile, we do.
+    if (watch.count == MAX_PENDING && watch.head == h) {
+      watch.head = (h + 1) % MAX_PENDING;
+      watch.count--;
+    }
   }
   Pending* p = &watch.ring[(watch.head + watch.count) % MAX_PENDING];
   CUDA_OK(cudaEventRecord(p->done, s));
   p->issued = now();
   p->what = what;
-  p->comm = c;
+  p->size = c->size;
   watch.count++;
   pthread_mutex_unlock(&watch.lock);
 }
@@ -189,9 +206,15 @@ static Comm* wrap(ncclComm_t nc, const char* name) {
 // The world's unique id: by MPI, from NCCL_COMM_ID, or through a file in --init-dir.
 static void world_id(ncclUniqueId* id, int rank, int world) {
 #ifndef NO_MPI
-  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(id));
-  if (MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) fatal("MPI_Bcast of the NCCL id failed");
-  return;
+  // MPI carries the id when it started the ranks; a launcher without MPI leaves every process
+  // an MPI singleton whose rank comes from the environment (fsdp/dist.c): no Bcast there.
+  int mpi_world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
+  if (mpi_world == world) {
+    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(id));
+    if (MPI_Bcast(id, sizeof *id, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) fatal("MPI_Bcast of the NCCL id failed");
+    return;
+  }
 #endif
   if (world == 1 || getenv("NCCL_COMM_ID")) {
     // With NCCL_COMM_ID every rank's id names the same bootstrap address (rank 0 listens).
@@ -224,7 +247,9 @@ Comm* comm_world(void) {
     char run_id[160], err[1024];
     if (!launch_run_id(run_id, sizeof run_id, W, err, sizeof err)) launch_id_cleanup(g_init_dir, run_id, err, sizeof err);
   }
-  if (watch.timeout_s > 0 && !watch.running) {
+  // Always on: with --comm-timeout 0 it still turns NCCL's asynchronous errors (a rank that
+  // died) into an exit instead of a hang; only the age check is off then.
+  if (!watch.running) {
     if (pthread_create(&watch.thread, NULL, watchdog, NULL)) fatal("cannot start the communication watchdog thread");
     pthread_detach(watch.thread);
     watch.running = 1;
@@ -243,6 +268,7 @@ Comm* comm_split(Comm* c, int color, int key) {
 
 void comm_free(Comm* c) {
   if (!c) return;
+  unwatch_comm(c);
   NCCL_CHECK(ncclCommDestroy(c->nc));
   cudaFree(c->staging);
   free(c);
@@ -250,8 +276,8 @@ void comm_free(Comm* c) {
 
 void comm_bind_stream(Comm* c, StreamId s) { c->stream = s; }
 
-// Host pointers (loss sums, counts, norm limbs) go through the staging buffer and return
-// synchronously; device pointers (unit buffers) stay asynchronous on the bound stream.
+// Host pointers (loss sums, counts, norm limbs, whole-unit reads) go through device staging and
+// return synchronously; device pointers (unit buffers) stay asynchronous on the bound stream.
 static int is_host(const void* p) {
   struct cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -269,8 +295,11 @@ static void collective(Comm* c, Op op, void* buf, size_t count, DType t, int roo
   int host = is_host(buf);
   char* d = buf;
   if (host) {
-    if (total > STAGING_BYTES) fatal("%s of %zu host bytes exceeds the %d-byte staging buffer; this is a bug", what, total, STAGING_BYTES);
     d = c->staging;
+    if (total > STAGING_BYTES && cudaMalloc((void**)&d, total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fatal("%s of %zu host bytes: no device memory to stage them (outside the memory plan)", what, total);
+    }
     CUDA_OK(cudaMemcpyAsync(d, buf, total, cudaMemcpyHostToDevice, s));
   }
   ncclDataType_t nt = op == OP_BROADCAST ? ncclUint8 : nccl_type(t);  // broadcast counts bytes
@@ -288,6 +317,7 @@ static void collective(Comm* c, Op op, void* buf, size_t count, DType t, int roo
   if (host) {
     CUDA_OK(cudaMemcpyAsync(buf, d, total, cudaMemcpyDeviceToHost, s));
     CUDA_OK(cudaStreamSynchronize(s));
+    if (d != c->staging) CUDA_OK(cudaFree(d));
   }
 }
 

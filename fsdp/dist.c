@@ -30,6 +30,23 @@ void dist_init(int* argc, char*** argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &g_local_rank);
   MPI_Comm_free(&node);
+#ifdef FSDP_CUDA
+  if (g_world == 1) {
+    // A launcher without MPI (torchrun, srun without PMI support) starts every process as an
+    // MPI singleton; its environment then says who we are, as in a build without MPI, and
+    // NCCL gets its id from NCCL_COMM_ID or --init-dir (comm_nccl.c). Otherwise each process
+    // would train alone on GPU 0.
+    LaunchEnv env;
+    char err[1024];
+    if (launch_env_detect(&env, err, sizeof err)) {
+      fprintf(stderr, "error: %s\n", err);
+      exit(2);
+    }
+    g_rank = env.rank;
+    g_world = env.world;
+    g_local_rank = env.local_rank;
+  }
+#endif
 #else
   (void)argc;
   (void)argv;
