@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
   double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
   for (int step = 0; step < total_steps; step++) {
+    (void)device_waited_seconds();  // stalls of evaluation forwards do not belong to this step
     double t0 = now_seconds(), comm0 = fs.comm_seconds;
     fsdp_begin_step(&fs, A);
     // Loss gradients are scaled by 1 / (the step's valid target tokens over all ranks); with
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
     device_synchronize();
     double ms = (now_seconds() - t0) * 1e3;
     step_ms[step] = ms;
-    comm_ms[step] = (fs.comm_seconds - comm0) * 1e3;
+    comm_ms[step] = (fs.comm_seconds - comm0 + device_waited_seconds()) * 1e3;
     double tok_s = global_tokens / (ms / 1e3);
     double tflops = flops_step / W / (ms / 1e3) / 1e12;  // per rank
     log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
@@ -200,6 +201,7 @@ int main(int argc, char** argv) {
   if (o.dump_params) dump_params(&fs, o.dump_params);
   if (logf) fclose(logf);
   trace_close(fs.trace);
+  comm_shutdown();
   kernels_shutdown(kctx);
   dist_finalize();
   return 0;

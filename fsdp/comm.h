@@ -37,6 +37,9 @@ int comm_size(const Comm* c);
 // Ranks with the same color form a sub-group, ordered by key (as MPI_Comm_split/ncclCommSplit).
 Comm* comm_split(Comm* c, int color, int key);
 void comm_free(Comm* c);
+// The end of a run, on every rank before exit: waits for all ranks and releases the
+// communicators (NCCL: stops the watchdog first, so peers exiting are not errors).
+void comm_shutdown(void);
 // The stream this communicator's collectives are issued on (NCCL); a no-op on MPI, whose
 // collectives complete before they return. The world communicator uses the compute stream.
 void comm_bind_stream(Comm* c, StreamId s);

@@ -33,6 +33,7 @@ int comm_size(const Comm* c) { (void)c; return 1; }
 Comm* comm_split(Comm* c, int color, int key) { (void)color; (void)key; return c; }
 void comm_free(Comm* c) { (void)c; }
 void comm_bind_stream(Comm* c, StreamId s) { (void)c; (void)s; }
+void comm_shutdown(void) {}
 // With one rank every collective leaves the buffer as it is.
 void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {}
 void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {}
@@ -88,6 +89,8 @@ Comm* comm_split(Comm* c, int color, int key) {
 }
 
 void comm_bind_stream(Comm* c, StreamId s) { (void)c; (void)s; }
+
+void comm_shutdown(void) { comm_barrier(comm_world()); }  // MPI_Finalize releases the rest
 
 void comm_free(Comm* c) {
   if (!c || c->mc == MPI_COMM_WORLD) return;

@@ -81,7 +81,7 @@ typedef struct {
 static struct {
   pthread_mutex_t lock;
   pthread_t thread;
-  int running;
+  int running, stopping;
   double timeout_s;
   Pending ring[MAX_PENDING];
   int head, count;
@@ -111,6 +111,10 @@ static void* watchdog(void* arg) {
   while (1) {
     usleep(100 * 1000);
     pthread_mutex_lock(&watch.lock);
+    if (watch.stopping) {  // comm_shutdown: the run is over, peers may leave
+      pthread_mutex_unlock(&watch.lock);
+      return NULL;
+    }
     while (watch.count > 0) {
       Pending* p = &watch.ring[watch.head];
       cudaError_t q = cudaEventQuery(p->done);
@@ -343,4 +347,17 @@ int comm_all_true(Comm* c, int flag) {
   int64_t v = flag ? 0 : 1;  // count the ranks that say no
   comm_all_reduce(c, &v, 1, DT_I64);
   return v == 0;
+}
+
+// The end of a run: every rank has arrived (barrier), then the watchdog stops before peers
+// start to exit, so a peer leaving is not reported as an error, and the communicators are
+// destroyed.
+void comm_shutdown(void) {
+  if (watch.ncomms == 0) return;
+  comm_barrier(watch.comms[0]);
+  CUDA_OK(cudaDeviceSynchronize());
+  pthread_mutex_lock(&watch.lock);
+  watch.stopping = 1;
+  pthread_mutex_unlock(&watch.lock);
+  while (watch.ncomms > 0) comm_free(watch.comms[watch.ncomms - 1]);
 }

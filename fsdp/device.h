@@ -17,6 +17,12 @@ void device_free(void* p);
 DeviceEvent* device_event_create(void);
 void device_event_record(DeviceEvent* e, StreamId s);
 void device_stream_wait(StreamId s, DeviceEvent* e);
+// The same wait, measured: how long stream s stalls on e (the compute stream waiting for a
+// collective is the exposed communication time). device_waited_seconds returns the stalls
+// measured since its last call (it synchronizes). The CPU backend's collectives block the
+// host instead, so there this measures nothing and returns 0.
+void device_stream_wait_timed(StreamId s, DeviceEvent* e);
+double device_waited_seconds(void);
 void device_synchronize(void);
 // Holds stream s busy for `seconds` (the simulated link: a collective replaced by the time it
 // would take). CPU: the host sleeps, as a synchronous collective would block it.

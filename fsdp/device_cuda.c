@@ -34,7 +34,7 @@ void* device_alloc_zeroed(size_t bytes, const char* what) {
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // reset the (non-sticky) error state before the next call
     size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();  // then 0 of 0 GiB
     fatal("out of GPU memory: cudaMalloc of %zu bytes (%.2f GiB) for %s failed (%s); the GPU has %.2f GiB free "
           "of %.2f GiB. Check the plan with --plan, use a smaller --batch, or use more ranks.",
           bytes, bytes / 1073741824.0, what, cudaGetErrorString(e), free_b / 1073741824.0, total_b / 1073741824.0);
@@ -59,6 +59,44 @@ DeviceEvent* device_event_create(void) {
 void device_event_record(DeviceEvent* e, StreamId s) { CUDA_OK(cudaEventRecord(e->e, stream_of(s))); }
 
 void device_stream_wait(StreamId s, DeviceEvent* e) { CUDA_OK(cudaStreamWaitEvent(stream_of(s), e->e, 0)); }
+
+// Exposed communication: an event pair around each measured wait; the elapsed time between
+// them is how long the stream stalled for the other stream's work. The pairs are preallocated
+// (timing events) and resolved when device_waited_seconds is called once per step.
+#define MAX_TIMED_WAITS 4096
+static cudaEvent_t wait_begin[MAX_TIMED_WAITS], wait_end[MAX_TIMED_WAITS];
+static int nwaits = -1;  // -1: the events are not created yet
+
+void device_stream_wait_timed(StreamId s, DeviceEvent* e) {
+  if (nwaits < 0) {
+    for (int i = 0; i < MAX_TIMED_WAITS; i++) {
+      CUDA_OK(cudaEventCreate(&wait_begin[i]));
+      CUDA_OK(cudaEventCreate(&wait_end[i]));
+    }
+    nwaits = 0;
+  }
+  if (nwaits == MAX_TIMED_WAITS) {  // more waits in one step than pairs: stop measuring them
+    device_stream_wait(s, e);
+    return;
+  }
+  CUDA_OK(cudaEventRecord(wait_begin[nwaits], stream_of(s)));
+  device_stream_wait(s, e);
+  CUDA_OK(cudaEventRecord(wait_end[nwaits], stream_of(s)));
+  nwaits++;
+}
+
+double device_waited_seconds(void) {
+  if (nwaits <= 0) return 0.0;
+  CUDA_OK(cudaDeviceSynchronize());
+  double total = 0.0;
+  for (int i = 0; i < nwaits; i++) {
+    float ms = 0.0f;
+    CUDA_OK(cudaEventElapsedTime(&ms, wait_begin[i], wait_end[i]));
+    total += ms;
+  }
+  nwaits = 0;
+  return total / 1e3;
+}
 
 void device_synchronize(void) { CUDA_OK(cudaDeviceSynchronize()); }
 
@@ -86,15 +124,21 @@ void device_copy_to_host(void* dst, const void* src, size_t bytes) {
   CUDA_OK(cudaStreamSynchronize(s));
 }
 
-// Ordered on the compute stream. From pageable host memory (malloc) the call returns once the
-// source has been staged, so the caller may reuse its buffer at once; from pinned host memory
-// the copy would still be reading it, so then the call waits for the copy.
+// Ordered on the compute stream. A copy from host memory (pageable or pinned) has completed
+// when the call returns, as on the CPU backend: the caller may reuse its buffer at once, and the
+// data is on the device for work on every stream. That matters: fsdp_init_shards uploads the
+// master shards here, and the first all-gathers cast them on the all-gather stream with no
+// event in between (params_updated is not recorded before the first optimizer step, and waiting
+// on an event never recorded is a no-op). A pageable cudaMemcpyAsync may return while its last
+// staged chunk is still in flight, so a stream synchronize is needed in both host cases.
+// Device-to-device copies stay asynchronous on the compute stream.
 void device_copy_to_device(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   cudaStream_t s = stream_of(STREAM_COMPUTE);
   CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
   struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, src) == cudaSuccess && a.type == cudaMemoryTypeHost)
-    CUDA_OK(cudaStreamSynchronize(s));
-  (void)cudaGetLastError();
+  int from_device = cudaPointerGetAttributes(&a, src) == cudaSuccess &&
+                    (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged);
+  (void)cudaGetLastError();  // a host pointer unknown to CUDA is not an error here
+  if (!from_device) CUDA_OK(cudaStreamSynchronize(s));
 }

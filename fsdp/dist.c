@@ -17,8 +17,10 @@ static int g_mpi = 0;
 
 void dist_init(int* argc, char*** argv) {
 #ifndef NO_MPI
-  // Without a launcher OpenMPI starts as a singleton: one rank, no mpirun needed.
-  if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+  // Without a launcher OpenMPI starts as a singleton: one rank, no mpirun needed. Only the
+  // main thread calls MPI (OpenMP workers and the NCCL watchdog never do): FUNNELED.
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "error: MPI_Init failed\n");
     exit(1);
   }

@@ -114,6 +114,7 @@ typedef struct {
   DeviceEvent** grad_ready;         // per unit: its unsharded gradient is written
   DeviceEvent** grad_reduced;       // per unit: its gradient reduction has read the buffer
   DeviceEvent* params_updated;      // recorded after the optimizer step wrote the master shards
+  DeviceEvent* root_free;           // the root buffer's readers of the last pass are done
   double* norm_host;                // host copy of one shard's norm blocks
   act_t* root_params;               // the root's own unsharded buffer (kept across fwd + bwd)
   // gradient buffers
@@ -122,11 +123,13 @@ typedef struct {
   int* grad_slot_owner;
   int* grad_slot_last;              // the unit whose reduction last read each buffer (-1: none)
   float* root_grads;
+  act_t* reduce_staging;            // --reduce-dtype bf16: the gradient of one unit in bf16
   // step state
   int training;                     // forward will be followed by backward
   int micro_step, accum_steps;      // current micro-step of the optimizer step, and their number
   int64_t all_gathers, reduce_scatters;  // counters, for tests and traces
-  double comm_seconds;              // host time spent waiting in collectives (exposed on CPU)
+  double comm_seconds;              // host time spent in collectives (all of it exposed on CPU;
+                                    // on a GPU device_waited_seconds() adds the compute stalls)
   Trace* trace;                     // --trace timeline, NULL when off
   double* compute_start;            // per unit: when its current compute span began
   MemPlan plan;

@@ -175,6 +175,10 @@ void fsdp_finalize_layout(FSDP* fs) {
   snprintf(name, sizeof name, "grad buffers (%d x %lld)", fs->ngrad_slots, (long long)max_padded);
   memplan_add(p, "grad buffers", name, (size_t)fs->ngrad_slots * max_padded * sizeof(float),
               (void**)&fs->region_grad_slots);
+  if (fs->opt.reduce_dtype == DT_BF16) {
+    int64_t largest = fs->units[0].padded > max_padded ? fs->units[0].padded : max_padded;
+    memplan_add(p, "grad buffers", "bf16 reduce staging", (size_t)largest * sizeof(act_t), (void**)&fs->reduce_staging);
+  }
   int64_t max_shard = 0;
   for (int u = 0; u < fs->nunits; u++)
     if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
@@ -219,6 +223,7 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
     if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
   }
   fs->params_updated = device_event_create();
+  fs->root_free = device_event_create();
   fs->norm_host = xmalloc((size_t)(max_shard / NORM_BLOCK) * sizeof(double), "gradient norm blocks");
   fsdp_init_shards(fs, seed);
 }

@@ -17,7 +17,7 @@
 // strategy. Replicas hold identical shards, so only the shard group is summed.
 double fsdp_grad_norm(FSDP* fs) {
   // The gradient shards are complete once every unit's reduction has finished.
-  for (int u = 0; u < fs->nunits; u++) device_stream_wait(STREAM_COMPUTE, fs->grad_reduced[u]);
+  for (int u = 0; u < fs->nunits; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[u]);
   int64_t words[EXACT_WORDS] = {0};
   double* host = fs->norm_host;
   for (int u = 0; u < fs->nunits; u++) {

@@ -43,11 +43,11 @@ static void unshard(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   if (U->full_params) return;  // already gathered: prefetched, or kept since forward
   act_t* buf;
-  // The master shard is read below: the last optimizer step must have written it. (The root
-  // buffer's last readers ran before that optimizer step.)
+  // The master shard is read below: the last optimizer step must have written it.
   device_stream_wait(STREAM_ALL_GATHER, fs->params_updated);
   if (u == 0) {
     buf = fs->root_params;
+    device_stream_wait(STREAM_ALL_GATHER, fs->root_free);  // its readers of the last pass are done
   } else {
     int s = free_slot(fs);
     if (s < 0) fatal("schedule: no free slot to unshard %s (%d slots); this is a bug", U->name, fs->nslots);
@@ -73,7 +73,9 @@ static void unshard(FSDP* fs, int u) {
 static void reshard(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   if (!U->full_params) return;
-  if (u != 0) {
+  if (u == 0) {
+    device_event_record(fs->root_free, STREAM_COMPUTE);
+  } else {
     device_event_record(fs->slot_free[U->slot], STREAM_COMPUTE);
     fs->slot_owner[U->slot] = -1;
     U->slot = -1;
@@ -97,7 +99,7 @@ void fsdp_begin_forward(FSDP* fs, int micro_step, int training) {
 
 void fsdp_pre_forward(FSDP* fs, int u) {
   unshard(fs, u);
-  device_stream_wait(STREAM_COMPUTE, fs->gathered[u]);
+  device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);  // exposed all-gather time
   if (fs->opt.prefetch_forward) prefetch(fs, u + 1);
   fs->compute_start[u] = trace_now();
 }
@@ -138,13 +140,13 @@ static void borrow_grad_buffer(FSDP* fs, int u) {
     U->grad_slot = s;
     U->full_grads = fs->grad_slots[s];
   }
-  if (last_reader >= 0) device_stream_wait(STREAM_COMPUTE, fs->grad_reduced[last_reader]);
+  if (last_reader >= 0) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[last_reader]);
   if (fresh) fill_zero_f32(fs->kctx, U->full_grads, U->padded);
 }
 
 void fsdp_pre_backward(FSDP* fs, int u) {
   unshard(fs, u);
-  device_stream_wait(STREAM_COMPUTE, fs->gathered[u]);
+  device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
   borrow_grad_buffer(fs, u);
   // Backward order is the reverse of forward: after the root (lm_head) comes the last block.
   int prev = u == 0 ? fs->nunits - 1 : u - 1;
@@ -166,8 +168,19 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->params_updated);
   double t0 = trace_now();
   if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
-  comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
-  comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
+  if (fs->opt.reduce_dtype == DT_BF16) {
+    // Reduce in bf16 (half the bytes on the wire, FSDP's reduce_dtype), accumulate in fp32:
+    // the gradient goes through a bf16 staging buffer and its reduced chunk comes back into
+    // the fp32 buffer before the accumulation below.
+    act_t* staging = fs->reduce_staging;
+    cast_f32_to_act(fs->kctx_reduce, staging, g, U->padded);
+    comm_reduce_scatter(fs->shard_group, staging, U->shard, DT_BF16);
+    comm_all_reduce(fs->replica_group, staging + (size_t)fs->shard_rank * U->shard, U->shard, DT_BF16);
+    cast_act_to_f32(fs->kctx_reduce, chunk, staging + (size_t)fs->shard_rank * U->shard, U->shard);
+  } else {
+    comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
+    comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
+  }
   double t1 = trace_now();
   fs->comm_seconds += t1 - t0;
   trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, t0, t1);

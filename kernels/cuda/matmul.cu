@@ -71,11 +71,11 @@ void matmul_cache_destroy(KernelCtx* ctx) {
   for (int i = 0; i < MATMUL_CACHE_SIZE; i++) {
     MatmulPlan* p = &mc->e[i];
     if (!p->used) continue;
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
-    cublasLtMatrixLayoutDestroy(p->d);
-    cublasLtMatmulDescDestroy(p->desc);
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->a));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->b));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->c));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->d));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
   }
   free(mc);
   ctx->matmul_cache = NULL;
@@ -170,6 +170,9 @@ static void plan_create(KernelCtx* ctx, MatmulPlan* p, const MatmulKey* k) {
 
 static MatmulPlan* plan_get(KernelCtx* ctx, const MatmulKey* k) {
   struct MatmulCache* mc = ctx->matmul_cache;
+  if (!mc)  // a communication-stream view (kernels_stream_ctx) has no plans and no workspace
+    cuda_fail("matmul plan cache", "matmul called on a context without one (a kernels_stream_ctx view)", __FILE__,
+              __LINE__);
   uint32_t h = key_hash(k);
   for (int probe = 0; probe < MATMUL_CACHE_SIZE; probe++) {
     MatmulPlan* p = &mc->e[(h + probe) % MATMUL_CACHE_SIZE];

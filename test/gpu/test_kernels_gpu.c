@@ -1054,6 +1054,10 @@ int main(void) {
   test_attention("T5 decoder", 2, 23, 23, 4, 64, 1, 1, 1, 1.0f);
   test_attention("cross-attention", 2, 23, 133, 4, 64, 0, 0, 0, 1.0f);
   test_attention("head size 128", 1, 257, 257, 2, 128, 1, 0, 1, 1.0f / sqrtf(128.0f));
+  // D % 8 != 0: the fused kernels' element-wise loads and stores (every shape above is 16-byte)
+  test_attention("head size 20", 2, 45, 45, 3, 20, 1, 1, 1, 1.0f / sqrtf(20.0f));
+  // D > 128: the unfused path (attention_forward_simple / attention_backward_simple)
+  test_attention("head size 160", 2, 50, 50, 2, 160, 1, 1, 1, 1.0f / sqrtf(160.0f));
 
   kernels_shutdown(K);
   return test_summary();
