@@ -182,6 +182,37 @@ for W in 2 4; do
     fi
   done
 done
+# Gradients reduced in bf16 (--reduce-dtype bf16) still track, with a bf16-sized bound: each
+# reduced gradient element is rounded once to 8 bits of mantissa (2^-9 relative).
+name=mr_w2_bf16
+if launch 2 "$TMP/$name.out" $MR --shard full --reduce-dtype bf16 --log "$TMP/$name.json" --dump-params "$TMP/$name.bin"; then
+  r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/mr_ref2.bin" "$TMP/$name.json" "$TMP/mr_ref2.json" 2e-2)
+  if [ $? = 0 ]; then ok "NCCL 2 ranks --reduce-dtype bf16 tracks 1 rank within 2e-2 ($r)"
+  else bad "NCCL 2 ranks --reduce-dtype bf16: $r"; fi
+else
+  bad "NCCL 2 ranks --reduce-dtype bf16 failed: $(tail -3 "$TMP/$name.out")"
+fi
+
+# --comm-timeout: rank 1 stops after 1 step while rank 0 goes on, so rank 0's next all-gather
+# never completes. Both must exit non-zero within the timeout plus slack, naming the
+# collective, instead of hanging (the environment path: no mpirun to kill the others).
+dir=$(mktemp -d)
+start=$(date +%s)
+for r in 0 1; do
+  steps=$([ $r = 0 ] && echo 5 || echo 1)
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=timeout$$ NCCL_HOSTID=fsdp$r timeout 180 \
+    ./train_gpt $MR --steps $steps --init-dir "$dir" --comm-timeout 20 > "$TMP/to$r.out" 2>&1 &
+  eval "pid$r=\$!"
+done
+wait $pid0; rc0=$?
+wait $pid1; rc1=$?
+elapsed=$(( $(date +%s) - start ))
+rm -rf "$dir"
+if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $elapsed -lt 120 ] && grep -q "did not finish within 20 s" "$TMP/to0.out"; then
+  ok "--comm-timeout 20: a collective left alone by a peer aborts rank 0 in ${elapsed}s, naming it ($(grep -o '\[rank 0\] error: [a-z-]*' "$TMP/to0.out" | head -1))"
+else
+  bad "--comm-timeout: rank 0 exit $rc0 rank 1 exit $rc1 after ${elapsed}s: $(tail -2 "$TMP/to0.out")"
+fi
 unset NCCL_NET NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_P2P_DISABLE NCCL_SHM_DISABLE
 
 # ---- 6. the memory plan against the device ---------------------------------------------
