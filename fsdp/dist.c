@@ -15,6 +15,22 @@ static int g_rank = 0, g_world = 1, g_local_rank = 0;
 static int g_mpi = 0;
 #endif
 
+#if defined(NO_MPI) || defined(FSDP_CUDA)
+// Rank, world size and local rank from the launcher's variables (OpenMPI, Slurm, torchrun);
+// none of them: the only rank.
+static void ranks_from_environment(void) {
+  LaunchEnv env;
+  char err[1024];
+  if (launch_env_detect(&env, err, sizeof err)) {
+    fprintf(stderr, "error: %s\n", err);
+    exit(2);
+  }
+  g_rank = env.rank;
+  g_world = env.world;
+  g_local_rank = env.local_rank;
+}
+#endif
+
 void dist_init(int* argc, char*** argv) {
 #ifndef NO_MPI
   // Without a launcher OpenMPI starts as a singleton: one rank, no mpirun needed. Only the
@@ -38,15 +54,7 @@ void dist_init(int* argc, char*** argv) {
     // MPI singleton; its environment then says who we are, as in a build without MPI, and
     // NCCL gets its id from NCCL_COMM_ID or --init-dir (comm_nccl.c). Otherwise each process
     // would train alone on GPU 0.
-    LaunchEnv env;
-    char err[1024];
-    if (launch_env_detect(&env, err, sizeof err)) {
-      fprintf(stderr, "error: %s\n", err);
-      exit(2);
-    }
-    g_rank = env.rank;
-    g_world = env.world;
-    g_local_rank = env.local_rank;
+    ranks_from_environment();
   }
 #endif
 #else
@@ -54,15 +62,7 @@ void dist_init(int* argc, char*** argv) {
   (void)argv;
   // Without MPI the launcher's environment (OpenMPI, Slurm or torchrun variables) says who
   // we are; with none of them this is the only rank.
-  LaunchEnv env;
-  char err[1024];
-  if (launch_env_detect(&env, err, sizeof err)) {
-    fprintf(stderr, "error: %s\n", err);
-    exit(2);
-  }
-  g_rank = env.rank;
-  g_world = env.world;
-  g_local_rank = env.local_rank;
+  ranks_from_environment();
 #endif
 }
 
