@@ -24,6 +24,14 @@ void device_stream_wait(StreamId s, DeviceEvent* e);
 void device_stream_wait_timed(StreamId s, DeviceEvent* e);
 double device_waited_seconds(void);
 void device_synchronize(void);
+// Timeline marks for --trace: a point in a stream's execution (a timing event on CUDA, the
+// host clock on the CPU, where work runs when it is issued). device_mark_seconds reads a mark
+// after device_synchronize, in seconds on one clock; device_marks_release lets the slots be
+// reused. Returns -1 when all DEVICE_MAX_MARKS are in use (the span is then left out).
+#define DEVICE_MAX_MARKS 32768
+int device_mark(StreamId s);
+double device_mark_seconds(int mark);
+void device_marks_release(void);
 // Holds stream s busy for `seconds` (the simulated link: a collective replaced by the time it
 // would take). CPU: the host sleeps, as a synchronous collective would block it.
 void device_delay(StreamId s, double seconds);

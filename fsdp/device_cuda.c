@@ -100,6 +100,31 @@ double device_waited_seconds(void) {
 
 void device_synchronize(void) { CUDA_OK(cudaDeviceSynchronize()); }
 
+// Timeline marks: timing events, read relative to the first mark ever taken (the origin).
+static cudaEvent_t mark_events[DEVICE_MAX_MARKS];
+static int nmarks = 0, marks_created = 0, origin = -1;
+static cudaEvent_t origin_event;
+
+int device_mark(StreamId s) {
+  if (nmarks == DEVICE_MAX_MARKS) return -1;
+  if (nmarks == marks_created) CUDA_OK(cudaEventCreate(&mark_events[marks_created++]));  // first use only
+  if (origin < 0) {
+    CUDA_OK(cudaEventCreate(&origin_event));
+    CUDA_OK(cudaEventRecord(origin_event, stream_of(STREAM_COMPUTE)));
+    origin = 0;
+  }
+  CUDA_OK(cudaEventRecord(mark_events[nmarks], stream_of(s)));
+  return nmarks++;
+}
+
+double device_mark_seconds(int mark) {
+  float ms = 0.0f;
+  CUDA_OK(cudaEventElapsedTime(&ms, origin_event, mark_events[mark]));
+  return ms / 1e3;
+}
+
+void device_marks_release(void) { nmarks = 0; }
+
 // The stream stays busy on the GPU (the host does not wait), as a real collective would.
 void device_delay(StreamId s, double seconds) { kernels_cuda_delay((int)s, seconds); }
 

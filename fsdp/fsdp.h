@@ -131,7 +131,7 @@ typedef struct {
   double comm_seconds;              // host time spent in collectives (all of it exposed on CPU;
                                     // on a GPU device_waited_seconds() adds the compute stalls)
   Trace* trace;                     // --trace timeline, NULL when off
-  double* compute_start;            // per unit: when its current compute span began
+  int* compute_start;               // per unit: the trace mark its current compute span began at
   MemPlan plan;
   // regions of the plan, carved per unit by fsdp_materialize
   float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;

@@ -65,7 +65,7 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
   if (opt.limit_all_gathers < 1) fatal("--limit-all-gathers must be at least 1 (got %d)", opt.limit_all_gathers);
   fs->nunits = nunits;
   fs->units = xcalloc(nunits, sizeof(Unit), "unit table");
-  fs->compute_start = xcalloc(nunits, sizeof(double), "unit table");
+  fs->compute_start = xcalloc(nunits, sizeof(int), "unit table");
   for (int u = 0; u < nunits; u++) {
     fs->units[u].index = u;
     fs->units[u].slot = fs->units[u].grad_slot = -1;

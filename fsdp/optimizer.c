@@ -34,7 +34,7 @@ double fsdp_grad_norm(FSDP* fs) {
 }
 
 void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
-  double t0 = trace_now();
+  int m0 = trace_mark(fs->trace, TRACK_COMPUTE);
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
     for (int s = 0; s < U->nseg; s++) {
@@ -47,7 +47,7 @@ void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
     fill_zero_f32(fs->kctx, U->grad, U->shard);
   }
   device_event_record(fs->params_updated, STREAM_COMPUTE);
-  trace_span(fs->trace, "optimizer", -1, TRACK_COMPUTE, t0, trace_now());
+  trace_span(fs->trace, "optimizer", -1, TRACK_COMPUTE, m0, trace_mark(fs->trace, TRACK_COMPUTE));
 }
 
 void fsdp_gather_master(FSDP* fs, int unit, float* out) {

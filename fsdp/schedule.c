@@ -57,12 +57,12 @@ static void unshard(FSDP* fs, int u) {
     device_stream_wait(STREAM_ALL_GATHER, fs->slot_free[s]);  // the slot's last reader is done
   }
   double t0 = trace_now();
+  int m0 = trace_mark(fs->trace, TRACK_ALL_GATHER);
   if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
   cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
   comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
-  double t1 = trace_now();
-  fs->comm_seconds += t1 - t0;
-  trace_span(fs->trace, "all-gather", u, TRACK_ALL_GATHER, t0, t1);
+  fs->comm_seconds += trace_now() - t0;
+  trace_span(fs->trace, "all-gather", u, TRACK_ALL_GATHER, m0, trace_mark(fs->trace, TRACK_ALL_GATHER));
   device_event_record(fs->gathered[u], STREAM_ALL_GATHER);
   U->full_params = buf;
   fs->all_gathers++;
@@ -101,11 +101,11 @@ void fsdp_pre_forward(FSDP* fs, int u) {
   unshard(fs, u);
   device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);  // exposed all-gather time
   if (fs->opt.prefetch_forward) prefetch(fs, u + 1);
-  fs->compute_start[u] = trace_now();
+  fs->compute_start[u] = trace_mark(fs->trace, TRACK_COMPUTE);
 }
 
 void fsdp_post_forward(FSDP* fs, int u) {
-  trace_span(fs->trace, "forward", u, TRACK_COMPUTE, fs->compute_start[u], trace_now());
+  trace_span(fs->trace, "forward", u, TRACK_COMPUTE, fs->compute_start[u], trace_mark(fs->trace, TRACK_COMPUTE));
   if (u == 0) return;  // the root stays unsharded until the end of backward (or of evaluation)
   // grad-op and none keep the unit unsharded for backward: no second all-gather.
   if (fs->training && !fs->reshard_after_forward) return;
@@ -151,7 +151,7 @@ void fsdp_pre_backward(FSDP* fs, int u) {
   // Backward order is the reverse of forward: after the root (lm_head) comes the last block.
   int prev = u == 0 ? fs->nunits - 1 : u - 1;
   if (fs->opt.prefetch_backward) prefetch(fs, prev);
-  fs->compute_start[u] = trace_now();
+  fs->compute_start[u] = trace_mark(fs->trace, TRACK_COMPUTE);
 }
 
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across
@@ -167,6 +167,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->params_updated);
   double t0 = trace_now();
+  int m0 = trace_mark(fs->trace, TRACK_REDUCE_SCATTER);
   if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
   if (fs->opt.reduce_dtype == DT_BF16) {
     // Reduce in bf16 (half the bytes on the wire, FSDP's reduce_dtype), accumulate in fp32:
@@ -181,9 +182,8 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
     comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
     comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
   }
-  double t1 = trace_now();
-  fs->comm_seconds += t1 - t0;
-  trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, t0, t1);
+  fs->comm_seconds += trace_now() - t0;
+  trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
   add_f32(fs->kctx_reduce, U->grad, chunk, U->shard);
   // Compute waits on this before it reuses the buffer or reads the gradient shard.
   device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);
@@ -192,7 +192,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
 
 void fsdp_post_backward(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
-  trace_span(fs->trace, "backward", u, TRACK_COMPUTE, fs->compute_start[u], trace_now());
+  trace_span(fs->trace, "backward", u, TRACK_COMPUTE, fs->compute_start[u], trace_mark(fs->trace, TRACK_COMPUTE));
   // Gradient accumulation without communication (paper section 3.4) reduces only on the
   // last micro-step; until then the unsharded gradient stays in its buffer.
   int reduce = fs->opt.sync_accum || fs->micro_step == fs->accum_steps - 1;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fsdp/device.h"
 #include "fsdp/dist.h"
 
 double trace_now(void) {
@@ -22,7 +23,7 @@ Trace* trace_open(const char* path, int rank, int world, const char* const* unit
   if (!t->f) fatal("--trace: cannot open '%s' for writing", name);
   t->rank = rank;
   t->first = 1;
-  t->origin = trace_now();
+  t->origin = -1.0;  // the first span's start, once read
   t->cap = 4096;
   t->spans = xcalloc(t->cap, sizeof(TraceSpan), "trace spans");
   t->unit_names = unit_names;
@@ -36,22 +37,40 @@ Trace* trace_open(const char* path, int rank, int world, const char* const* unit
   return t;
 }
 
-void trace_span(Trace* t, const char* what, int unit, TraceTrack track, double t0, double t1) {
-  if (!t) return;
-  if (t->n == t->cap) trace_flush(t);  // never drops a span; flushing early only costs time
-  t->spans[t->n++] = (TraceSpan){what, unit, track, t0, t1};
+int trace_mark(Trace* t, TraceTrack track) {
+  if (!t) return -1;
+  return device_mark((StreamId)track);  // tracks are numbered as the streams
+}
+
+void trace_span(Trace* t, const char* what, int unit, TraceTrack track, int m0, int m1) {
+  if (!t || m0 < 0 || m1 < 0) return;
+  if (t->n == t->cap) {  // more spans in one step than ever before: grow (tracing only)
+    t->cap *= 2;
+    t->spans = realloc(t->spans, (size_t)t->cap * sizeof(TraceSpan));
+    if (!t->spans) fatal("out of host memory for --trace spans");
+  }
+  t->spans[t->n++] = (TraceSpan){what, unit, track, m0, m1};
 }
 
 void trace_flush(Trace* t) {
   if (!t) return;
+  device_synchronize();
+  if (t->origin < 0 && t->n > 0) {  // time 0: the earliest start of the first flush
+    double first = device_mark_seconds(t->spans[0].m0);
+    for (int j = 1; j < t->n; j++)
+      if (device_mark_seconds(t->spans[j].m0) < first) first = device_mark_seconds(t->spans[j].m0);
+    t->origin = first;
+  }
   for (int i = 0; i < t->n; i++) {
     const TraceSpan* s = &t->spans[i];
+    double t0 = device_mark_seconds(s->m0), t1 = device_mark_seconds(s->m1);
     fprintf(t->f, ",\n{\"name\": \"%s%s%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
                   "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"unit\": %d}}",
             s->what, s->unit >= 0 ? " " : "", s->unit >= 0 ? t->unit_names[s->unit] : "", s->what, t->rank,
-            (int)s->track, (s->t0 - t->origin) * 1e6, (s->t1 - s->t0) * 1e6, s->unit);
+            (int)s->track, (t0 - t->origin) * 1e6, (t1 - t0) * 1e6, s->unit);
   }
   t->n = 0;
+  device_marks_release();
   fflush(t->f);
 }
 
