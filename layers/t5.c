@@ -140,7 +140,7 @@ void t5_plan(Model* m) {
   t->dec_f32_elems = 3 * Nd + 2 * B * H * Td;
   MemPlan* p = &fs->plan;
   const char* A = "activations";
-  plan_region(p, A, "encoder blocks", c->L * t->enc_act_elems + c->Ld * t->dec_act_elems, sizeof(act_t), (void**)&t->r_act);
+  plan_region(p, A, "encoder + decoder blocks", c->L * t->enc_act_elems + c->Ld * t->dec_act_elems, sizeof(act_t), (void**)&t->r_act);
   plan_region(p, A, "block statistics", c->L * t->enc_f32_elems + c->Ld * t->dec_f32_elems, sizeof(float), (void**)&t->r_f32);
   plan_region(p, A, "embeddings (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_emb);
   plan_region(p, A, "final norms (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_final);
