@@ -62,6 +62,12 @@ assert any(len(repr(s['loss'])) > 12 for s in steps)  # full precision, not roun
 print(len(steps))"
 $BIN $M --data $DATA --batch 2 --steps 3 --digest > "$TMP/out2" 2>&1
 expect "the same command twice gives the same digest" 0 "same" bash -c "[ \"\$(grep digest $TMP/out)\" = \"\$(grep digest $TMP/out2)\" ] && echo same"
+# scripts/prepare_text.py: any text file -> byte-level shards the trainer accepts.
+for i in $(seq 1 200); do echo "line $i: the quick brown fox jumps over the lazy dog"; done > "$TMP/text.txt"
+expect "prepare_text.py writes byte-level train and val shards" 0 "val" python3 scripts/prepare_text.py "$TMP/text.txt" "$TMP/text" --tokenizer byte
+expect "the trainer trains on prepared text" 0 "step +2/2" $BIN $M --data "$TMP/text/train_*.bin" --val-data "$TMP/text/val_*.bin" --batch 2 --steps 2
+expect "prepare_text.py --tokenizer gpt2 without tiktoken explains itself (or works)" "$(python3 -c 'import tiktoken' 2>/dev/null && echo 0 || echo 1)" "tiktoken|train" python3 scripts/prepare_text.py "$TMP/text.txt" "$TMP/text2" --tokenizer gpt2
+
 # T5: span-corrupted batches from the same shards, the exact FLOP count beside the IBM formula.
 T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --val-data data/addition/val_000.bin --batch 2 --enc-len 40 --dec-len 12"
 $BIN $T5 --steps 12 --lr 3e-3 --eval-every 12 --log "$TMP/t5.json" > "$TMP/t5.out" 2>&1
