@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp/checkpoint.h"
 #include "fsdp/dist.h"
 #include "train/train.h"
 
@@ -113,6 +114,13 @@ int main(int argc, char** argv) {
   const char** unit_names = xcalloc(fs.nunits, sizeof(char*), "unit names");
   for (int u = 0; u < fs.nunits; u++) unit_names[u] = fs.units[u].name;
   if (o.trace_path) fs.trace = trace_open(o.trace_path, rank, W, unit_names);
+  // Resuming: the weights, the AdamW state and the step; the data continues from that step, so
+  // a run with the same global batch sees the same micro-batches as one that never stopped.
+  int start_step = 0;
+  if (o.resume_dir) {
+    start_step = checkpoint_load(&fs, o.resume_dir, cfg.name);
+    log0("resumed from %s after step %d\n", o.resume_dir, start_step);
+  }
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
     logf = fopen(o.log_path, "w");
@@ -123,7 +131,7 @@ int main(int argc, char** argv) {
   schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
   double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
-  for (int step = 0; step < total_steps; step++) {
+  for (int step = start_step; step < total_steps; step++) {
     (void)device_waited_seconds();  // stalls of evaluation forwards do not belong to this step
     double t0 = now_seconds(), comm0 = fs.comm_seconds;
     fsdp_begin_step(&fs, A);
@@ -189,10 +197,14 @@ int main(int argc, char** argv) {
       log0("step %5d | exact-match accuracy %.2f%% on %d held-out prompts\n", step + 1, 100.0 * acc, prompts.n);
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
+    if (o.save_dir && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == total_steps)) {
+      checkpoint_save(&fs, o.save_dir, cfg.name, step + 1, o.seed);
+      log0("step %5d | saved %s\n", step + 1, o.save_dir);
+    }
     if (o.sample_every && (step + 1) % o.sample_every == 0)
       sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
   }
-  if (o.bench)
+  if (o.bench && start_step == 0)
     bench_report(&o, &model, &fs, A, step_ms + o.bench_warmup, comm_ms + o.bench_warmup, o.steps, peak, peak_source, device);
   if (o.digest) {
     uint64_t d = fsdp_params_digest(&fs);

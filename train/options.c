@@ -55,6 +55,10 @@ static void print_help(void) {
       "  --log FILE            one JSON object per step (and per evaluation)\n"
       "  --digest              print params_digest <hex> of the final parameters\n"
       "  --dump-params FILE    write the final parameters (fp32, global order, no padding)\n"
+      "checkpoints (any world size can resume any checkpoint)\n"
+      "  --save DIR            save parameters and AdamW state at the end\n"
+      "  --save-every N        also every N steps (to the same DIR)\n"
+      "  --resume DIR          continue from a checkpoint: its step, weights and AdamW state\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
       "  --world N             plan for N ranks (default: the ranks of this run)\n"
@@ -131,7 +135,8 @@ Options parse_options(int argc, char** argv) {
       {"peak", no_argument, 0, 'Z'},             {"sim-world", required_argument, 0, 'W'},
       {"sim-link", required_argument, 0, 'U'},             {"trace", required_argument, 0, 'T'},
       {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
-      {"comm-timeout", required_argument, 0, 'O'},
+      {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
+      {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -180,6 +185,9 @@ Options parse_options(int argc, char** argv) {
       case 'y': o.plan = 1; break;
       case 'T': o.trace_path = optarg; break;
       case 'I': o.init_dir = optarg; break;
+      case 'o': o.save_dir = optarg; break;
+      case 'i': o.save_every = (int)parse_long(name, optarg, 1, 1 << 30); break;
+      case 'r': o.resume_dir = optarg; break;
       case 'O': o.comm_timeout = parse_float(name, optarg, 0.0f, 1e7f); break;
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
@@ -208,6 +216,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.model) usage_error("%s", "--model is required");
   if (!o.data && !o.plan) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
+  if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
   if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
   return o;
 }

@@ -27,6 +27,9 @@ typedef struct {
   int bench, bench_warmup, peak;    // --bench, --bench-warmup, --peak
   const char* bench_json;
   const char* trace_path;           // --trace FILE
+  const char* save_dir;             // --save DIR: checkpoint at the end (and every --save-every)
+  int save_every;
+  const char* resume_dir;           // --resume DIR
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
   FSDPOptions fsdp;
