@@ -44,7 +44,7 @@ train_gpt_cpu: $(BUILD)/cpu/train_gpt.o $(CPU_LIB_OBJS)
 # CUDA_HOME: /usr/local/cuda when it has nvcc, else the prefix of the nvcc on PATH, else the
 # pip wheels (python3 site-packages/nvidia/{cu13,cuda_nvcc}). Libraries are looked up in
 # CUDA_HOME, then in the pip wheels (nvidia/{cu13,cublas,cuda_runtime}/lib); the binary gets
-# an rpath to the directories found. NCCL_HOME is found the same way, for the NCCL milestone.
+# an rpath to the directories found. NCCL_HOME (nccl.h, libnccl) is found the same way.
 CUDA_ARCH ?= 90
 comma := ,
 py_nvidia = $(shell python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null)
