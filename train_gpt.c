@@ -159,9 +159,7 @@ int main(int argc, char** argv) {
     comm_all_reduce(fs.world, &loss_sum, 1, DT_F64);
     double loss = loss_sum / global_tokens;
     double norm = fsdp_grad_norm(&fs);
-    // Clip as torch.nn.utils.clip_grad_norm_: scale by C / (norm + 1e-6) when that is below 1.
-    float scale = 1.0f;
-    if (o.grad_clip > 0 && norm + 1e-6 > o.grad_clip) scale = (float)(o.grad_clip / (norm + 1e-6));
+    float scale = fsdp_clip_scale(norm, o.grad_clip);
     float lr = learning_rate(&schedule, step);
     AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps,
                       .weight_decay = o.weight_decay, .grad_scale = scale, .step = step + 1};

@@ -200,6 +200,9 @@ const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param);
 // ---- optimizer (fsdp/optimizer.c) ---------------------------------------------------
 // Global L2 norm of the sharded gradient, the same bits for any world size.
 double fsdp_grad_norm(FSDP* fs);
+// The gradient scale of global-norm clipping, as torch.nn.utils.clip_grad_norm_:
+// clip / (norm + 1e-6) when that is below 1, else 1 (and 1 when clip <= 0: no clipping).
+float fsdp_clip_scale(double norm, float clip);
 // Sharded AdamW on every unit's shard; grads are scaled by grad_scale (clipping) and zeroed.
 void fsdp_adamw_step(FSDP* fs, AdamWArgs args);
 // A 64-bit digest of all parameters (unpadded fp32 values in global order), equal on all ranks.

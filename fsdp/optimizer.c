@@ -33,6 +33,10 @@ double fsdp_grad_norm(FSDP* fs) {
   return sqrt(exact_value(words));
 }
 
+float fsdp_clip_scale(double norm, float clip) {
+  return clip > 0 && norm + 1e-6 > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
+}
+
 void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
   int m0 = trace_mark(fs->trace, TRACK_COMPUTE);
   for (int u = 0; u < fs->nunits; u++) {

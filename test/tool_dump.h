@@ -11,6 +11,7 @@
 
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
+#include "layers/model.h"
 
 static void write_file(const char* dir, const char* name, const void* data, size_t bytes) {
   char path[4096];
@@ -99,4 +100,49 @@ static void fill_tokens(int32_t* x, int n, int V, uint64_t seed) {
   if (n > 0) x[0] = V - 1;
   if (n > 1) x[n - 1] = 0;
   if (n > 3) x[n / 2] = x[0];
+}
+
+typedef struct {
+  double *losses, *norms, *scales;  // K+1 losses and norms (before step 1, after each step), K scales
+  double pad_grad, pad_param;       // largest |grad| / final |param| over vocabulary padding
+} DumpTraining;
+
+// Writes logits.bin (the raw logits of an evaluation forward), then runs K optimizer steps on
+// the batch already in the model, as train_gpt.c does with one micro-batch per step (loss
+// scaled by 1/valid targets, clipping, AdamW with betas 0.9/0.95, eps 1e-8), writing grads.bin
+// (the first step's gradients) and params_final.bin.
+static DumpTraining dump_logits_and_train(FSDP* fs, Model* m, const char* dir, int K, float lr, float wd, float clip,
+                                          int valid, size_t pbytes) {
+  size_t N = (size_t)m->B * m->T, lbytes = N * m->cfg.Vp * sizeof(float);
+  fsdp_begin_forward(fs, 0, 0);
+  model_forward(m, 0, 0.0f);
+  float* logits = xmalloc(lbytes, "logits dump");
+  device_copy_to_host(logits, m->logits, lbytes);
+  write_file(dir, "logits.bin", logits, lbytes);
+  free(logits);
+  DumpTraining r = {xcalloc(K + 1, sizeof(double), "losses"), xcalloc(K + 1, sizeof(double), "norms"),
+                    xcalloc(K + 1, sizeof(double), "scales"), 0.0, 0.0};
+  for (int k = 0; k <= K; k++) {
+    fsdp_begin_step(fs, 1);
+    fsdp_begin_forward(fs, 0, 1);
+    r.losses[k] = model_forward(m, 1, (float)(1.0 / valid)) / valid;
+    model_backward(m);
+    r.norms[k] = fsdp_grad_norm(fs);
+    if (k == 0) {
+      float* grads = gather_grads(fs, &r.pad_grad);
+      write_file(dir, "grads.bin", grads, pbytes);
+      free(grads);
+    }
+    if (k == K) break;  // the last forward only measures the loss after step K
+    r.scales[k] = fsdp_clip_scale(r.norms[k], clip);
+    AdamWArgs a = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd,
+                   .grad_scale = (float)r.scales[k], .step = k + 1};
+    fsdp_adamw_step(fs, a);
+  }
+  float* final_params = gather_params(fs);
+  write_file(dir, "params_final.bin", final_params, pbytes);
+  free(final_params);
+  r.pad_param = param_pad_maxabs(fs);
+  return r;
+}
 #endif

@@ -38,7 +38,6 @@
 #define BUCKET_RANGE 300  // buckets.bin covers relative positions -300..300
 
 #include "test/tool_dump.h"
-}
 
 // Padded targets: row b ignores (-1) its last (2b) mod Td positions, always keeping the first
 // one (row 0 is unpadded; with B >= 2 some row is padded whenever Td > 2).
@@ -153,41 +152,13 @@ int main(int argc, char** argv) {
       buckets[d][r + BUCKET_RANGE] = relative_position_bucket(r, d == 0, 32, 128);
   write_file(dir, "buckets.bin", buckets, sizeof buckets);
 
-  // Evaluation forward: raw logits over the padded vocabulary.
-  fsdp_begin_forward(&fs, 0, 0);
-  model_forward(&m, 0, 0.0f);
-  float* logits = xmalloc((size_t)Nd * cfg.Vp * sizeof(float), "logits dump");
-  device_copy_to_host(logits, m.logits, (size_t)Nd * cfg.Vp * sizeof(float));
-  write_file(dir, "logits.bin", logits, (size_t)Nd * cfg.Vp * sizeof(float));
-
-  // Training: as train_gpt.c with one micro-batch per step, on the same batch every step; the
-  // loss is the mean over the valid (>= 0) targets.
-  double* losses = xcalloc(K + 1, sizeof(double), "losses");
-  double* norms = xcalloc(K + 1, sizeof(double), "norms");
-  double* scales = xcalloc(K + 1, sizeof(double), "scales");
-  double pad_grad = 0.0;
-  for (int k = 0; k <= K; k++) {
-    fsdp_begin_step(&fs, 1);
-    fsdp_begin_forward(&fs, 0, 1);
-    losses[k] = model_forward(&m, 1, (float)(1.0 / valid)) / valid;
-    model_backward(&m);
-    norms[k] = fsdp_grad_norm(&fs);
-    if (k == 0) {
-      float* grads = gather_grads(&fs, &pad_grad);
-      write_file(dir, "grads.bin", grads, pbytes);
-      free(grads);
-    }
-    if (k == K) break;  // the last forward only measures the loss after step K
-    float scale = 1.0f;
-    if (clip > 0 && norms[k] + 1e-6 > clip) scale = (float)(clip / (norms[k] + 1e-6));
-    scales[k] = scale;
-    AdamWArgs a = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd,
-                   .grad_scale = scale, .step = k + 1};
-    fsdp_adamw_step(&fs, a);
-  }
-  float* final_params = gather_params(&fs);
-  write_file(dir, "params_final.bin", final_params, pbytes);
-  double pad_param = param_pad_maxabs(&fs);
+  // Raw logits of an evaluation forward, then K AdamW steps on the same batch; the loss is
+  // the mean over the valid (>= 0) targets.
+  DumpTraining run = dump_logits_and_train(&fs, &m, dir, K, lr, wd, clip, valid, pbytes);
+  double* losses = run.losses;
+  double* norms = run.norms;
+  double* scales = run.scales;
+  double pad_grad = run.pad_grad, pad_param = run.pad_param;
 
   char path[4096];
   snprintf(path, sizeof path, "%s/meta.json", dir);
@@ -224,8 +195,6 @@ int main(int argc, char** argv) {
   fprintf(f, "\n  ]\n}\n");
   fclose(f);
   free(params);
-  free(final_params);
-  free(logits);
   free(losses);
   free(norms);
   free(scales);
