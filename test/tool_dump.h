@@ -145,4 +145,37 @@ static DumpTraining dump_logits_and_train(FSDP* fs, Model* m, const char* dir, i
   r.pad_param = param_pad_maxabs(fs);
   return r;
 }
+static void json_array(FILE* f, const char* key, const double* v, int n, const char* tail) {
+  fprintf(f, "  \"%s\": [", key);
+  for (int i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
+  fprintf(f, "]%s\n", tail);
+}
+
+// The end of meta.json, the same for every tool: the training figures and the parameter table
+// (unit, name, shape, numel, live elements, decay flag) in the order of params.bin. Frees run.
+static void dump_meta_tail(FILE* f, const FSDP* fs, DumpTraining* run, int K) {
+  fprintf(f, "  \"loss\": %.17g,\n  \"grad_norm\": %.17g,\n", run->losses[0], run->norms[0]);
+  json_array(f, "losses", run->losses, K + 1, ",");
+  json_array(f, "grad_norms", run->norms, K + 1, ",");
+  json_array(f, "clip_scales", run->scales, K, ",");
+  fprintf(f, "  \"pad_grad_maxabs\": %.17g,\n  \"pad_param_final_maxabs\": %.17g,\n", run->pad_grad, run->pad_param);
+  fprintf(f, "  \"params\": [\n");
+  int first = 1;
+  for (int u = 0; u < fs->nunits; u++) {
+    const Unit* U = &fs->units[u];
+    for (int i = 0; i < U->nparams; i++) {
+      const ParamInfo* p = &U->params[i];
+      fprintf(f, "%s    {\"unit\": %d, \"unit_name\": \"%s\", \"name\": \"%s\", \"shape\": [", first ? "" : ",\n",
+              u, U->name, p->name);
+      for (int d = 0; d < p->ndim; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+      fprintf(f, "], \"numel\": %lld, \"live\": %lld, \"decay\": %d}", (long long)p->numel,
+              (long long)p->live, p->decay);
+      first = 0;
+    }
+  }
+  fprintf(f, "\n  ]\n}\n");
+  free(run->losses);
+  free(run->norms);
+  free(run->scales);
+}
 #endif

@@ -103,12 +103,6 @@ static void usage(void) {
   exit(2);
 }
 
-static void json_array(FILE* f, const char* key, const double* v, int n, const char* tail) {
-  fprintf(f, "  \"%s\": [", key);
-  for (int i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
-  fprintf(f, "]%s\n", tail);
-}
-
 int main(int argc, char** argv) {
   dist_init(&argc, &argv);
   if (argc != 11 && argc != 12) usage();
@@ -155,10 +149,6 @@ int main(int argc, char** argv) {
   // Raw logits of an evaluation forward, then K AdamW steps on the same batch; the loss is
   // the mean over the valid (>= 0) targets.
   DumpTraining run = dump_logits_and_train(&fs, &m, dir, K, lr, wd, clip, valid, pbytes);
-  double* losses = run.losses;
-  double* norms = run.norms;
-  double* scales = run.scales;
-  double pad_grad = run.pad_grad, pad_param = run.pad_param;
 
   char path[4096];
   snprintf(path, sizeof path, "%s/meta.json", dir);
@@ -173,31 +163,9 @@ int main(int argc, char** argv) {
   fprintf(f, "  \"lr\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g,\n", lr, wd, clip);
   fprintf(f, "  \"beta1\": 0.9, \"beta2\": 0.95, \"eps\": 1e-8, \"decay_embeddings\": %d,\n", fs.opt.decay_embeddings);
   fprintf(f, "  \"bucket_range\": %d, \"num_buckets\": 32, \"max_distance\": 128,\n", BUCKET_RANGE);
-  fprintf(f, "  \"loss\": %.17g,\n  \"grad_norm\": %.17g,\n", losses[0], norms[0]);
-  json_array(f, "losses", losses, K + 1, ",");
-  json_array(f, "grad_norms", norms, K + 1, ",");
-  json_array(f, "clip_scales", scales, K, ",");
-  fprintf(f, "  \"pad_grad_maxabs\": %.17g,\n  \"pad_param_final_maxabs\": %.17g,\n", pad_grad, pad_param);
-  fprintf(f, "  \"params\": [\n");
-  int first = 1;
-  for (int u = 0; u < fs.nunits; u++) {
-    const Unit* U = &fs.units[u];
-    for (int i = 0; i < U->nparams; i++) {
-      const ParamInfo* p = &U->params[i];
-      fprintf(f, "%s    {\"unit\": %d, \"unit_name\": \"%s\", \"name\": \"%s\", \"shape\": [", first ? "" : ",\n",
-              u, U->name, p->name);
-      for (int d = 0; d < p->ndim; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
-      fprintf(f, "], \"numel\": %lld, \"live\": %lld, \"decay\": %d}", (long long)p->numel,
-              (long long)p->live, p->decay);
-      first = 0;
-    }
-  }
-  fprintf(f, "\n  ]\n}\n");
+  dump_meta_tail(f, &fs, &run, K);
   fclose(f);
   free(params);
-  free(losses);
-  free(norms);
-  free(scales);
   dist_finalize();
   return 0;
 }
