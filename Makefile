@@ -2,8 +2,9 @@
 #   make train_gpt_cpu   CPU reference binary (C11 + OpenMP, MPI when mpicc is found)
 #   make train_gpt       CUDA binary (nvcc + cuBLASLt; compiles without a GPU)
 #   make run             build and train on the built-in addition dataset
-#   make test            the CPU test suite (unit, reference, multi-rank); also compiles the
-#                        CUDA binary and GPU tests when nvcc is found
+#   make test            the whole suite: CPU (unit, reference, multi-rank), the CUDA simulator
+#                        (test-sim); also compiles the CUDA binary and GPU tests when nvcc is found
+#   make test-sim        the CUDA kernels on the CUDA simulator (test/cudasim/), no GPU needed
 #   make test-gpu        on a GPU: every CUDA kernel against the CPU reference, CUDA vs CPU
 #                        training, reproducibility, compute-sanitizer
 #   make cuda-config     print the CUDA/NCCL locations the build found
@@ -165,7 +166,7 @@ endif
 cuda-skip-note:
 	@echo "note: nvcc not found (set CUDA_HOME): skipping the CUDA build"
 
-test: test-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
+test: test-bins sim-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
 	bash test/run_tests.sh
 
 # ---- GPU tests (run on a machine with a GPU) ----------------------------------------
@@ -199,6 +200,59 @@ $(GPU_TEST)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(G
 test-gpu: $(GPU_TEST)/test_kernels_gpu train_gpt train_gpt_cpu data/addition/train_000.bin
 	bash test/gpu/test_gpu.sh
 
+# ---- CUDA simulator (test/cudasim/README.md) ------------------------------------------
+# kernels/cuda/*.cu compiled by g++ against test/cudasim/include (the simulator's CUDA headers)
+# after cu2cpp.sh rewrites the <<<>>> launches. The kernel files get GCC's thread-sanitizer
+# instrumentation (no runtime library: test/cudasim/check.cpp implements its per-access calls
+# as memcheck, racecheck, initcheck and alignment checks); vectorization and store merging are
+# off so every access is the size the source wrote. The simulator's own files are plain C++.
+SIM := $(BUILD)/sim
+SIM_CXX ?= g++
+SIM_OPT ?= -O2
+SIM_INC := -I. -Itest/cudasim/include
+SIM_INSTRUMENT := -fsanitize=thread --param tsan-instrument-func-entry-exit=0 -fno-tree-vectorize \
+  -fno-tree-slp-vectorize -fno-store-merging
+SIM_KERNEL_FLAGS := -std=c++17 $(SIM_OPT) -g -gdwarf-4 -DFSDP_CUDA $(SIM_INC) $(SIM_INSTRUMENT) \
+  -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas
+SIM_RT_FLAGS := -std=c++17 -O2 -g $(SIM_INC) -Wall -Wextra -Wno-unused-parameter
+SIM_HEADERS := $(wildcard test/cudasim/*.h test/cudasim/include/*.h test/cudasim/include/*/*.h \
+  test/cudasim/include/cub/*/*.cuh)
+SIM_RT_SRCS := $(filter-out test/cudasim/test_%,$(wildcard test/cudasim/*.cpp))
+SIM_RT_OBJS := $(patsubst test/cudasim/%.cpp,$(SIM)/rt/%.o,$(SIM_RT_SRCS))
+SIM_KERNEL_OBJS := $(patsubst kernels/cuda/%.cu,$(SIM)/kernels/%.o,$(CUDA_KERNEL_SRCS))
+SIM_LIBS := -lstdc++ -lm -fopenmp -ldl
+
+$(SIM)/kernels/%.cpp: kernels/cuda/%.cu test/cudasim/cu2cpp.sh
+	@mkdir -p $(dir $@)
+	sh test/cudasim/cu2cpp.sh $< $@
+$(SIM)/kernels/%.o: $(SIM)/kernels/%.cpp $(CUDA_HEADERS) $(SIM_HEADERS) Makefile
+	$(SIM_CXX) $(SIM_KERNEL_FLAGS) -c $< -o $@
+$(SIM)/rt/%.o: test/cudasim/%.cpp $(SIM_HEADERS)
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_RT_FLAGS) -c $< -o $@
+$(SIM)/libcudasim.a: $(SIM_RT_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+# test/gpu/test_kernels_gpu.c itself, on the simulator (--profile small in the suite).
+$(SIM)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(GPU_TEST)/cpu_ref_check.o $(SIM_KERNEL_OBJS) \
+                         $(CPU_REF_OBJS) $(SIM)/libcudasim.a $(HEADERS)
+	$(or $(CC),cc) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -I. -D_GNU_SOURCE -DFSDP_CUDA $(SIM_INC) \
+	  -c $< -o $@.o
+	$(SIM_CXX) $@.o $(SIM_KERNEL_OBJS) $(CPU_REF_OBJS) $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
+
+$(SIM)/test_ptx: test/cudasim/test_ptx.cpp $(SIM)/libcudasim.a test/test.h
+	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
+$(SIM)/test_cublaslt: test/cudasim/test_cublaslt.cpp $(SIM)/libcudasim.a test/test.h
+	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
+print-sim-kernel-flags:
+	@echo $(SIM_KERNEL_FLAGS)
+.PRECIOUS: $(SIM)/kernels/%.cpp
+
+SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM)/test_ptx $(SIM)/test_cublaslt $(SIM_KERNEL_OBJS)
+sim-bins: $(SIM_TESTS)
+test-sim: sim-bins
+	bash test/cudasim/run_sim_tests.sh
+
 # ---- built-in dataset: synthetic addition problems as byte tokens -------------------
 $(BUILD)/make_addition: scripts/make_addition.c data/shard.c data/shard.h
 	@mkdir -p $(BUILD)
@@ -224,4 +278,4 @@ print-run-args:
 clean:
 	rm -rf $(BUILD) train_gpt_cpu train_gpt
 
-.PHONY: test test-bins test-gpu cuda-config cuda-skip-note run print-run-args clean
+.PHONY: test test-bins test-gpu test-sim sim-bins cuda-config cuda-skip-note run print-run-args clean

@@ -138,9 +138,13 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
 //   losses[n] = logsumexp(logits[n, :V]) - logits[n, target]
 //   logits[n, :V] is overwritten by dloss * (softmax - onehot), logits[n, V:] by 0.
 // Rows with target < 0 (ignored positions) get loss 0 and zero gradient.
+// Infinite logits never give NaN: a logit equal to the row max counts exp(0) = 1, also when
+// the max is infinite. So -inf logits get probability exactly 0 (a -inf target: loss +inf), a
+// row of only -inf logits is uniform (loss log V), and +inf logits share the probability.
 void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
                                  const int32_t* targets, int N, int V, int Vp, float dloss);
-// Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host.
+// Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host
+// (infinite logits as above).
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
 
 // ---- relative position bias (T5) ---------------------------------------------------

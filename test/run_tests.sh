@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite of `make test`: every C unit test, the PyTorch reference check, the
-# multi-rank FSDP tests and the end-to-end run. Each part prints "N passed, M failed" as its
-# last line; this script adds them up and ends with the suite's own line.
+# multi-rank FSDP tests, the end-to-end run and the CUDA simulator's suite. Each part prints
+# "N passed, M failed" as its last line; this script adds them up and ends with the suite's
+# own line.
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
@@ -43,6 +44,7 @@ part "planner and benchmark" python3 test/test_plan.py
 part "benchmark scripts" bash test/test_bench_scripts.sh
 part "multi-rank FSDP" bash test/test_multirank.sh
 part "end-to-end training" bash test/test_e2e.sh
+part "CUDA simulator" bash test/cudasim/run_sim_tests.sh
 
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]

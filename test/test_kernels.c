@@ -594,6 +594,76 @@ static void test_classifier(void) {
   free(c.logits), free(c.work), free(c.losses), free(grad);
 }
 
+// Infinite logits (kernels/cpu/classifier.c): a logit equal to the row max counts exp(0) = 1,
+// also when the max is infinite. -inf logits get probability exactly 0 (a -inf target: loss
+// +inf, gradient -dloss), a row of only -inf logits is uniform (loss log V, as any row of equal
+// logits), +inf logits share the probability. Nothing is NaN.
+static void test_classifier_inf(void) {
+  enum { N = 6, V = 11, Vp = 16 };
+  const float dloss = 0.37f;
+  int32_t tgt[N] = {4, 6, 2, 9, 8, -1};
+  float *lg = falloc(N * Vp), *g = falloc(N * Vp), *losses = falloc(N);
+  for (int n = 0; n < N; n++)
+    for (int j = 0; j < Vp; j++) lg[n * Vp + j] = j < V ? 3.0f * sinf(1.3f * j + n) : 1000.0f;
+  // Rows: 0 all -inf; 1 odd columns -inf, the target finite; 2 the target -inf; 3 one finite
+  // logit, the target; 4 two +inf, one the target, and a -inf; 5 ignored, all -inf.
+  for (int j = 0; j < V; j++) lg[0 * Vp + j] = lg[5 * Vp + j] = -INFINITY;
+  for (int j = 1; j < V; j += 2) lg[1 * Vp + j] = -INFINITY;
+  lg[2 * Vp + 2] = lg[2 * Vp + 7] = -INFINITY;
+  for (int j = 0; j < V; j++)
+    if (j != 9) lg[3 * Vp + j] = -INFINITY;
+  lg[4 * Vp + 0] = -INFINITY, lg[4 * Vp + 1] = lg[4 * Vp + 8] = INFINITY;
+  memcpy(g, lg, sizeof(float) * N * Vp);
+  classifier_forward_backward(NULL, losses, g, tgt, N, V, Vp, dloss);
+
+  int nan = 0;
+  for (int i = 0; i < N * Vp; i++) nan += isnan(g[i]);
+  for (int n = 0; n < N; n++) nan += isnan(losses[n]);
+  EXPECT("classifier with infinite logits: no NaN", nan == 0, "%d NaN", nan);
+
+  double e = rel_err(losses[0], log((double)V), 1e-6);  // all -inf: uniform
+  for (int j = 0; j < V; j++)
+    e = fmax(e, rel_err(g[j], dloss * (1.0 / V - (j == tgt[0])), 1e-6));
+  EXPECT("classifier all -inf row: uniform softmax, loss log V", e < 1e-6, "rel err %.3e", e);
+
+  // Partly -inf rows: the softmax of the finite logits (in double), exactly 0 at -inf columns.
+  int zeros = 1;
+  e = 0.0;
+  for (int n = 1; n <= 2; n++) {
+    const float* x = lg + n * Vp;
+    double mx = -INFINITY, s = 0.0;
+    for (int j = 0; j < V; j++) mx = fmax(mx, x[j]);
+    for (int j = 0; j < V; j++) s += exp(x[j] - mx);
+    for (int j = 0; j < V; j++) {
+      if (isinf(x[j]) && j != tgt[n]) zeros &= g[n * Vp + j] == 0.0f;
+      else e = fmax(e, rel_err(g[n * Vp + j], dloss * (exp(x[j] - mx) / s - (j == tgt[n])), 1e-3));
+    }
+    if (n == 1) e = fmax(e, rel_err(losses[1], mx + log(s) - x[tgt[1]], 1e-3));
+  }
+  EXPECT("classifier -inf logits: probability exactly 0, the rest a softmax", zeros && e < 1e-5,
+         "zeros %d rel err %.3e", zeros, e);
+  EXPECT("classifier -inf target: loss +inf, gradient -dloss", isinf(losses[2]) && losses[2] > 0 &&
+         g[2 * Vp + 2] == -dloss, "loss %g gradient %g", losses[2], g[2 * Vp + 2]);
+  int ok3 = losses[3] == 0.0f;
+  for (int j = 0; j < Vp; j++) ok3 &= g[3 * Vp + j] == 0.0f;
+  EXPECT("classifier one finite logit, the target: loss 0, gradient 0", ok3, "loss %g", losses[3]);
+  int ok4 = fabs(losses[4] - log(2.0)) < 1e-6 && g[4 * Vp + 1] == 0.5f * dloss && g[4 * Vp + 8] == -0.5f * dloss;
+  for (int j = 0; j < Vp; j++) ok4 &= j == 1 || j == 8 || g[4 * Vp + j] == 0.0f;
+  EXPECT("classifier two +inf logits share the probability: loss log 2", ok4, "loss %g", losses[4]);
+  int ok5 = losses[5] == 0.0f;
+  for (int j = 0; j < Vp; j++) ok5 &= g[5 * Vp + j] == 0.0f;
+  EXPECT("classifier ignored row of -inf: loss 0, gradient 0", ok5, "loss %g", losses[5]);
+
+  float probs[V];
+  softmax_row(NULL, probs, lg + 0 * Vp, V, 0.7f);
+  int sm = 1;
+  for (int j = 0; j < V; j++) sm &= fabs(probs[j] - 1.0 / V) < 1e-7;
+  softmax_row(NULL, probs, lg + 4 * Vp, V, 0.7f);
+  for (int j = 0; j < V; j++) sm &= probs[j] == (j == 1 || j == 8 ? 0.5f : 0.0f);
+  EXPECT("softmax_row: all -inf is uniform, two +inf get 1/2 each", sm, "wrong probabilities");
+  free(lg), free(g), free(losses);
+}
+
 // ---- elementwise, optimizer, gradient norm ------------------------------------------
 
 static void test_elementwise(void) {
@@ -748,6 +818,7 @@ int main(void) {
   test_attention("cross Tq=3 Tk=7 kv_stride padded", 2, 3, 7, 2, 4, 0, 0, 0, 3);
   test_attention("fused qkv causal B=2 T=5 H=3 D=8", 2, 5, 5, 3, 8, 1, 0, 1, 0);
   test_classifier();
+  test_classifier_inf();
   test_elementwise();
   test_adamw(0.0f);
   test_adamw(0.1f);

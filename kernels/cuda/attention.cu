@@ -75,6 +75,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 namespace {
 
@@ -102,51 +103,13 @@ struct AttnArgs {
   float scale, scale_log2;
 };
 
-// ---- PTX helpers ------------------------------------------------------------------------
+// ---- PTX (kernels/cuda/ptx.cuh) and register helpers -----------------------------------
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Four 8x8 b16 matrices; lane l gives the address of row (l & 7) of matrix (l >> 3).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-// c[16x8] += a[16x16] * b[16x8]; fragment layout (g = lane/4, t = lane%4):
-//   a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..); b0 (k 2t..2t+1, n g),
-//   b1 (k 2t+8.., n g); c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+// Two floats rounded to bf16 in one b32 register, lo in the lower half (an mma A fragment).
+// Built from the bit patterns, not by punning a __nv_bfloat162 (strict aliasing).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-  return *reinterpret_cast<uint32_t*>(&v);
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -314,7 +277,7 @@ constexpr size_t fwd_smem() {
 template <int DP, bool HAS_BIAS>
 __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
   constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  DYNAMIC_SMEM(smem);
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + BM * LD;      // [2][BN][LD]
   bf16* Vs = Ks + 2 * BN * LD;  // [2][BN][LD]
@@ -461,7 +424,7 @@ struct DkdvCfg {
 template <int DP, bool HAS_BIAS>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs a) {
   constexpr int BK = kTile, BQ = DkdvCfg<DP>::BQ, LD = DP + 8, NT = BQ / 8, DT = DP / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
+  DYNAMIC_SMEM(smem);
   bf16* Ks = reinterpret_cast<bf16*>(smem);
   bf16* Vs = Ks + BK * LD;
   bf16* Qs = Vs + BK * LD;       // [2][BQ][LD]
@@ -584,7 +547,7 @@ template <int DP, bool HAS_BIAS, bool BGRAD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a) {
   constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
   constexpr int ST = DqCfg<DP>::ST;
-  extern __shared__ __align__(16) unsigned char smem[];
+  DYNAMIC_SMEM(smem);
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* dOs = Qs + BM * LD;
   bf16* Ks = dOs + BM * LD;      // [ST][BN][LD]

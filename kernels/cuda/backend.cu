@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 void matmul_cache_create(KernelCtx* ctx);   // matmul.cu
 void matmul_cache_destroy(KernelCtx* ctx);  // matmul.cu
@@ -113,12 +114,9 @@ extern "C" void* kernels_cuda_stream(int which) {
 // One thread that keeps its stream busy until `ns` nanoseconds of the GPU's global timer have
 // passed (sleeping between reads, so it takes no issue slots from other work).
 __global__ void delay_kernel(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
+  const unsigned long long t0 = globaltimer_ns();
+  do __nanosleep(1000);
+  while (globaltimer_ns() - t0 < ns);
 }
 
 extern "C" void kernels_cuda_delay(int which, double seconds) {

@@ -11,6 +11,12 @@
 // The logit of the target is read before the block barrier of step 2, and every thread has
 // finished reading its columns at that barrier, so the in-place writes of step 3 never race
 // with a read. Rows with target < 0 get loss 0 and an all-zero gradient.
+//
+// Infinite logits follow the CPU reference (kernels/cpu/classifier.c): a logit equal to the
+// max counts exp(0) = 1, also when the max is infinite. So -inf logits get probability 0 (and
+// a -inf target loss +inf), a row of only -inf logits is uniform (loss log V), and a thread
+// whose first columns are -inf counts them instead of evaluating exp(-inf - -inf) = NaN. A
+// (max, sum) pair is therefore empty exactly when its sum is 0: any element makes it >= 1.
 #include <math.h>
 #include <string.h>
 
@@ -20,14 +26,20 @@
 
 // Combine two (max, sum) pairs. A pair with no elements is (-inf, 0).
 static __device__ __forceinline__ void lse_combine(float& m, float& s, float m2, float s2) {
-  if (m2 == -INFINITY) return;
-  if (m == -INFINITY) {
+  if (s2 == 0.0f) return;
+  if (s == 0.0f) {
     m = m2, s = s2;
     return;
   }
-  float mx = fmaxf(m, m2);
-  s = s * expf(m - mx) + s2 * expf(m2 - mx);
-  m = mx;
+  // The larger max is never subtracted from itself: with an infinite max, inf - inf is NaN.
+  if (m == m2) {
+    s += s2;
+  } else if (m2 > m) {
+    s = s * expf(m - m2) + s2;
+    m = m2;
+  } else {
+    s += s2 * expf(m2 - m);
+  }
 }
 
 __global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* targets, int V, int Vp,
@@ -49,7 +61,7 @@ __global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* ta
       s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
       m = x;
     } else {
-      s += expf(x - m);
+      s += x == m ? 1.0f : expf(x - m);
     }
   }
   float xt = tid == 0 ? bf2f(row[t]) : 0.0f;  // read before the barrier below
@@ -64,13 +76,16 @@ __global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* ta
     float M = sm[0], S = ss[0];
     for (int w = 1; w < nwarps; w++) lse_combine(M, S, sm[w], ss[w]);
     row_m = M, row_s = S;
-    if (losses) losses[n] = M + logf(S) - xt;
+    if (losses) losses[n] = xt == M ? logf(S) : M + logf(S) - xt;
   }
   __syncthreads();
   float M = row_m, inv = 1.0f / row_s;
   for (int j = tid; j < Vp; j += blockDim.x) {
     float g = 0.0f;
-    if (j < V) g = dloss * (expf(bf2f(row[j]) - M) * inv - (j == t ? 1.0f : 0.0f));
+    if (j < V) {
+      float x = bf2f(row[j]);
+      g = dloss * ((x == M ? 1.0f : expf(x - M)) * inv - (j == t ? 1.0f : 0.0f));
+    }
     row[j] = f2bf(g);
   }
 }
@@ -114,9 +129,10 @@ extern "C" void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_ro
     float x = bf16_bits_to_float(row[j]) * invt;
     mx = x > mx ? x : mx;
   }
-  double sum = 0.0;
+  double sum = 0.0;  // >= 1: the max contributes 1 (infinite logits as in the kernel above)
   for (int j = 0; j < V; j++) {
-    probs[j] = expf(bf16_bits_to_float(row[j]) * invt - mx);
+    float x = bf16_bits_to_float(row[j]) * invt;
+    probs[j] = x == mx ? 1.0f : expf(x - mx);
     sum += probs[j];
   }
   float inv = (float)(1.0 / sum);

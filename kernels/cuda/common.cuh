@@ -58,6 +58,12 @@ void cuda_fail(const char* what, const char* detail, const char* file, int line)
 // After a kernel launch: launch-configuration errors surface here, not at the next sync.
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
+// A kernel's dynamic shared memory (the launch's third <<<>>> argument) as the byte array
+// `name`, 16-byte aligned. The CUDA simulator's cuda_runtime.h defines its own.
+#ifndef DYNAMIC_SMEM
+#define DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
 typedef __nv_bfloat16 bf16;
 static __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_rn(x); }

@@ -1,0 +1,80 @@
+// ptx.cuh: every inline PTX instruction the kernels use, in one place, behind small device
+// functions. Each names the section of the PTX ISA (version 8.x) that defines it.
+//
+// This is the one place where the CUDA simulator (test/cudasim/) differs from the GPU build:
+// with CUDASIM defined the same functions come from test/cudasim/include/cudasim/ptx.h, which
+// emulates them from the same ISA sections (fragment tables, cp.async groups). The kernels
+// call only these functions, never asm directly.
+#pragma once
+#include <stdint.h>
+
+#ifdef CUDASIM
+#include "cudasim/ptx.h"
+#else
+
+// Shared-window address of a generic pointer to shared memory (what .shared operands take).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 9.7.9.25 cp.async: 16 bytes global -> shared, asynchronous, cache-global (.cg: L2 only).
+// The data is in shared memory only after the cp.async.wait_group that covers its group.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
+}
+// 9.7.9.26 cp.async.commit_group: closes the group of this thread's cp.async issued so far.
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// 9.7.9.27 cp.async.wait_group N: waits until at most N of this thread's groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// 9.7.14.5.15 ldmatrix .m8n8.x4 .b16: four 8x8 b16 matrices from shared memory; lane l gives
+// the 16-byte-aligned address of row (l & 7) of matrix (l >> 3); register i of lane l gets
+// row l/4, columns 2(l%4) and 2(l%4)+1 of matrix i (.trans: the transposed matrix).
+// "memory": the instruction reads shared memory that plain stores of this thread wrote.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p))
+               : "memory");
+}
+
+// 9.7.14.5.8 mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: c[16x8] += a[16x16] b[16x8].
+// Fragment layout (9.7.14.5.8 figures; g = lane/4, t = lane%4), each b32 register two bf16
+// (lower half first):
+//   a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..); b0 (k 2t..2t+1, n g),
+//   b1 (k 2t+8.., n g); c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 9.7.3.22 ex2.approx.ftz.f32: 2^x (max relative error 2^-22), subnormals flushed; ex2(-inf) = +0.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 10.26 %globaltimer: a 64-bit nanosecond timer.
+__device__ __forceinline__ unsigned long long globaltimer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+#endif  // CUDASIM

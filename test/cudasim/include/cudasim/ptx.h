@@ -1,0 +1,38 @@
+// cudasim/ptx.h: the simulator's branch of kernels/cuda/ptx.cuh: the same functions, emulated
+// by test/cudasim/ptx.cpp from the PTX ISA sections ptx.cuh cites.
+#pragma once
+#include <stdint.h>
+
+extern "C" {
+void cudasim_cp_async16(void* dst_shared, const void* src_global, const char* file, int line);
+void cudasim_cp_async_commit(void);
+void cudasim_cp_async_wait(int n);
+void cudasim_ldmatrix_x4(uint32_t r[4], const void* row_address, int trans, const char* file, int line);
+void cudasim_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const char* file,
+                               int line);
+float cudasim_ex2_approx_ftz(float x);
+}
+
+static inline void cp_async16(void* dst, const void* src, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
+  cudasim_cp_async16(dst, src, file, line);
+}
+static inline void cp_async_commit() { cudasim_cp_async_commit(); }
+template <int N>
+static inline void cp_async_wait() {
+  cudasim_cp_async_wait(N);
+}
+static inline void ldsm_x4(uint32_t (&r)[4], const void* p, const char* file = __builtin_FILE(),
+                           int line = __builtin_LINE()) {
+  cudasim_ldmatrix_x4(r, p, 0, file, line);
+}
+static inline void ldsm_x4_t(uint32_t (&r)[4], const void* p, const char* file = __builtin_FILE(),
+                             int line = __builtin_LINE()) {
+  cudasim_ldmatrix_x4(r, p, 1, file, line);
+}
+static inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                            const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cudasim_mma_m16n8k16_bf16(c, a, b0, b1, file, line);
+}
+static inline float ex2(float x) { return cudasim_ex2_approx_ftz(x); }
+static inline unsigned long long globaltimer_ns() { return cudasim_globaltimer(); }

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# test_faults.sh: every checker of the CUDA simulator proven by a planted fault. Each fault is
+# a mutated copy of a real kernel file (one Perl substitution that must match exactly once, so
+# a change to the kernel cannot silently turn the fault into a no-op), built into
+# fault_driver with the other kernels unchanged, and run: the simulator must report it with
+# the expected kind, the kernel, the thread and the address (or, for launch limits, the
+# kernel and the limit). The unmodified kernels run first as the control: no report.
+# Usage: test_faults.sh BUILD_DIR (the simulator build, e.g. build/sim); prints one line per
+# check and "N passed, M failed".
+set -u
+cd "$(dirname "$0")/../.."
+SIM=${1:-build/sim}
+OUT=$SIM/faults
+mkdir -p "$OUT"
+CXX=${SIM_CXX:-g++}
+# The kernel flags of the Makefile's simulator build (SIM_KERNEL_FLAGS), at -O1: quicker to build.
+FLAGS=$(make -s --no-print-directory print-sim-kernel-flags SIM_OPT=-O1)
+pass=0
+fail=0
+KEEP_GOING=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
+
+cc -O1 -g -std=c11 -Wall -I. -D_GNU_SOURCE -DFSDP_CUDA -Itest/cudasim/include -c test/cudasim/fault_driver.c \
+  -o "$OUT/fault_driver.o" || { echo "0 passed, 1 failed"; exit 1; }
+link() {  # link OUT_BINARY MUTATED_OBJECT SOURCE_NAME
+  local objs=()
+  for o in "$SIM"/kernels/*.o; do
+    [ "$(basename "$o" .o)" = "$3" ] || objs+=("$o")
+  done
+  $CXX "$OUT/fault_driver.o" ${2:+"$2"} "${objs[@]}" "$SIM/libcudasim.a" -o "$1" -lstdc++ -lm -fopenmp -ldl
+}
+
+# Control: the real kernels, every driver case, no report.
+link "$OUT/control" "" none 2> "$OUT/control.link" || bad "control build" "$(tail -3 "$OUT/control.link")"
+for c in add matmul sumsq classifier attention64 attention128; do
+  if out=$("$OUT/control" "$c" 2>&1) && ! grep -q '^cudasim:' <<< "$out"; then
+    ok "control: $c runs on the unmodified kernels without a report"
+  else
+    bad "control: $c" "$(tail -3 <<< "$out")"
+  fi
+done
+
+# fault NAME FILE PERL_SUBSTITUTION CASE EXPECT_REGEX...
+# Builds kernels/cuda/FILE.cu with the substitution, runs `fault_driver CASE`, and requires a
+# report matching every EXPECT_REGEX (extended grep) in the simulator's output.
+fault() {
+  local name=$1 file=$2 subst=$3 case=$4
+  shift 4
+  local dir=$OUT/$name
+  mkdir -p "$dir"
+  local n
+  n=$(perl -0ne "\$n = ($subst); print \$n + 0" "kernels/cuda/$file.cu")
+  if [ "$n" != 1 ]; then
+    bad "$name" "the planted change matched $n times in kernels/cuda/$file.cu (must be exactly once)"
+    return
+  fi
+  perl -0pe "$subst" "kernels/cuda/$file.cu" > "$dir/$file.cu"
+  # Compile as if it were the real file (its includes are relative to the project root).
+  sh test/cudasim/cu2cpp.sh "$dir/$file.cu" "$dir/$file.cpp" &&
+    $CXX $FLAGS -c "$dir/$file.cpp" -o "$dir/$file.o" 2> "$dir/build.log" &&
+    link "$dir/driver" "$dir/$file.o" "$file" 2>> "$dir/build.log"
+  if [ $? != 0 ]; then
+    bad "$name" "build failed: $(tail -3 "$dir/build.log")"
+    return
+  fi
+  local out rc
+  out=$(CUDASIM_KEEP_GOING=$KEEP_GOING "$dir/driver" "$case" 2>&1)
+  rc=$?
+  echo "$out" > "$dir/run.log"
+  local line
+  if ! grep -q '^cudasim:' <<< "$out"; then
+    bad "$name" "no simulator report (exit $rc)"
+    return
+  fi
+  # The first report of the expected kind (with CUDASIM_KEEP_GOING there may be several).
+  line=$(grep -m1 -E -- "$1" <<< "$out" || grep -m1 '^cudasim:' <<< "$out")
+  for re in "$@"; do
+    if ! grep -Eq -- "$re" <<< "$line"; then
+      bad "$name" "report lacks /$re/: $line"
+      return
+    fi
+  done
+  [ $rc = 86 ] || { bad "$name" "exit code $rc, not the simulator's 86"; return; }
+  ok "$name: ${line:0:240}"
+}
+
+THREAD='thread \([0-9]+,[0-9]+,[0-9]+\)'
+ADDR='0x[0-9a-f]+'
+# memcheck: a read one element past the end of a device allocation.
+fault memcheck-global elementwise 's/bf2f\(y\[i\]\) \+ bf2f\(x\[i\]\)/bf2f(y[i]) + bf2f(x[i + 1])/' add \
+  '^cudasim: memcheck:' 'add_act_kernel' "$THREAD" "$ADDR" 'past the end|no device allocation' 'elementwise.cu:[0-9]+'
+# memcheck: host code dereferencing device memory.
+fault memcheck-host elementwise 's/(void add_inplace\(.*?\{\n  if \(!n\) return;\n)/$1  if (*(volatile unsigned short*)y == 12345) n++;\n/s' add \
+  '^cudasim: memcheck: host code reads' "$ADDR" 'device allocation'
+# racecheck, read-after-write: thread 0 publishes the row's max and sum in shared memory; the
+# barrier before the other threads read them removed.
+fault racecheck-raw classifier 's/(\n  \}\n)  __syncthreads\(\);\n(  float M = row_m)/$1$2/' classifier \
+  '^cudasim: racecheck: read-after-write' 'classifier_kernel' "$THREAD" 'static shared memory 0x' 'classifier.cu:[0-9]+'
+# racecheck, write-after-read: the barrier before the next tile overwrites the current one
+# removed. The first hazard is a read of an entry a faster thread already overwrote; the run
+# goes on (CUDASIM_KEEP_GOING) to the next: a thread overwriting an entry another has read.
+KEEP_GOING=1
+fault racecheck-war matmul 's/(acc \+= as\[ti\]\[kk\] \* bs\[kk\]\[tj\];\n)    __syncthreads\(\);\n/$1/' matmul \
+  '^cudasim: racecheck: write-after-read' 'matmul_fallback_kernel' "$THREAD"
+KEEP_GOING=0
+# initcheck: one column of a shared tile never written, then read.
+fault initcheck matmul 's/    as\[ti\]\[tj\] = \(ai/    if (tj != 3) as[ti][tj] = (ai/' matmul \
+  '^cudasim: initcheck:' 'matmul_fallback_kernel' "$THREAD" 'before any thread of the block wrote it'
+# divergence: a thread returns before a __syncthreads the others reach.
+fault barrier-divergence matmul 's/(  float acc = 0\.0f;\n)(  for \(int k0)/$1  if (ti == 1 \&\& tj == 2) return;\n$2/' matmul \
+  '^cudasim: divergence:' 'matmul_fallback_kernel' '__syncthreads not reached' 'exited'
+# divergence: one lane skips a warp shuffle the others wait in.
+fault warp-divergence adamw 's/(\n)(  for \(int o = 16; o > 0; o >>= 1\) s \+= __shfl_down_sync)/$1  if (lane != 5)\n$2/' sumsq \
+  '^cudasim: divergence:' '__shfl_down_sync' 'lane 5|exited'
+# misaligned: a 16-byte vector store one element off.
+fault misaligned-vector attention 's/(\*reinterpret_cast<uint4\*>\(g \+ \(size_t\)r \* stride \+ cc \* 8)\)/$1 + 1)/' attention64 \
+  '^cudasim: misaligned:' 'attn_' "$THREAD" 'writes 16 bytes' "$ADDR"
+# misaligned: an ldmatrix row address one element off.
+fault misaligned-ldmatrix attention 's/(ldsm_x4\(af, a_rows \+ \(lane & 15\) \* LD \+ kk \* 16 \+ \(lane >> 4\) \* 8)\)/$1 + 1)/' attention64 \
+  '^cudasim: misaligned: ldmatrix' 'attn_' "$THREAD" 'not 16-byte aligned'
+# misaligned: a cp.async destination one element off.
+fault misaligned-cp-async attention 's/cp_async16\(dst, g/cp_async16(dst + 1, g/' attention64 \
+  '^cudasim: misaligned: cp\.async' 'attn_' "$THREAD"
+# launch limits: 85 KiB of dynamic shared memory without the opt-in attribute.
+fault smem-optin attention 's/  CUDA_CHECK\(cudaFuncSetAttribute\(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, \(int\)bytes\)\);\n//' attention128 \
+  '^cudasim: launch: kernel attn_' 'dynamic shared memory' '48 KiB' 'opt-in'
+# cp.async: waiting for one group too few reads the tile before its copies land.
+fault cp-async-early-wait attention 's/(    if \(it \+ 1 < n_tiles\) \{\n      load_kv\(it \+ 1, \(it \+ 1\) & 1\);\n      cp_async_commit\(\);\n)      cp_async_wait<1>\(\);/$1      cp_async_wait<2>();/' attention64 \
+  '^cudasim: (initcheck|racecheck):' 'attn_fwd_kernel' "$THREAD"
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
