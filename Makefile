@@ -206,9 +206,10 @@ test-gpu: $(GPU_TEST)/test_kernels_gpu train_gpt train_gpt_cpu data/addition/tra
 # instrumentation (no runtime library: test/cudasim/check.cpp implements its per-access calls
 # as memcheck, racecheck, initcheck and alignment checks); vectorization and store merging are
 # off so every access is the size the source wrote. The simulator's own files are plain C++.
-SIM := $(BUILD)/sim
-SIM_CXX ?= g++
 SIM_OPT ?= -O2
+# build/sim, or build/sim-O0 for SIM_OPT=-O0 (kernels without optimization, for gdb)
+SIM := $(BUILD)/sim$(subst -O2,,$(SIM_OPT))
+SIM_CXX ?= g++
 SIM_INC := -I. -Itest/cudasim/include
 SIM_INSTRUMENT := -fsanitize=thread --param tsan-instrument-func-entry-exit=0 -fno-tree-vectorize \
   -fno-tree-slp-vectorize -fno-store-merging
@@ -217,7 +218,7 @@ SIM_KERNEL_FLAGS := -std=c++17 $(SIM_OPT) -g -gdwarf-4 -DFSDP_CUDA $(SIM_INC) $(
 SIM_RT_FLAGS := -std=c++17 -O2 -g $(SIM_INC) -Wall -Wextra -Wno-unused-parameter
 SIM_HEADERS := $(wildcard test/cudasim/*.h test/cudasim/include/*.h test/cudasim/include/*/*.h \
   test/cudasim/include/cub/*/*.cuh)
-SIM_RT_SRCS := $(filter-out test/cudasim/test_%,$(wildcard test/cudasim/*.cpp))
+SIM_RT_SRCS := $(filter-out test/cudasim/test_% test/cudasim/nccl.cpp,$(wildcard test/cudasim/*.cpp))
 SIM_RT_OBJS := $(patsubst test/cudasim/%.cpp,$(SIM)/rt/%.o,$(SIM_RT_SRCS))
 SIM_KERNEL_OBJS := $(patsubst kernels/cuda/%.cu,$(SIM)/kernels/%.o,$(CUDA_KERNEL_SRCS))
 SIM_LIBS := -lstdc++ -lm -fopenmp -ldl
@@ -248,6 +249,28 @@ print-sim-kernel-flags:
 	@echo $(SIM_KERNEL_FLAGS)
 .PRECIOUS: $(SIM)/kernels/%.cpp
 
+# ./train_gpt_sim: the CUDA trainer (train_gpt.c, fsdp/ with comm_nccl.c and device_cuda.c,
+# layers/, data/, train/) on the simulator, NCCL over MPI (test/cudasim/nccl.cpp). Same options
+# as train_gpt; run it under mpirun for several ranks.
+SIM_HOST_SRCS := train_gpt.c $(filter-out %_cpu.c fsdp/comm_mpi.c,$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
+                 $(wildcard data/*.c) $(wildcard train/*.c)
+SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
+MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
+$(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h
+	@mkdir -p $(dir $@)
+	$(CC_CPU) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE -DFSDP_CUDA $(SIM_INC) \
+	  -c $< -o $@
+$(SIM)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl.h
+	@mkdir -p $(dir $@)
+	$(SIM_CXX) $(SIM_RT_FLAGS) $(MPI_COMPILE_FLAGS) -c $< -o $@
+ifneq ($(MPICC),)
+train_gpt_sim: $(SIM_HOST_OBJS) $(SIM_KERNEL_OBJS) $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
+	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
+else
+train_gpt_sim:
+	@echo "error: train_gpt_sim needs MPI (mpicc): the simulated NCCL runs over it"; exit 1
+endif
+
 SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM)/test_ptx $(SIM)/test_cublaslt $(SIM_KERNEL_OBJS)
 sim-bins: $(SIM_TESTS)
 test-sim: sim-bins
@@ -276,6 +299,6 @@ print-run-args:
 	@echo $(RUN_ARGS)
 
 clean:
-	rm -rf $(BUILD) train_gpt_cpu train_gpt
+	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim
 
-.PHONY: test test-bins test-gpu test-sim sim-bins cuda-config cuda-skip-note run print-run-args clean
+.PHONY: test test-bins test-gpu test-sim sim-bins train_gpt_sim cuda-config cuda-skip-note run print-run-args clean

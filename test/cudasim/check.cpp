@@ -69,7 +69,7 @@ int is_shared(const void* p, size_t n) {
 // Whether an earlier access (tid, barrier epoch, warp sync epoch) is ordered before one by the
 // running thread: same thread, a __syncthreads since, or a __syncwarp since within one warp.
 static int ordered(int tid, uint32_t bar, uint32_t wsync) {
-  const SimThread* t = ex.cur;
+  const SimThread* t = g_cur;
   if (tid == t->linear || bar != ex.barrier_epoch) return 1;
   return (tid >> 5) == t->warp && wsync != ex.warps[t->warp].sync_epoch;
 }
@@ -91,11 +91,11 @@ static void race(const char* kind, const void* p, int other, const void* other_p
   const SimThread* o = &ex.threads[other];
   report("racecheck", "%s hazard on %s: %s at %s, and thread (%u,%u,%u) at %s, with no __syncthreads%s between them",
          kind, loc, who, here, o->idx.x, o->idx.y, o->idx.z, there,
-         (other >> 5) == ex.cur->warp ? " or __syncwarp" : "");
+         (other >> 5) == g_cur->warp ? " or __syncwarp" : "");
 }
 
 static void shared_access(Shadow* sh, const unsigned char* p, size_t n, int is_write, const void* pc) {
-  const SimThread* t = ex.cur;
+  const SimThread* t = g_cur;
   const int me = t->linear;
   for (size_t i = 0; i < n; i++) {
     Shadow* s = &sh[i];
@@ -139,7 +139,7 @@ static void shared_access(Shadow* sh, const unsigned char* p, size_t n, int is_w
 void device_access(const void* p, size_t n, int is_write, const void* pc) { device_access_sized(p, n, is_write, pc, 1); }
 
 void device_access_sized(const void* p, size_t n, int is_write, const void* pc, int one_access) {
-  const SimThread* t = ex.cur;
+  const SimThread* t = g_cur;
   uintptr_t a = (uintptr_t)p;
   if (a >= (uintptr_t)t->stack_lo && a + n <= (uintptr_t)t->stack_hi) return;  // local memory
   char who[256], where[256], here[512];
@@ -187,7 +187,7 @@ void host_access(const void* p, size_t n, int is_write, const void* pc) {
 
 // one_access: a single load or store of n bytes (alignment applies), not a block copy.
 static inline void access(const void* p, size_t n, int is_write, const void* pc, int one_access = 1) {
-  if (ex.cur)
+  if (g_cur)
     device_access_sized(p, n, is_write, pc, one_access);
   else
     host_access(p, n, is_write, pc);

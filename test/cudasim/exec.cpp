@@ -21,6 +21,7 @@
 namespace cudasim {
 
 Exec ex;
+thread_local SimThread* g_cur = nullptr;
 
 static const size_t kStack = 64 * 1024;  // per CUDA thread, plus a guard page below
 static const size_t kGuard = 4096;
@@ -43,12 +44,12 @@ static void alloc_stacks() {
 }
 
 void describe_thread(char* out, size_t n) {
-  if (!ex.cur) {
+  if (!g_cur) {
     snprintf(out, n, "host code");
     return;
   }
   snprintf(out, n, "kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", ex.kernel, ex.block_idx.x, ex.block_idx.y,
-           ex.block_idx.z, ex.cur->idx.x, ex.cur->idx.y, ex.cur->idx.z);
+           ex.block_idx.z, g_cur->idx.x, g_cur->idx.y, g_cur->idx.z);
 }
 
 static void thread_main(void* arg) {
@@ -61,7 +62,7 @@ static void thread_main(void* arg) {
 
 // Back to the scheduler until this thread may run again.
 static void yield_thread() {
-  SimThread* t = ex.cur;
+  SimThread* t = g_cur;
   fiber_switch(&t->fiber, &scheduler_fiber);
 }
 
@@ -134,9 +135,9 @@ static void run_block() {
     for (int k = 0; k < ex.nthreads; k++) {
       SimThread* t = &ex.threads[order[k]];
       if (t->state != RUNNABLE) continue;
-      ex.cur = t;
+      g_cur = t;
       fiber_switch(&scheduler_fiber, &t->fiber);
-      ex.cur = nullptr;
+      g_cur = nullptr;
       ran = 1;
     }
     if (ran) continue;
@@ -152,9 +153,9 @@ static void run_block() {
       for (int i = 0; i < ex.nthreads; i++) ex.threads[i].state = RUNNABLE;
       continue;
     }
-    ex.cur = &ex.threads[0];
+    g_cur = &ex.threads[0];
     describe_thread(w, sizeof w);
-    ex.cur = nullptr;
+    g_cur = nullptr;
     describe_waits(who, sizeof who);
     if (barrier + done == ex.nthreads)
       report("divergence", "kernel %s, block (%u,%u,%u): __syncthreads not reached by every thread of the block "
@@ -225,6 +226,7 @@ void launch_kernel(const void* kernel, const char* name, const LaunchConfig& cfg
     destroy(params);
     return;
   }
+  count_launch();
   stream_op((cudaStream_t)cfg.stream, name, [=] {
     ex.kernel = name;
     ex.grid = cfg.grid, ex.block = cfg.block;
@@ -251,7 +253,7 @@ void launch_kernel(const void* kernel, const char* name, const LaunchConfig& cfg
 // ---- device-side entry points --------------------------------------------------------------
 
 static void need_device(const char* what) {
-  if (!ex.cur) fatal("api", "%s called from host code", what);
+  if (!g_cur) fatal("api", "%s called from host code", what);
 }
 
 static void warp_arrive(unsigned mask, const void* mine, void* all, size_t bytes, const char* op, const char* file,
@@ -263,7 +265,7 @@ using namespace cudasim;
 
 extern "C" uint3 cudasim_thread_idx(void) {
   need_device("threadIdx");
-  return ex.cur->idx;
+  return g_cur->idx;
 }
 extern "C" uint3 cudasim_block_idx(void) {
   need_device("blockIdx");
@@ -271,9 +273,9 @@ extern "C" uint3 cudasim_block_idx(void) {
 }
 extern "C" dim3 cudasim_block_dim(void) { return ex.block; }
 extern "C" dim3 cudasim_grid_dim(void) { return ex.grid; }
-extern "C" int cudasim_lane(void) { return ex.cur ? ex.cur->lane : -1; }
-extern "C" long cudasim_tid(void) { return ex.cur ? ex.cur->linear : -1; }
-extern "C" long cudasim_bid(void) { return ex.cur ? ex.block_linear : -1; }
+extern "C" int cudasim_lane(void) { return g_cur ? g_cur->lane : -1; }
+extern "C" long cudasim_tid(void) { return g_cur ? g_cur->linear : -1; }
+extern "C" long cudasim_bid(void) { return g_cur ? ex.block_linear : -1; }
 extern "C" unsigned char* cudasim_dynamic_smem(void) {
   need_device("dynamic shared memory");
   return ex.dyn_smem;
@@ -281,7 +283,7 @@ extern "C" unsigned char* cudasim_dynamic_smem(void) {
 
 extern "C" void cudasim_syncthreads(const char* file, int line) {
   need_device("__syncthreads");
-  SimThread* t = ex.cur;
+  SimThread* t = g_cur;
   t->state = AT_BARRIER;
   t->wait_file = file, t->wait_line = line;
   yield_thread();
@@ -302,7 +304,7 @@ extern "C" void cudasim_warp_exchange(unsigned int mask, const void* mine, void*
 extern "C" void cudasim_nanosleep(unsigned int ns) {
   (void)ns;
   // Let the other threads run, as a sleeping warp would.
-  if (ex.cur) yield_thread();
+  if (g_cur) yield_thread();
 }
 
 extern "C" unsigned long long cudasim_globaltimer(void) {
@@ -317,7 +319,7 @@ namespace cudasim {
 // then copies every lane's contribution out of the generation's buffer.
 static void warp_arrive(unsigned mask, const void* mine, void* all, size_t bytes, const char* op, const char* file,
                         int line) {
-  SimThread* t = ex.cur;
+  SimThread* t = g_cur;
   SimWarp* w = &ex.warps[t->warp];
   char who[256];
   if (bytes > sizeof w->buf[0][0]) fatal("internal", "warp collective %s of %zu bytes", op, bytes);
@@ -376,8 +378,8 @@ static void warp_arrive(unsigned mask, const void* mine, void* all, size_t bytes
 
 static void land_copies(SimThread* t, int upto_group) {
   size_t keep = 0;
-  SimThread* saved = ex.cur;
-  ex.cur = t;
+  SimThread* saved = g_cur;
+  g_cur = t;
   for (size_t i = 0; i < t->copies.size(); i++) {
     PendingCopy& c = t->copies[i];
     if (c.group < upto_group) {
@@ -388,7 +390,7 @@ static void land_copies(SimThread* t, int upto_group) {
     }
   }
   t->copies.resize(keep);
-  ex.cur = saved;
+  g_cur = saved;
 }
 
 }  // namespace cudasim
@@ -415,17 +417,17 @@ extern "C" void cudasim_cp_async16(void* dst, const void* src, const char* file,
   PendingCopy c;
   c.dst = (unsigned char*)dst;
   memcpy(c.data, src, 16);
-  c.group = ex.cur->open_group;
-  ex.cur->copies.push_back(c);
+  c.group = g_cur->open_group;
+  g_cur->copies.push_back(c);
 }
 
 extern "C" void cudasim_cp_async_commit(void) {
   need_device("cp.async.commit_group");
-  ex.cur->open_group++;
+  g_cur->open_group++;
 }
 
 extern "C" void cudasim_cp_async_wait(int n) {
   need_device("cp.async.wait_group");
   // Groups 0 .. open_group-1 are committed; all but the newest n of them must be complete.
-  land_copies(ex.cur, ex.cur->open_group - n);
+  land_copies(g_cur, g_cur->open_group - n);
 }

@@ -56,7 +56,6 @@ struct Exec {
   int nthreads, nwarps;
   SimThread* threads;  // [nthreads]
   SimWarp* warps;      // [nwarps]
-  SimThread* cur;      // the running thread, NULL on the host
   uint32_t barrier_epoch;  // __syncthreads passed by this block
   uint32_t block_serial;   // distinct for every block ever run: shadow entries of older blocks are stale
   unsigned char* dyn_smem;  // dynamic shared memory of the launch
@@ -65,6 +64,9 @@ struct Exec {
   size_t params_bytes;
 };
 extern Exec ex;
+// The CUDA thread the calling host thread is running, NULL on the host's own threads (kernels
+// run on the simulator's device thread; host code of kernel files runs on the host thread).
+extern thread_local SimThread* g_cur;
 
 // Whether [p, p+n) is shared memory (static or the launch's dynamic), and which.
 int is_shared(const void* p, size_t n);

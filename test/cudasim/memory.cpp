@@ -17,7 +17,11 @@ static std::map<uintptr_t, Allocation> live;  // by base address
 static std::map<uintptr_t, size_t> pinned;    // cudaMallocHost blocks
 static uint64_t next_serial = 1;
 static size_t used_bytes = 0;
-static const Allocation* last_hit = nullptr;
+// A per-thread cache of the last allocation found (host and device threads both look up),
+// valid while no allocation was made or freed since (map_version).
+static uint64_t map_version = 0;
+static thread_local const Allocation* last_hit = nullptr;
+static thread_local uint64_t last_hit_version = 0;
 
 size_t device_capacity() {
   static size_t cap = 0;
@@ -33,11 +37,14 @@ size_t device_used() { return used_bytes; }
 
 const Allocation* find_allocation(const void* p) {
   uintptr_t a = (uintptr_t)p;
-  if (last_hit && a - last_hit->base < last_hit->bytes) return last_hit;
+  if (last_hit && last_hit_version == map_version && a - last_hit->base < last_hit->bytes) return last_hit;
   auto it = live.upper_bound(a);
   if (it == live.begin()) return nullptr;
   --it;
-  if (a - it->second.base < it->second.bytes) return last_hit = &it->second;
+  if (a - it->second.base < it->second.bytes) {
+    last_hit_version = map_version;
+    return last_hit = &it->second;
+  }
   return nullptr;
 }
 
@@ -92,6 +99,10 @@ extern "C" cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
   if (bytes > device_capacity() - used_bytes) return cudaErrorMemoryAllocation;
+  // The device thread looks allocations up while kernels run: change the table only while it
+  // is idle (cudaMalloc may synchronize on a GPU too; inside a step it is counted as a finding).
+  device_synchronize_all();
+  count_allocation(+1);
   size_t total = (bytes + kRedZone + 255) / 256 * 256;
   void* p = aligned_alloc(256, total);  // cudaMalloc's alignment
   if (!p) return cudaErrorMemoryAllocation;
@@ -99,6 +110,7 @@ extern "C" cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   memset(p, 0xA5, total);
   Allocation a = {(uintptr_t)p, bytes, next_serial++};
   live[a.base] = a;
+  map_version++;
   used_bytes += bytes;
   *ptr = p;
   return cudaSuccess;
@@ -114,9 +126,10 @@ extern "C" cudaError_t cudaFree(void* ptr) {
     report("memcheck", "cudaFree of %p, which is not the start of a live device allocation (%s)", ptr, where);
     return cudaErrorInvalidDevicePointer;
   }
+  count_allocation(-1);
   used_bytes -= it->second.bytes;
-  if (last_hit == &it->second) last_hit = nullptr;
   live.erase(it);
+  map_version++;
   free(ptr);
   return cudaSuccess;
 }
@@ -142,6 +155,7 @@ extern "C" cudaError_t cudaFreeHost(void* ptr) {
 }
 
 extern "C" cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  count_sync("cudaMemGetInfo");
   device_synchronize_all();  // a host-blocking call on a GPU too
   if (free_bytes) *free_bytes = device_capacity() - used_bytes;
   if (total_bytes) *total_bytes = device_capacity();

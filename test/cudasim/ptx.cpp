@@ -76,7 +76,7 @@ float ex2_approx_ftz(float x) {
 using namespace cudasim;
 
 extern "C" void cudasim_ldmatrix_x4(uint32_t r[4], const void* p, int trans, const char* file, int line) {
-  SimThread* t = ex.cur;
+  SimThread* t = g_cur;
   if (!t) fatal("api", "ldmatrix called from host code");
   char who[256], wd[256];
   if ((uintptr_t)p & 15) {
@@ -104,7 +104,7 @@ extern "C" void cudasim_ldmatrix_x4(uint32_t r[4], const void* p, int trans, con
 
 extern "C" void cudasim_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
                                           const char* file, int line) {
-  SimThread* t = ex.cur;
+  SimThread* t = g_cur;
   if (!t) fatal("api", "mma called from host code");
   struct Frag {
     uint32_t a[4], b[2];

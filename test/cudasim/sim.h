@@ -44,6 +44,12 @@ void stream_op(cudaStream_t s, const char* what, std::function<void()> op);
 void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_t bytes, int blocking);
 // Waits for all work on every stream (cudaDeviceSynchronize, and what implies it).
 void device_synchronize_all();
+
+// ---- per-step counters (stats.cpp) -----------------------------------------------------------
+void count_launch();
+void count_sync(const char* call);   // a host-blocking call
+void count_allocation(int sign);     // +1 cudaMalloc, -1 cudaFree
+void count_collective(const char* kind, size_t bytes);
 // The device's capacity and what cudaMalloc has handed out (memory.cpp).
 size_t device_capacity();
 size_t device_used();

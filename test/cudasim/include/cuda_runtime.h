@@ -4,6 +4,10 @@
 // simulator's executor (cudasim/device.h). Qualifiers that only steer nvcc become nothing.
 #ifndef CUDASIM_CUDA_RUNTIME_H
 #define CUDASIM_CUDA_RUNTIME_H
+#ifndef __cplusplus
+// Host C code (fsdp/comm_nccl.c) includes cuda_runtime.h for the API alone.
+#include "cuda_runtime_api.h"
+#else
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -132,4 +136,5 @@ template <class T>
 static inline cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
   return cudasim_func_set_attribute(reinterpret_cast<const void*>(kernel), attr, value);
 }
+#endif  // __cplusplus
 #endif

@@ -1,0 +1,366 @@
+// nccl.cpp: NCCL over MPI, so fsdp/comm_nccl.c runs unchanged on the simulator under mpirun.
+// A communicator is an MPI communicator of its own (ncclCommInitRank splits MPI_COMM_WORLD
+// ordered by NCCL rank; ncclCommSplit is MPI_Comm_split), so collectives on different
+// communicators never match each other and progress independently. Each collective is an
+// operation on its CUDA stream (stream.cpp) built from non-blocking MPI: it starts when its
+// stream reaches it and completes while the other streams run.
+//
+// Collective order check: before its data moves, every collective exchanges a header (its
+// number on the communicator, kind, count, type, operator, root) with the other ranks of the
+// communicator. NCCL requires every rank to issue the same collectives in the same order;
+// where they differ, NCCL hangs or corrupts data. Here the first difference is reported,
+// naming the communicator, the collective's number and what each rank issued.
+//
+// MPI is initialized with MPI_THREAD_MULTIPLE (MPI_Init_thread is wrapped through the PMPI
+// profiling interface): the device thread calls MPI for the collectives while the host may
+// call it too. The bootstrap id travels as comm_nccl.c sends it (MPI_Bcast); a run started
+// without mpirun (NCCL_COMM_ID or --init-dir) has no MPI world to carry the data and is refused.
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#include <mpi.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <vector>
+
+#include "test/cudasim/device_queue.h"
+#include "test/cudasim/include/cuda_bf16.h"
+#include "test/cudasim/sim.h"
+
+struct ncclComm {
+  MPI_Comm mc;
+  int rank, size;
+  int serial;           // creation number on this rank, for messages
+  uint64_t issued;      // collectives issued (the header's number)
+  std::atomic<int> aborted{0};
+  int destroyed = 0;
+};
+
+namespace cudasim {
+
+static int comm_serial = 0;
+
+enum Kind { K_ALLGATHER, K_REDUCESCATTER, K_ALLREDUCE, K_BROADCAST, K_DESTROY };
+static const char* kind_name[] = {"AllGather", "ReduceScatter", "AllReduce", "Broadcast", "CommDestroy"};
+
+struct Header {
+  uint64_t number;
+  int32_t kind, dtype, op, root;
+  uint64_t count;
+};
+
+static size_t type_size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+  }
+  return 0;
+}
+static const char* type_name(int t) {
+  static const char* n[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "fp16", "fp32", "fp64", "bf16"};
+  return t >= 0 && t < 10 ? n[t] : "?";
+}
+
+// bf16 sums: MPI has no bf16, so a user operator adds in fp32 and rounds to nearest even.
+static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = (const uint16_t*)in;
+  uint16_t* b = (uint16_t*)inout;
+  for (int i = 0; i < *len; i++) b[i] = cudasim_f2bf_bits(cudasim_bf_bits2f(a[i]) + cudasim_bf_bits2f(b[i]));
+}
+static MPI_Op bf16_sum_op = MPI_OP_NULL;
+
+static MPI_Datatype mpi_type(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return MPI_INT8_T;
+    case ncclUint8: return MPI_UINT8_T;
+    case ncclInt32: return MPI_INT32_T;
+    case ncclUint32: return MPI_UINT32_T;
+    case ncclInt64: return MPI_INT64_T;
+    case ncclUint64: return MPI_UINT64_T;
+    case ncclFloat32: return MPI_FLOAT;
+    case ncclFloat64: return MPI_DOUBLE;
+    case ncclFloat16: case ncclBfloat16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+static MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t) {
+  if (t == ncclBfloat16) {
+    if (op != ncclSum) fatal("unimplemented", "NCCL bf16 reductions other than ncclSum (operator %d)", (int)op);
+    if (bf16_sum_op == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &bf16_sum_op);
+    return bf16_sum_op;
+  }
+  if (t == ncclFloat16) fatal("unimplemented", "NCCL fp16 reductions");
+  switch (op) {
+    case ncclSum: return MPI_SUM;
+    case ncclProd: return MPI_PROD;
+    case ncclMax: return MPI_MAX;
+    case ncclMin: return MPI_MIN;
+    default: fatal("unimplemented", "NCCL reduction operator %d", (int)op);
+  }
+}
+
+static void mpi_ok(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) fatal("nccl", "%s failed (MPI error %d)", what, rc);
+}
+
+// One collective as a stream operation: the header exchange, then the data.
+struct NcclCollective : Collective {
+  ncclComm* c;
+  Header mine;
+  std::vector<Header> all;
+  const void* send;
+  void* recv;
+  std::vector<unsigned char> tmp;  // reduce-scatter in place: the result lands here first
+  MPI_Request req = MPI_REQUEST_NULL;
+  int phase = -1;  // -1 not started, 0 header in flight, 1 data in flight, 2 done
+
+  void start() override {
+    all.resize(c->size);
+    mpi_ok(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, c->mc, &req),
+           "MPI_Iallgather (collective header)");
+    phase = 0;
+  }
+  int started() const override { return phase >= 0; }
+
+  void check_headers() {
+    for (int r = 0; r < c->size; r++) {
+      const Header& h = all[r];
+      if (h.number == mine.number && h.kind == mine.kind && h.count == mine.count && h.dtype == mine.dtype &&
+          h.op == mine.op && h.root == mine.root)
+        continue;
+      char b[4096];
+      size_t n = 0;
+      for (int q = 0; q < c->size && n + 200 < sizeof b; q++) {
+        const Header& x = all[q];
+        if (x.kind == K_DESTROY)
+          n += snprintf(b + n, sizeof b - n, "\n    rank %d: destroys the communicator (it issued no collective #%llu)", q,
+                        (unsigned long long)x.number);
+        else
+          n += snprintf(b + n, sizeof b - n, "\n    rank %d: collective #%llu: %s of %llu x %s%s", q,
+                        (unsigned long long)x.number, kind_name[x.kind], (unsigned long long)x.count,
+                        type_name(x.dtype), x.kind == K_BROADCAST ? " (root given)" : "");
+      }
+      fatal("nccl", "ranks issue different collectives on communicator #%d (%d ranks); NCCL would hang or corrupt "
+            "data here. Collective #%llu:%s", c->serial, c->size, (unsigned long long)mine.number, b);
+    }
+  }
+
+  void post_data() {
+    const size_t es = type_size((ncclDataType_t)mine.dtype);
+    MPI_Datatype t = mpi_type((ncclDataType_t)mine.dtype);
+    const int n = (int)mine.count;
+    switch (mine.kind) {
+      case K_ALLGATHER: {
+        const void* s = send == (const char*)recv + (size_t)c->rank * mine.count * es ? MPI_IN_PLACE : send;
+        mpi_ok(MPI_Iallgather(s, n, t, recv, n, t, c->mc, &req), "MPI_Iallgather");
+        break;
+      }
+      case K_REDUCESCATTER: {
+        MPI_Op op = mpi_op((ncclRedOp_t)mine.op, (ncclDataType_t)mine.dtype);
+        void* out = recv;
+        if ((const char*)recv >= (const char*)send && (const char*)recv < (const char*)send + mine.count * es * c->size) {
+          tmp.resize(mine.count * es);
+          out = tmp.data();
+        }
+        mpi_ok(MPI_Ireduce_scatter_block(send, out, n, t, op, c->mc, &req), "MPI_Ireduce_scatter_block");
+        break;
+      }
+      case K_ALLREDUCE: {
+        MPI_Op op = mpi_op((ncclRedOp_t)mine.op, (ncclDataType_t)mine.dtype);
+        mpi_ok(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, n, t, op, c->mc, &req), "MPI_Iallreduce");
+        break;
+      }
+      case K_BROADCAST:
+        if (c->rank == mine.root && send != recv) memmove(recv, send, mine.count * es);
+        mpi_ok(MPI_Ibcast(recv, n, t, mine.root, c->mc, &req), "MPI_Ibcast");
+        break;
+    }
+  }
+
+  int test() override {
+    if (c->aborted) return 0;  // an aborted communicator never completes (the watchdog ends the run)
+    int flag = 0;
+    mpi_ok(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!flag) return 0;
+    if (phase == 0) {
+      check_headers();
+      post_data();
+      phase = 1;
+      return 0;
+    }
+    phase = 2;
+    return 1;
+  }
+
+  void finish() override {
+    if (!tmp.empty()) memcpy(recv, tmp.data(), tmp.size());
+  }
+};
+
+static ncclResult_t issue(Kind kind, const void* send, void* recv, size_t count, ncclDataType_t dtype, ncclRedOp_t op,
+                          int root, ncclComm_t comm, cudaStream_t stream) {
+  if (!comm || comm->destroyed) return ncclInvalidArgument;
+  size_t es = type_size(dtype);
+  if (!es) return ncclInvalidArgument;
+  if (count > 0x7fffffff) fatal("unimplemented", "a %s of %zu elements (MPI counts are int)", kind_name[kind], count);
+  size_t in = count * es, out = count * es;
+  if (kind == K_ALLGATHER) out *= comm->size;
+  if (kind == K_REDUCESCATTER) in *= comm->size;
+  // NCCL needs device memory for both buffers.
+  if (kind != K_BROADCAST || comm->rank == root) check_device_range(send, in, kind_name[kind]);
+  check_device_range(recv, out, kind_name[kind]);
+  NcclCollective* c = new NcclCollective();
+  c->c = comm;
+  c->mine = Header{++comm->issued, (int32_t)kind, (int32_t)dtype, (int32_t)op, (int32_t)root, (uint64_t)count};
+  c->send = send, c->recv = recv;
+  count_collective(kind_name[kind], kind == K_REDUCESCATTER ? in : out);
+  collective_op(stream, kind_name[kind], c);
+  return ncclSuccess;
+}
+
+}  // namespace cudasim
+
+using namespace cudasim;
+
+// The PMPI wrappers: MPI with full thread support, whatever the program asks for.
+extern "C" int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  (void)required;
+  int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, provided);
+  if (rc == MPI_SUCCESS && *provided < MPI_THREAD_MULTIPLE)
+    fatal("nccl", "the MPI library gives thread level %d, the simulated NCCL needs MPI_THREAD_MULTIPLE", *provided);
+  return rc;
+}
+extern "C" int MPI_Init(int* argc, char*** argv) {
+  int provided;
+  return MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+}
+
+extern "C" const char* ncclGetErrorString(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+extern "C" ncclResult_t ncclGetVersion(int* v) {
+  if (!v) return ncclInvalidArgument;
+  *v = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+extern "C" ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (!id) return ncclInvalidArgument;
+  memset(id, 0, sizeof *id);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(id->internal, sizeof id->internal, "cudasim-nccl %ld.%09ld %d", (long)ts.tv_sec, ts.tv_nsec, (int)getpid());
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+  int inited = 0, world = 0;
+  MPI_Initialized(&inited);
+  if (!inited) fatal("nccl", "ncclCommInitRank: the simulated NCCL runs over MPI, which is not initialized");
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world != nranks)
+    fatal("nccl", "ncclCommInitRank for %d ranks in an MPI world of %d: the simulated NCCL carries data over MPI, so "
+          "start every rank with mpirun (NCCL_COMM_ID and --init-dir bootstraps need real NCCL)", nranks, world);
+  ncclComm* c = new ncclComm();
+  mpi_ok(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mc), "MPI_Comm_split (ncclCommInitRank)");
+  MPI_Comm_rank(c->mc, &c->rank);
+  MPI_Comm_size(c->mc, &c->size);
+  // Every rank must have joined with the same id (it names one communicator).
+  std::vector<ncclUniqueId> ids(c->size);
+  mpi_ok(MPI_Allgather(&id, sizeof id, MPI_BYTE, ids.data(), sizeof id, MPI_BYTE, c->mc), "MPI_Allgather (id)");
+  for (int r = 0; r < c->size; r++)
+    if (memcmp(&ids[r], &id, sizeof id))
+      fatal("nccl", "ncclCommInitRank: rank %d joined with a different unique id than rank %d", r, rank);
+  c->serial = ++comm_serial;
+  *comm = c;
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  (void)config;
+  if (!comm || !newcomm) return ncclInvalidArgument;
+  device_synchronize_all();  // a host-blocking call: the collectives before it complete first
+  ncclComm* c = new ncclComm();
+  mpi_ok(MPI_Comm_split(comm->mc, color < 0 ? MPI_UNDEFINED : color, key, &c->mc), "MPI_Comm_split (ncclCommSplit)");
+  if (c->mc == MPI_COMM_NULL) {
+    delete c;
+    *newcomm = nullptr;
+    return ncclSuccess;
+  }
+  MPI_Comm_rank(c->mc, &c->rank);
+  MPI_Comm_size(c->mc, &c->size);
+  c->serial = ++comm_serial;
+  *newcomm = c;
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  device_synchronize_all();
+  // The last header: a rank that issued a collective the others did not is named here.
+  NcclCollective d;
+  d.c = comm;
+  d.mine = Header{++comm->issued, K_DESTROY, 0, 0, 0, 0};
+  d.start();
+  MPI_Wait(&d.req, MPI_STATUS_IGNORE);
+  d.check_headers();
+  comm->destroyed = 1;
+  MPI_Comm_free(&comm->mc);
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  comm->aborted = 1;  // from any thread: in-flight collectives stop progressing
+  return ncclSuccess;
+}
+extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {
+  if (!comm || !e) return ncclInvalidArgument;
+  *e = comm->aborted ? ncclRemoteError : ncclSuccess;
+  return ncclSuccess;
+}
+extern "C" ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (!comm || !count) return ncclInvalidArgument;
+  *count = comm->size;
+  return ncclSuccess;
+}
+extern "C" ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (!comm || !rank) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm,
+                                      cudaStream_t s) {
+  return issue(K_ALLGATHER, send, recv, count, t, ncclSum, 0, comm, s);
+}
+extern "C" ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                          ncclComm_t comm, cudaStream_t s) {
+  return issue(K_REDUCESCATTER, send, recv, count, t, op, 0, comm, s);
+}
+extern "C" ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                      ncclComm_t comm, cudaStream_t s) {
+  return issue(K_ALLREDUCE, send, recv, count, t, op, 0, comm, s);
+}
+extern "C" ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
+                                      ncclComm_t comm, cudaStream_t s) {
+  if (!comm || root < 0 || root >= comm->size) return ncclInvalidArgument;
+  return issue(K_BROADCAST, send, recv, count, t, ncclSum, root, comm, s);
+}
+extern "C" ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+extern "C" ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
