@@ -247,6 +247,8 @@ $(SIM)/test_cublaslt: test/cudasim/test_cublaslt.cpp $(SIM)/libcudasim.a test/te
 	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
 print-sim-kernel-flags:
 	@echo $(SIM_KERNEL_FLAGS)
+print-sim-host-objs:
+	@echo $(SIM_HOST_OBJS)
 .PRECIOUS: $(SIM)/kernels/%.cpp
 
 # ./train_gpt_sim: the CUDA trainer (train_gpt.c, fsdp/ with comm_nccl.c and device_cuda.c,

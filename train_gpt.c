@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
   for (int step = start_step; step < total_steps; step++) {
     (void)device_waited_seconds();  // stalls of evaluation forwards do not belong to this step
     double t0 = now_seconds(), comm0 = fs.comm_seconds;
+    device_step_begin(step + 1);
     fsdp_begin_step(&fs, A);
     // Loss gradients are scaled by 1 / (the step's valid target tokens over all ranks); with
     // T5's padded targets that count varies, so it is agreed on before any backward.
@@ -165,6 +166,7 @@ int main(int argc, char** argv) {
                       .weight_decay = o.weight_decay, .grad_scale = scale, .step = step + 1};
     fsdp_adamw_step(&fs, args);
     device_synchronize();
+    device_step_end(step + 1);
     double ms = (now_seconds() - t0) * 1e3;
     step_ms[step] = ms;
     comm_ms[step] = (fs.comm_seconds - comm0 + device_waited_seconds()) * 1e3;

@@ -24,6 +24,11 @@ void device_stream_wait(StreamId s, DeviceEvent* e);
 void device_stream_wait_timed(StreamId s, DeviceEvent* e);
 double device_waited_seconds(void);
 void device_synchronize(void);
+// The span of one optimizer step, from its first all-gather to the end of its AdamW, for tools
+// that count per step. The CPU backend ignores it; the CUDA backend hands it to the CUDA
+// simulator when the binary runs on it (train_gpt_sim prints its per-step counts from it).
+void device_step_begin(int step);
+void device_step_end(int step);
 // Timeline marks for --trace: a point in a stream's execution (a timing event on CUDA, the
 // host clock on the CPU, where work runs when it is issued). device_mark_seconds reads a mark
 // after device_synchronize, in seconds on one clock; device_marks_release lets the slots be

@@ -100,6 +100,16 @@ double device_waited_seconds(void) {
 
 void device_synchronize(void) { CUDA_OK(cudaDeviceSynchronize()); }
 
+// Present only when the binary is linked with the CUDA simulator (test/cudasim/stats.cpp).
+void cudasim_step(int step, int begin) __attribute__((weak));
+
+void device_step_begin(int step) {
+  if (cudasim_step) cudasim_step(step, 1);
+}
+void device_step_end(int step) {
+  if (cudasim_step) cudasim_step(step, 0);
+}
+
 // Timeline marks: timing events, read relative to the first mark ever taken (the origin).
 static cudaEvent_t mark_events[DEVICE_MAX_MARKS];
 static int nmarks = 0, marks_created = 0, origin = -1;

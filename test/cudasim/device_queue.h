@@ -34,6 +34,13 @@ struct Op {
 // Queues a collective on stream s (nccl.cpp).
 void collective_op(cudaStream_t s, const char* what, Collective* c);
 
+// Dependency chains (stats.cpp): every operation extends its stream's chain by one; waiting
+// for an event continues the longer of the stream's chain and the recording stream's chain
+// at the record. reset_chains starts new chains (at a step's start); chain_lengths gives, per
+// stream in creation order, the longest chain that ended on it since.
+void reset_chains();
+void chain_lengths(long* out, int max, int* n);
+
 }  // namespace cudasim
 
 struct CUstream_st {
@@ -41,6 +48,7 @@ struct CUstream_st {
   int id = 0;
   int destroyed = 0;
   int running = 0;  // an operation of this stream is executing (or a collective is starting)
+  long chain = 0;   // the longest chain of operations ending at this stream's last one
   std::deque<cudasim::Op> q;
 };
 
@@ -50,4 +58,5 @@ struct CUevent_st {
   uint64_t recorded = 0;   // records issued
   uint64_t completed = 0;  // the last record the device has passed
   double ms = 0;
+  long chain = 0;  // the recording stream's chain at the last record
 };

@@ -11,6 +11,9 @@
 // where they differ, NCCL hangs or corrupts data. Here the first difference is reported,
 // naming the communicator, the collective's number and what each rank issued.
 //
+// A collective that some rank never joins is reported after CUDASIM_HANG_SECONDS with what
+// every rank has issued and waits in, on every communicator (the hang diagnosis below).
+//
 // MPI is initialized with MPI_THREAD_MULTIPLE (MPI_Init_thread is wrapped through the PMPI
 // profiling interface): the device thread calls MPI for the collectives while the host may
 // call it too. The bootstrap id travels as comm_nccl.c sends it (MPI_Bcast); a run started
@@ -20,6 +23,8 @@
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +71,95 @@ static const char* type_name(int t) {
   return t >= 0 && t < 10 ? n[t] : "?";
 }
 
+// ---- the hang diagnosis ---------------------------------------------------------------------
+// A collective some rank never joins hangs NCCL; it can also wait on one communicator while
+// the rank it needs waits on another. To turn that into a message, every rank publishes, per
+// communicator, how many collectives it issued and which one it waits in, on a board in shared
+// memory (/dev/shm, one per run: the simulator's ranks share a machine). A collective whose
+// ranks have not all arrived after CUDASIM_HANG_SECONDS (default 30) prints the board: where
+// each rank waits, and on which communicator the ranks' counts first differ.
+static const int kBoardComms = 16;
+struct BoardEntry {
+  int64_t issued;         // collectives issued on this communicator (including the one waited in)
+  int64_t waiting;        // number of the collective this rank waits in, 0 if none
+  int32_t kind, dtype;
+  int64_t count;
+  int32_t size;           // ranks of the communicator (0: the slot is unused)
+  int32_t member_rank;    // this rank's rank in it
+};
+static BoardEntry* board = nullptr;  // [world ranks][kBoardComms]
+static int board_world = 0, board_rank = 0;
+
+static void board_open(const ncclUniqueId& id, int world, int rank) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the id: one board per run
+  for (size_t i = 0; i < sizeof id.internal; i++) h = (h ^ (unsigned char)id.internal[i]) * 1099511628211ull;
+  char path[96];
+  snprintf(path, sizeof path, "/dev/shm/cudasim-nccl-%016llx", (unsigned long long)h);
+  size_t bytes = sizeof(BoardEntry) * kBoardComms * world;
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+    if (fd >= 0) close(fd);
+    return;  // no diagnosis board: hangs are still ended by --comm-timeout
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return;
+  board = (BoardEntry*)p;
+  board_world = world, board_rank = rank;
+  memset(&board[rank * kBoardComms], 0, sizeof(BoardEntry) * kBoardComms);
+  // Every rank has mapped it once the communicator exists (ncclCommInitRank is collective);
+  // the name can go (the mappings stay).
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) unlink(path);
+}
+
+static BoardEntry* board_slot(const ncclComm* c) {
+  if (!board || c->serial > kBoardComms) return nullptr;
+  return &board[board_rank * kBoardComms + c->serial - 1];
+}
+
+static double hang_seconds() {
+  static double s = -1;
+  if (s < 0) {
+    const char* e = getenv("CUDASIM_HANG_SECONDS");
+    s = e && *e ? atof(e) : 30.0;
+  }
+  return s;
+}
+
+static double now_s() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+[[noreturn]] static void report_hang(const ncclComm* c, uint64_t number, double waited) {
+  char b[8192];
+  size_t n = 0;
+  for (int k = 0; k < kBoardComms && n + 400 < sizeof b; k++) {
+    int used = 0, differ = 0;
+    int64_t first = -1;
+    for (int r = 0; r < board_world; r++) {
+      const BoardEntry& e = board[r * kBoardComms + k];
+      if (!e.size) continue;
+      if (!used++) first = e.issued;
+      else if (e.issued != first) differ = 1;
+    }
+    if (!used) continue;
+    n += snprintf(b + n, sizeof b - n, "\n  communicator #%d%s:", k + 1, differ ? " (the ranks' counts differ here)" : "");
+    for (int r = 0; r < board_world && n + 200 < sizeof b; r++) {
+      const BoardEntry& e = board[r * kBoardComms + k];
+      if (!e.size) continue;
+      n += snprintf(b + n, sizeof b - n, "\n    rank %d: issued %lld collectives", r, (long long)e.issued);
+      if (e.waiting)
+        n += snprintf(b + n, sizeof b - n, ", waits in #%lld (%s of %lld x %s)", (long long)e.waiting,
+                      kind_name[e.kind], (long long)e.count, type_name(e.dtype));
+    }
+  }
+  fatal("nccl", "collective #%llu on communicator #%d has waited %.0f s for ranks that never join it: NCCL would "
+        "hang here. What each rank has issued and waits in:%s", (unsigned long long)number, c->serial, waited, b);
+}
+
 // bf16 sums: MPI has no bf16, so a user operator adds in fp32 and rounds to nearest even.
 static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   const uint16_t* a = (const uint16_t*)in;
@@ -108,6 +202,18 @@ static void mpi_ok(int rc, const char* what) {
   if (rc != MPI_SUCCESS) fatal("nccl", "%s failed (MPI error %d)", what, rc);
 }
 
+// CUDASIM_STALL_AFTER=N on a rank: its collectives after the N-th on any communicator never
+// complete, as on a hung GPU or link (the test of --comm-timeout).
+static std::atomic<long> collectives_started{0};
+static int stalled() {
+  static long after = -2;
+  if (after == -2) {
+    const char* e = getenv("CUDASIM_STALL_AFTER");
+    after = e && *e ? atol(e) : -1;
+  }
+  return after >= 0 && collectives_started > after;
+}
+
 // One collective as a stream operation: the header exchange, then the data.
 struct NcclCollective : Collective {
   ncclComm* c;
@@ -118,8 +224,15 @@ struct NcclCollective : Collective {
   std::vector<unsigned char> tmp;  // reduce-scatter in place: the result lands here first
   MPI_Request req = MPI_REQUEST_NULL;
   int phase = -1;  // -1 not started, 0 header in flight, 1 data in flight, 2 done
+  double started_at = 0;
 
   void start() override {
+    collectives_started++;
+    started_at = now_s();
+    if (BoardEntry* e = board_slot(c)) {
+      e->waiting = (int64_t)mine.number, e->kind = mine.kind, e->dtype = mine.dtype, e->count = (int64_t)mine.count;
+      e->size = c->size, e->member_rank = c->rank;
+    }
     all.resize(c->size);
     mpi_ok(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, c->mc, &req),
            "MPI_Iallgather (collective header)");
@@ -184,10 +297,18 @@ struct NcclCollective : Collective {
 
   int test() override {
     if (c->aborted) return 0;  // an aborted communicator never completes (the watchdog ends the run)
+    if (stalled()) return 0;
     int flag = 0;
     mpi_ok(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
-    if (!flag) return 0;
+    if (!flag) {
+      if (phase == 0 && board && hang_seconds() > 0) {
+        double waited = now_s() - started_at;
+        if (waited > hang_seconds()) report_hang(c, mine.number, waited);
+      }
+      return 0;
+    }
     if (phase == 0) {
+      if (BoardEntry* e = board_slot(c)) e->waiting = 0;
       check_headers();
       post_data();
       phase = 1;
@@ -217,6 +338,10 @@ static ncclResult_t issue(Kind kind, const void* send, void* recv, size_t count,
   NcclCollective* c = new NcclCollective();
   c->c = comm;
   c->mine = Header{++comm->issued, (int32_t)kind, (int32_t)dtype, (int32_t)op, (int32_t)root, (uint64_t)count};
+  if (BoardEntry* e = board_slot(comm)) {
+    e->issued = (int64_t)comm->issued;
+    e->size = comm->size, e->member_rank = comm->rank;
+  }
   c->send = send, c->recv = recv;
   count_collective(kind_name[kind], kind == K_REDUCESCATTER ? in : out);
   collective_op(stream, kind_name[kind], c);
@@ -287,6 +412,7 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
     if (memcmp(&ids[r], &id, sizeof id))
       fatal("nccl", "ncclCommInitRank: rank %d joined with a different unique id than rank %d", r, rank);
   c->serial = ++comm_serial;
+  if (c->serial == 1) board_open(id, c->size, c->rank);
   *comm = c;
   return ncclSuccess;
 }

@@ -1,7 +1,16 @@
-// stats.cpp: the per-step counters of a simulated run: kernel launches, host-blocking calls,
-// device allocations and frees, bytes all-gathered and reduce-scattered.
-#include <atomic>
+// stats.cpp: the per-step counts of a simulated run, the GPU performance facts measurable
+// without a GPU. Between device_step_begin and device_step_end (fsdp/device_cuda.c calls
+// cudasim_step), it counts kernel launches, host-blocking calls (synchronizations), device
+// allocations and frees (the design says none inside the step loop), bytes all-gathered and
+// reduce-scattered (per rank), and the longest dependency chain of operations each stream
+// ran (stream.cpp). At exit, rank 0 prints a table with one row per optimizer step.
+#include <stdio.h>
+#include <stdlib.h>
 
+#include <atomic>
+#include <vector>
+
+#include "test/cudasim/device_queue.h"
 #include "test/cudasim/sim.h"
 
 namespace cudasim {
@@ -21,4 +30,56 @@ void count_collective(const char* kind, size_t bytes) {
   else other_bytes += (long long)bytes;
 }
 
+struct StepRow {
+  int step;
+  long launches, syncs, allocs, frees;
+  long long ag, rs, other;
+  long chains[8];
+  int nchains;
+};
+static std::vector<StepRow> rows;
+static StepRow open_row;
+
+static void print_table() {
+  const char* r = getenv("OMPI_COMM_WORLD_RANK");
+  if (!r) r = getenv("PMI_RANK");
+  if (r && atoi(r) != 0) return;
+  if (rows.empty()) return;
+  fprintf(stdout, "\ncudasim: per optimizer step on rank 0 (device work between its first all-gather and the end "
+          "of AdamW)\n");
+  fprintf(stdout, "  step  launches  syncs  allocs  frees  all-gathered  reduce-scattered  other coll.  longest chain "
+          "per stream (compute, all-gather, reduce-scatter, ...)\n");
+  for (const StepRow& x : rows) {
+    fprintf(stdout, "  %4d  %8ld  %5ld  %6ld  %5ld  %10lld B  %14lld B  %9lld B ", x.step, x.launches, x.syncs,
+            x.allocs, x.frees, x.ag, x.rs, x.other);
+    for (int i = 0; i < x.nchains; i++) fprintf(stdout, " %ld", x.chains[i]);
+    fprintf(stdout, "\n");
+  }
+  fflush(stdout);
+}
+
 }  // namespace cudasim
+
+using namespace cudasim;
+
+// Called by fsdp/device_cuda.c at the start (begin = 1) and end of each optimizer step.
+extern "C" void cudasim_step(int step, int begin) {
+  static int registered = 0;
+  if (!registered) {
+    atexit(print_table);
+    registered = 1;
+  }
+  if (begin) {
+    device_synchronize_all();
+    reset_chains();
+    open_row = StepRow{step, launches, syncs, allocs, frees, ag_bytes, rs_bytes, other_bytes, {0}, 0};
+    return;
+  }
+  device_synchronize_all();
+  StepRow x = open_row;
+  x.launches = launches - x.launches, x.syncs = syncs - x.syncs;
+  x.allocs = allocs - x.allocs, x.frees = frees - x.frees;
+  x.ag = ag_bytes - x.ag, x.rs = rs_bytes - x.rs, x.other = other_bytes - x.other;
+  chain_lengths(x.chains, 8, &x.nchains);
+  rows.push_back(x);
+}

@@ -32,6 +32,7 @@ static pthread_t device_thread;
 static int device_started = 0;
 static std::vector<CUstream_st*> streams;  // every stream ever created (destroyed ones stay, marked)
 static CUstream_st legacy_stream;          // the NULL stream
+static std::vector<CUevent_st*> events;    // every event ever created
 static uint64_t rng = 0;
 
 static double now_ms() {
@@ -103,13 +104,18 @@ static void* device_main(void*) {
     if (cur.kind == Op::RECORD) {
       cur.event->completed = cur.gen;
       cur.event->ms = now_ms();
+      cur.event->chain = s->chain;
+    } else if (cur.kind == Op::WAIT) {
+      if (cur.event->chain > s->chain) s->chain = cur.event->chain;
     } else if (cur.kind == Op::WORK) {
+      s->chain++;
       s->running = 1;
       pthread_mutex_unlock(&mu);
       cur.fn();
       pthread_mutex_lock(&mu);
       s->running = 0;
     } else if (cur.kind == Op::COLLECTIVE) {
+      s->chain++;
       pthread_mutex_unlock(&mu);
       cur.coll->finish();
       delete cur.coll;
@@ -192,6 +198,22 @@ void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_
   }
 }
 
+void reset_chains() {
+  pthread_mutex_lock(&mu);
+  legacy_stream.chain = 0;
+  for (CUstream_st* s : streams) s->chain = 0;
+  for (CUevent_st* e : events) e->chain = 0;
+  pthread_mutex_unlock(&mu);
+}
+
+void chain_lengths(long* out, int max, int* n) {
+  pthread_mutex_lock(&mu);
+  *n = 0;
+  for (CUstream_st* s : streams)
+    if (*n < max) out[(*n)++] = s->chain;
+  pthread_mutex_unlock(&mu);
+}
+
 void device_synchronize_all() {
   if (!device_started) return;
   host_wait(all_idle);
@@ -256,6 +278,9 @@ extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int fla
   if (!e) return cudaErrorInvalidValue;
   *e = new CUevent_st();
   (*e)->flags = flags;
+  pthread_mutex_lock(&mu);
+  events.push_back(*e);
+  pthread_mutex_unlock(&mu);
   return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }

@@ -66,25 +66,7 @@ T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --batch 4 --enc-len 40 
 T5V11="--model t5v1.1:L=1,M=2,C=48,H=3,D=16,F=64,V=512 --data $DATA --batch 4 --enc-len 40 --dec-len 12 --steps 10 --lr 1e-3"
 
 # compare_losses NAME A.json B.json: step 1 within 1%, steps 2.. within 3% (see the top).
-compare_losses() {
-  python3 - "$2" "$3" << 'EOF'
-import json, sys
-def losses(p):
-    return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-if len(a) != len(b) or not a:
-    print("  different numbers of steps: %d vs %d" % (len(a), len(b))); sys.exit(1)
-ok = True
-print("  step   cuda          cpu           rel diff   bound")
-for i, (x, y) in enumerate(zip(a, b)):
-    tol = 0.01 if i == 0 else 0.03
-    r = abs(x - y) / abs(y)
-    good = r <= tol
-    ok = ok and good
-    print("  %4d   %-12.6f  %-12.6f  %-9.2e  %.3f %s" % (i + 1, x, y, r, tol, "" if good else "<-- FAIL"))
-sys.exit(0 if ok else 1)
-EOF
-}
+compare_losses() { python3 test/compare_losses.py "$2" "$3"; }
 
 for cfg in GPT T5 T5V11; do
   args=${!cfg}

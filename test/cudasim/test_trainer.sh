@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# test_trainer.sh: the whole CUDA trainer on the simulator (./train_gpt_sim: train_gpt.c, fsdp/
+# with the CUDA device and NCCL, layers/, kernels/cuda/) against the CPU reference trainer:
+#   1. GPT, T5 v1.0 and T5 v1.1 train like ./train_gpt_cpu (the tolerances of test/gpu/test_gpu.sh)
+#   2. two identical runs, the prefetch and rate-limit variants and three stream interleavings
+#      (CUDASIM_SEED) all give the same final parameters: the schedule's events, not the order
+#      the device happens to pick, decide what every kernel reads
+#   3. NCCL (over MPI) with 2, 3 and 4 ranks: full, grad-op and hybrid:2 track one rank with
+#      accumulation; --reduce-dtype bf16; a checkpoint saved on 2 ranks resumes on 1
+#   4. a stalled rank: --comm-timeout ends every rank, naming the rank and the collective
+#   5. planted faults: a wait removed from fsdp/schedule.c, an extra collective on one rank
+#   6. the memory plan against the simulated device, and no allocation inside the step loop
+# Ends with "N passed, M failed".
+set -u
+cd "$(dirname "$0")/../.."
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+SIM=${SIM:-build/sim}
+pass=0
+fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+digest() { grep -o 'params_digest [0-9a-f]*' "$1" | awk '{print $2}'; }
+MPIRUN="mpirun --oversubscribe -np"
+
+# ---- 1. CUDA on the simulator vs CPU ---------------------------------------------------
+DATA='data/addition/train_*.bin'
+GPT="--model gpt:L=2,C=64,H=4,V=256,T=10 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --warmup 50 --weight-decay 0.0"
+T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
+T5V11="--model t5v1.1:L=1,M=2,C=48,H=3,D=16,F=64,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
+for cfg in GPT T5 T5V11; do
+  args=${!cfg}
+  if ! ./train_gpt_sim $args --log "$TMP/$cfg.sim.json" > "$TMP/$cfg.sim.out" 2>&1; then
+    bad "$cfg: simulated CUDA run failed: $(grep -m1 cudasim "$TMP/$cfg.sim.out") $(tail -2 "$TMP/$cfg.sim.out")"
+    continue
+  fi
+  ./train_gpt_cpu $args --log "$TMP/$cfg.cpu.json" > "$TMP/$cfg.cpu.out" 2>&1 || { bad "$cfg: CPU run failed"; continue; }
+  if table=$(python3 test/compare_losses.py "$TMP/$cfg.sim.json" "$TMP/$cfg.cpu.json"); then
+    ok "$cfg: train_gpt_sim and train_gpt_cpu losses agree (step 1 within 1%, later steps within 3%)"
+  else
+    echo "$table"
+    bad "$cfg: train_gpt_sim and train_gpt_cpu losses differ beyond the bf16 tolerance"
+  fi
+done
+
+# ---- 2. one answer whatever the device's order ----------------------------------------
+./train_gpt_sim $GPT --digest > "$TMP/ref.out" 2>&1 || bad "reference run failed: $(tail -2 "$TMP/ref.out")"
+ref=$(digest "$TMP/ref.out")
+same() {  # same LABEL ENV... -- ARGS...: a run that must end with the reference digest
+  local label=$1
+  shift
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" ./train_gpt_sim $GPT --digest "$@" > "$TMP/same.out" 2>&1
+  local d
+  d=$(digest "$TMP/same.out")
+  if [ -n "$ref" ] && [ "$d" = "$ref" ]; then ok "$label: same final parameters ($d)"
+  else bad "$label: digest '$d', reference '$ref': $(grep -m1 cudasim "$TMP/same.out") $(tail -1 "$TMP/same.out")"; fi
+}
+same "a second identical run" X=1 --
+same "--prefetch none" X=1 -- --prefetch none
+same "--limit-all-gathers 1" X=1 -- --limit-all-gathers 1
+same "--limit-all-gathers 2 --prefetch forward" X=1 -- --limit-all-gathers 2 --prefetch forward
+for seed in 2 3 4; do same "stream interleaving CUDASIM_SEED=$seed" CUDASIM_SEED=$seed --; done
+
+# ---- 3. NCCL over MPI ----------------------------------------------------------------------
+# The bounds of test/gpu/test_gpu.sh part 5: W ranks with accumulation 1 against one rank with
+# accumulation W, losses and parameters (L2 over the model) within 5e-3; bf16 reduction 2e-2.
+MR="--model gpt:L=3,C=72,H=3,V=509,T=32 --data $DATA --batch 2 --seq 16 --steps 4 --lr 1e-3 --grad-clip 1.0"
+for W in 2 3 4; do
+  ./train_gpt_sim $MR --accum $W --log "$TMP/ref$W.json" --dump-params "$TMP/ref$W.bin" > "$TMP/ref$W.out" 2>&1 ||
+    bad "1 rank --accum $W failed: $(tail -2 "$TMP/ref$W.out")"
+done
+track() {  # track W SHARD BOUND EXTRA...
+  local W=$1 S=$2 bound=$3 key=1e-3
+  shift 3
+  [ "$*" = "--reduce-dtype bf16" ] && key=8e-3
+  local name="w${W}_${S/:/}$*"
+  name=${name// /_}
+  if timeout 600 $MPIRUN "$W" ./train_gpt_sim $MR --shard "$S" "$@" --log "$TMP/$name.json" --dump-params "$TMP/$name.bin" \
+    > "$TMP/$name.out" 2>&1; then
+    local r
+    if r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/ref$W.bin" "$TMP/$name.json" "$TMP/ref$W.json" "$bound" "$key"); then
+      ok "NCCL over MPI, $W ranks --shard $S $*: tracks 1 rank --accum $W within $bound ($r)"
+    else
+      bad "$W ranks --shard $S $*: $r"
+    fi
+  else
+    bad "$W ranks --shard $S $* failed: $(grep -m1 cudasim "$TMP/$name.out") $(tail -2 "$TMP/$name.out")"
+  fi
+}
+track 2 full 5e-3
+track 2 grad-op 5e-3
+track 3 full 5e-3
+track 4 hybrid:2 5e-3
+# bf16 reduction: each reduced gradient element is rounded once to 8 bits (2^-9 relative); the
+# key bias, whose true gradient is zero, then moves on different noise: up to lr per step on
+# each run, so within 2 x lr x steps = 8e-3 absolute (compare_params.py's sixth argument).
+track 2 full 2e-2 --reduce-dtype bf16
+
+# A checkpoint written by 2 ranks after 2 steps, resumed on 1 rank with accumulation 2 for
+# the last 2, must end where 4 uninterrupted steps end (a constant learning rate, so that the
+# schedule does not depend on --steps).
+CK="--lr-final-frac 1.0"
+./train_gpt_sim $MR $CK --accum 2 --digest > "$TMP/full4.out" 2>&1
+timeout 600 $MPIRUN 2 ./train_gpt_sim $MR $CK --steps 2 --save "$TMP/ck" > "$TMP/save.out" 2>&1 &&
+  ./train_gpt_sim $MR $CK --accum 2 --resume "$TMP/ck" --digest > "$TMP/resume.out" 2>&1
+d1=$(digest "$TMP/full4.out") d2=$(digest "$TMP/resume.out")
+if [ -n "$d1" ] && [ "$d1" = "$d2" ]; then ok "--save on 2 ranks, --resume on 1 rank: same final parameters as an uninterrupted run ($d1)"
+else bad "--resume across world sizes: '$d2' vs uninterrupted '$d1': $(tail -2 "$TMP/resume.out")"; fi
+
+# ---- 4. a stalled rank -------------------------------------------------------------------
+# Rank 1's device stops completing collectives after its 20th (CUDASIM_STALL_AFTER), as a hung
+# GPU or link would. Every rank's next collective then waits forever: the watchdog of each
+# must end it within --comm-timeout (5 s) plus its polling, naming the rank and the collective.
+start=$(date +%s)
+timeout 300 $MPIRUN 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export CUDASIM_STALL_AFTER=20; exec "$@"' _ \
+  ./train_gpt_sim $MR --steps 4 --comm-timeout 5 > "$TMP/stall.out" 2>&1
+rc=$?
+elapsed=$(($(date +%s) - start))
+n=$(grep -c 'error: .* did not finish within 5 s (--comm-timeout)' "$TMP/stall.out")
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" -ge 1 ] && grep -q '\[rank 1\] error: .*did not finish' "$TMP/stall.out"; then
+  ok "a stalled rank: --comm-timeout 5 ends the run in ${elapsed}s; $(grep -m1 -o '\[rank 1\] error: [^;]*' "$TMP/stall.out")"
+else
+  bad "stalled rank: exit $rc after ${elapsed}s, $n timeout messages: $(tail -3 "$TMP/stall.out")"
+fi
+
+# ---- 5. planted faults ---------------------------------------------------------------------
+# build_variant NAME FILE PERL: train_gpt_sim with one host file changed (exactly one match).
+build_variant() {
+  local name=$1 file=$2 subst=$3 n
+  n=$(perl -0ne "\$n = ($subst); print \$n + 0" "$file")
+  [ "$n" = 1 ] || { bad "$name: the planted change matched $n times in $file"; return 1; }
+  mkdir -p "$TMP/$name/$(dirname "$file")"
+  perl -0pe "$subst" "$file" > "$TMP/$name/$file"
+  local obj="$SIM/host/${file%.c}.o" objs=()
+  for o in $(make -s --no-print-directory print-sim-host-objs); do [ "$o" = "$obj" ] || objs+=("$o"); done
+  mpicc -O2 -g -std=c11 -fopenmp -I. -D_GNU_SOURCE -DFSDP_CUDA -Itest/cudasim/include -c "$TMP/$name/$file" \
+    -o "$TMP/$name/obj.o" 2> "$TMP/$name/build.log" &&
+    mpicc "${objs[@]}" "$TMP/$name/obj.o" $SIM/kernels/*.o $SIM/rt/nccl.o $SIM/libcudasim.a -o "$TMP/$name/train" \
+      -lstdc++ -lm -fopenmp -ldl -lpthread 2>> "$TMP/$name/build.log" ||
+    { bad "$name: build failed: $(tail -3 "$TMP/$name/build.log")"; return 1; }
+}
+# (a) The compute stream no longer waits for a unit's all-gather before its forward uses the
+# parameters: kernels may read a slot while the collective is still filling it, or the values
+# of the unit that held the slot before. Over three interleavings the run must end with other
+# parameters than the correct build (or a simulator report).
+if build_variant no-wait fsdp/schedule.c 's/  device_stream_wait_timed\(STREAM_COMPUTE, fs->gathered\[u\]\);  \/\/ exposed all-gather time\n//'; then
+  good=$(digest "$TMP/full4.out")
+  caught=0
+  for seed in 1 2 3; do
+    CUDASIM_SEED=$seed timeout 600 "$TMP/no-wait/train" $MR $CK --accum 2 --digest > "$TMP/nw$seed.out" 2>&1
+    d=$(digest "$TMP/nw$seed.out")
+    if grep -q '^cudasim:' "$TMP/nw$seed.out" || [ "$d" != "$good" ]; then caught=$((caught + 1)); fi
+  done
+  if [ $caught -ge 1 ]; then ok "planted fault: a removed all-gather wait in fsdp/schedule.c changes the result in $caught of 3 interleavings"
+  else bad "planted fault: the run without the all-gather wait ended with the correct parameters in all 3 interleavings"; fi
+fi
+# (b) Rank 1 issues one all-reduce more than rank 0 (after the loss's) and waits in it, while
+# rank 0 waits for rank 1 in the gradient norm's all-reduce on another communicator: NCCL
+# hangs. The simulator must say so after CUDASIM_HANG_SECONDS, with where each rank waits.
+if build_variant extra-collective train_gpt.c 's/(    comm_all_reduce\(fs\.world, &loss_sum, 1, DT_F64\);\n)/$1    if (rank == 1) comm_all_reduce(fs.world, &loss_sum, 1, DT_F64);\n/'; then
+  CUDASIM_HANG_SECONDS=5 timeout 300 $MPIRUN 2 "$TMP/extra-collective/train" $MR > "$TMP/extra.out" 2>&1
+  rc=$?
+  line=$(grep -m1 '^cudasim: nccl: collective #[0-9]* on communicator #[0-9]* has waited' "$TMP/extra.out")
+  if [ $rc != 0 ] && [ -n "$line" ] && grep -q 'rank 1: issued 2 collectives, waits in #2 (AllReduce of 1 x fp64)' "$TMP/extra.out"; then
+    ok "planted fault: an extra collective on rank 1 is reported: ${line:0:120}... rank 1: $(grep -m1 -o 'issued 2 collectives, waits in #2 (AllReduce of 1 x fp64)' "$TMP/extra.out")"
+  else
+    bad "planted fault: extra collective not reported (exit $rc): $(tail -3 "$TMP/extra.out")"
+  fi
+fi
+
+# ---- 6. memory ---------------------------------------------------------------------------
+for cfg in GPT T5; do
+  out=$(cat "$TMP/$cfg.sim.out")
+  plan=$(echo "$out" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\1/p')
+  used=$(echo "$out" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\2/p')
+  if [ -n "$plan" ] && python3 -c "import sys; p, u = $plan, $used; sys.exit(0 if abs(u - p) <= 0.02 * p else 1)"; then
+    ok "$cfg: device memory measured by the simulated cudaMemGetInfo ($used bytes) within 2% of the plan ($plan)"
+  else
+    bad "$cfg: measured '$used' bytes vs plan '$plan'"
+  fi
+  # The per-step table: no cudaMalloc or cudaFree inside any optimizer step.
+  rows=$(echo "$out" | awk '/^cudasim: per optimizer step/ {t = 1; next} t && $1 ~ /^[0-9]+$/ {print}')
+  if [ -n "$rows" ] && echo "$rows" | awk '$4 != 0 || $5 != 0 {exit 1}'; then
+    ok "$cfg: no device allocation or free inside the step loop ($(echo "$rows" | wc -l) steps)"
+  else
+    bad "$cfg: allocations inside the step loop, or no per-step table: $rows"
+  fi
+done
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
