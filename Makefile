@@ -274,7 +274,7 @@ train_gpt_sim:
 endif
 
 SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM)/test_ptx $(SIM)/test_cublaslt $(SIM_KERNEL_OBJS)
-sim-bins: $(SIM_TESTS)
+sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim) train_gpt_cpu
 test-sim: sim-bins
 	bash test/cudasim/run_sim_tests.sh
 

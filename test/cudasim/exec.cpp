@@ -23,6 +23,13 @@ namespace cudasim {
 Exec ex;
 thread_local SimThread* g_cur = nullptr;
 
+// For a debugger's breakpoint conditions (plain variables: no function call needed): the CUDA
+// thread the device thread runs, as its index in the block, and its block's index in the grid.
+extern "C" {
+volatile long cudasim_thread = -1;
+volatile long cudasim_block = -1;
+}
+
 static const size_t kStack = 64 * 1024;  // per CUDA thread, plus a guard page below
 static const size_t kGuard = 4096;
 static unsigned char* stacks = nullptr;  // 1024 stacks, allocated at the first launch
@@ -136,7 +143,9 @@ static void run_block() {
       SimThread* t = &ex.threads[order[k]];
       if (t->state != RUNNABLE) continue;
       g_cur = t;
+      cudasim_thread = t->linear, cudasim_block = ex.block_linear;
       fiber_switch(&scheduler_fiber, &t->fiber);
+      cudasim_thread = cudasim_block = -1;
       g_cur = nullptr;
       ran = 1;
     }

@@ -2,8 +2,8 @@
 # run_sim_tests.sh: the CUDA simulator's part of the suite (make test-sim, and make test): the
 # PTX tables, the cuBLASLt and cub subset, every CUDA kernel against the CPU reference
 # (test/gpu/test_kernels_gpu.c itself, small profile), the same with the fallback matmul
-# kernel and a shuffled thread order, and the planted faults. Prints a line per test as it
-# goes and ends with "N passed, M failed".
+# kernel and a shuffled thread order, the planted faults, and the whole CUDA trainer
+# (test_trainer.sh). Prints a line per test as it goes and ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.."
 SIM=build/sim
@@ -40,6 +40,13 @@ part "simulator: CUDA kernels vs CPU (small profile)" $SIM/test_kernels_gpu --pr
 part "simulator: CUDA kernels, fallback matmul, shuffled threads" \
   env CUDASIM_LT_NO_ALGO=1 CUDASIM_SEED=7 $SIM/test_kernels_gpu --profile small
 part "simulator: planted faults" bash test/cudasim/test_faults.sh $SIM
+# The whole CUDA trainer (needs MPI: the simulated NCCL runs over it).
+if [ -x ./train_gpt_sim ]; then
+  part "simulator: train_gpt_sim (CUDA trainer, NCCL over MPI) vs train_gpt_cpu" bash test/cudasim/test_trainer.sh
+else
+  echo "FAIL train_gpt_sim was not built (it needs mpicc)"
+  total_fail=$((total_fail + 1))
+fi
 
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]
