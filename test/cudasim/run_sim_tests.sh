@@ -7,30 +7,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 SIM=build/sim
-total_pass=0
-total_fail=0
-part() {
-  local name=$1
-  shift
-  echo "== $name"
-  local out rc line start=$SECONDS
-  out=$("$@" 2>&1)
-  rc=$?
-  echo "$out" | grep -v '^ok ' | tail -n 40
-  line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
-  if [ -z "$line" ]; then
-    echo "FAIL $name: no summary line (exit code $rc)"
-    total_fail=$((total_fail + 1))
-    return
-  fi
-  local p f
-  p=$(echo "$line" | awk '{print $1}')
-  f=$(echo "$line" | awk '{print $3}')
-  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-  echo "   $name: $p passed, $f failed ($((SECONDS - start)) s)"
-  total_pass=$((total_pass + p))
-  total_fail=$((total_fail + f))
-}
+source test/suite.sh
 
 part "simulator: PTX fragment tables" $SIM/test_ptx
 part "simulator: cuBLASLt and cub subset" $SIM/test_cublaslt
@@ -48,5 +25,4 @@ else
   total_fail=$((total_fail + 1))
 fi
 
-echo "$total_pass passed, $total_fail failed"
-[ "$total_fail" = 0 ]
+suite_summary
