@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "test/cudasim/exec.h"
+#include "test/cudasim/order.h"
 #include "test/cudasim/sim.h"
 
 extern "C" {
@@ -166,7 +167,10 @@ void device_access_sized(const void* p, size_t n, int is_write, const void* pc, 
     return;
   }
   const Allocation* al = find_allocation(p);
-  if (al && a + n <= al->base + al->bytes) return;  // global memory
+  if (al && a + n <= al->base + al->bytes) {  // global memory
+    order_access(p, n, is_write);
+    return;
+  }
   if (!is_write && a >= (uintptr_t)ex.params && a + n <= (uintptr_t)ex.params + ex.params_bytes) return;
   describe_thread(who, sizeof who);
   describe_address(al ? (const void*)(al->base + al->bytes) : p, where, sizeof where);

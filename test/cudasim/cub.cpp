@@ -15,6 +15,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <string.h>
 
+#include "order.h"
 #include "sim.h"
 
 static const int kDigitBits = 8, kDigits = 1 << kDigitBits;
@@ -70,6 +71,11 @@ static void run_sort(const SortJob& j) {
   ok &= device_range(j.values_out, j.n * j.value_bytes, "cub::DeviceRadixSort::SortPairs d_values_out");
   ok &= device_range(j.temp, j.temp_bytes, "cub::DeviceRadixSort::SortPairs d_temp_storage");
   if (!ok) return;  // reported above; sorting would touch memory outside the allocations
+  cudasim::order_access(j.keys_in, j.n * j.key_bytes, 0);
+  cudasim::order_access(j.values_in, j.n * j.value_bytes, 0);
+  cudasim::order_access(j.keys_out, j.n * j.key_bytes, 1);
+  cudasim::order_access(j.values_out, j.n * j.value_bytes, 1);
+  cudasim::order_access(j.temp, j.temp_bytes, 1);
 
   // Carve the temporary storage as temp_bytes_needed sized it.
   unsigned char* t = (unsigned char*)(((uintptr_t)j.temp + 255) / 256 * 256);

@@ -28,6 +28,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "order.h"
 #include "sim.h"
 
 // ---- host objects ----------------------------------------------------------------------------
@@ -797,6 +798,14 @@ static void run_matmul(const MatmulJob& j) {
   if (j.workspace_bytes) ok &= device_range(j.workspace, j.workspace_bytes, "cublasLtMatmul workspace");
   if (!ok) return;  // reported above; computing would touch memory outside the allocations
 
+  // The operands as this operation reads and writes them (the stream-order checker).
+  cudasim::order_access(j.a, extent(a_rows(p), a_cols(p), p.lda) * 2, 0);
+  cudasim::order_access(j.b, extent(b_rows(p), b_cols(p), p.ldb) * 2, 0);
+  if (j.beta != 0.0f) cudasim::order_access(j.c, extent(m, n, p.ldd) * cd, 0);
+  cudasim::order_access(j.d, extent(m, n, p.ldd) * cd, 1);
+  if (has_bias(p.epilogue)) cudasim::order_access(j.bias, m * 2, 0);
+  if (has_aux(p.epilogue)) cudasim::order_access(j.aux, extent(m, n, p.aux_ld) * 2, 1);
+  if (j.workspace_used) cudasim::order_access(j.workspace, j.workspace_used, 1);
   if (j.workspace_used) memset(j.workspace, 0xa5, j.workspace_used);
 
   // Row i of op(A) and column c of op(B), each k contiguous bf16 values: stored that way

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 
+#include "test/cudasim/order.h"
 #include "test/cudasim/sim.h"
 
 namespace cudasim {
@@ -29,6 +30,7 @@ struct Op {
   struct CUevent_st* event = nullptr;  // RECORD, WAIT
   uint64_t gen = 0;                  // RECORD: the record it completes; WAIT: the record it needs
   Collective* coll = nullptr;        // COLLECTIVE
+  Clock host = {};                   // what the host had seen complete when it issued this
 };
 
 // Queues a collective on stream s (nccl.cpp).
@@ -49,6 +51,7 @@ struct CUstream_st {
   int destroyed = 0;
   int running = 0;  // an operation of this stream is executing (or a collective is starting)
   long chain = 0;   // the longest chain of operations ending at this stream's last one
+  cudasim::Clock clock = {};  // what this stream's operations are ordered after (order.h)
   std::deque<cudasim::Op> q;
 };
 
@@ -59,4 +62,5 @@ struct CUevent_st {
   uint64_t completed = 0;  // the last record the device has passed
   double ms = 0;
   long chain = 0;  // the recording stream's chain at the last record
+  cudasim::Clock clock = {};  // the recording stream's clock at the last record
 };

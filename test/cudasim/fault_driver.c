@@ -3,12 +3,15 @@
 // the simulator to report the fault. Run against the unmodified kernels it must finish
 // without a report (the control).
 //   fault_driver add | matmul | sumsq | classifier | attention64 | attention128
+//   fault_driver stream-race | stream-ordered: a kernel on the compute stream, then a copy into
+//   its input on a second stream, without (race) or with (ordered) an event between them.
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/kernels_cuda.h"
 #include "kernels/kernels.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -56,7 +59,8 @@ static void attention(KernelCtx* K, int D) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: fault_driver add|matmul|sumsq|classifier|attention64|attention128\n");
+    fprintf(stderr, "usage: fault_driver add|matmul|sumsq|classifier|attention64|attention128|stream-race|"
+            "stream-ordered\n");
     return 2;
   }
   const char* c = argv[1];
@@ -83,6 +87,19 @@ int main(int argc, char** argv) {
         cudaMemcpy(dt, targets, sizeof targets, cudaMemcpyHostToDevice) != cudaSuccess)
       return 2;
     classifier_forward_backward(K, dev_f32(N), dev_act((size_t)N * Vp), dt, N, V, Vp, 1.0f / N);
+  } else if (!strcmp(c, "stream-race") || !strcmp(c, "stream-ordered")) {
+    size_t n = 4096;
+    act_t *y = dev_act(n), *x = dev_act(n), *src = dev_act(n);
+    cudaStream_t other;
+    cudaEvent_t done;
+    if (cudaStreamCreate(&other) != cudaSuccess || cudaEventCreate(&done) != cudaSuccess) return 2;
+    add_inplace(K, y, x, n);  // reads x on the compute stream
+    if (!strcmp(c, "stream-ordered")) {
+      if (cudaEventRecord(done, (cudaStream_t)kernels_cuda_stream(0)) != cudaSuccess ||
+          cudaStreamWaitEvent(other, done, 0) != cudaSuccess)
+        return 2;
+    }
+    if (cudaMemcpyAsync(x, src, n * 2, cudaMemcpyDeviceToDevice, other) != cudaSuccess) return 2;
   } else if (!strcmp(c, "attention64")) {
     attention(K, 64);
   } else if (!strcmp(c, "attention128")) {

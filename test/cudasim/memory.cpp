@@ -8,6 +8,7 @@
 
 #include <map>
 
+#include "test/cudasim/order.h"
 #include "test/cudasim/sim.h"
 
 namespace cudasim {
@@ -127,6 +128,7 @@ extern "C" cudaError_t cudaFree(void* ptr) {
     return cudaErrorInvalidDevicePointer;
   }
   count_allocation(-1);
+  order_forget(it->second.base);
   used_bytes -= it->second.bytes;
   live.erase(it);
   map_version++;
@@ -222,13 +224,19 @@ extern "C" cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cuda
 extern "C" cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t s) {
   if (!bytes) return cudaSuccess;
   check_device_range(ptr, bytes, "cudaMemsetAsync");
-  stream_op(s, "cudaMemsetAsync", [=] { memset(ptr, value, bytes); });
+  stream_op(s, "cudaMemsetAsync", [=] {
+    order_access(ptr, bytes, 1);
+    memset(ptr, value, bytes);
+  });
   return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (!bytes) return cudaSuccess;
   check_device_range(ptr, bytes, "cudaMemset");
-  stream_op(nullptr, "cudaMemset", [=] { memset(ptr, value, bytes); });
+  stream_op(nullptr, "cudaMemset", [=] {
+    order_access(ptr, bytes, 1);
+    memset(ptr, value, bytes);
+  });
   return cudaSuccess;
 }

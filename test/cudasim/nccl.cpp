@@ -228,6 +228,13 @@ struct NcclCollective : Collective {
 
   void start() override {
     collectives_started++;
+    // Its buffers, as the operation that reads and writes them (the stream-order checker).
+    const size_t es = type_size((ncclDataType_t)mine.dtype);
+    size_t in = mine.count * es, out = mine.count * es;
+    if (mine.kind == K_ALLGATHER) out *= c->size;
+    if (mine.kind == K_REDUCESCATTER) in *= c->size;
+    if (mine.kind != K_BROADCAST || c->rank == mine.root) order_access(send, in, 0);
+    order_access(recv, out, 1);
     started_at = now_s();
     if (BoardEntry* e = board_slot(c)) {
       e->waiting = (int64_t)mine.number, e->kind = mine.kind, e->dtype = mine.dtype, e->count = (int64_t)mine.count;

@@ -34,6 +34,17 @@ static std::vector<CUstream_st*> streams;  // every stream ever created (destroy
 static CUstream_st legacy_stream;          // the NULL stream
 static std::vector<CUevent_st*> events;    // every event ever created
 static uint64_t rng = 0;
+static Clock host_clock = {};  // the operations the host has seen complete (order.h)
+
+// The stream-order clock of stream s as operation `op` starts on it: the host's view at issue
+// joins in; work counts one more operation on the stream.
+static uint32_t advance_clock(CUstream_st* s, const Op& op, int counts) {
+  clock_join(&s->clock, op.host);
+  if (!counts || s->id >= kClockStreams) return 0;
+  uint32_t seq = ++s->clock.t[s->id];
+  order_name(s->id, seq, op.what);
+  return seq;
+}
 
 static double now_ms() {
   struct timespec ts;
@@ -93,8 +104,11 @@ static void* device_main(void*) {
     if (op.kind == Op::COLLECTIVE && !op.coll->started()) {
       // Starting a collective may block briefly in MPI; the stream stays busy until it completes.
       s->running = 1;
+      RunningOp ro = {s->id, advance_clock(s, op, 1), s->clock, op.what};
       pthread_mutex_unlock(&mu);
+      running_op = &ro;
       op.coll->start();
+      running_op = nullptr;
       pthread_mutex_lock(&mu);
       s->running = 0;
       continue;
@@ -102,22 +116,32 @@ static void* device_main(void*) {
     Op cur = std::move(op);
     s->q.pop_front();
     if (cur.kind == Op::RECORD) {
+      advance_clock(s, cur, 0);
       cur.event->completed = cur.gen;
       cur.event->ms = now_ms();
       cur.event->chain = s->chain;
+      cur.event->clock = s->clock;
     } else if (cur.kind == Op::WAIT) {
+      advance_clock(s, cur, 0);
+      clock_join(&s->clock, cur.event->clock);
       if (cur.event->chain > s->chain) s->chain = cur.event->chain;
     } else if (cur.kind == Op::WORK) {
       s->chain++;
       s->running = 1;
+      RunningOp ro = {s->id, advance_clock(s, cur, 1), s->clock, cur.what};
       pthread_mutex_unlock(&mu);
+      running_op = &ro;
       cur.fn();
+      running_op = nullptr;
       pthread_mutex_lock(&mu);
       s->running = 0;
     } else if (cur.kind == Op::COLLECTIVE) {
       s->chain++;
+      RunningOp ro = {s->id, s->id < kClockStreams ? s->clock.t[s->id] : 0, s->clock, cur.what};
       pthread_mutex_unlock(&mu);
+      running_op = &ro;
       cur.coll->finish();
+      running_op = nullptr;
       delete cur.coll;
       pthread_mutex_lock(&mu);
     }
@@ -143,8 +167,16 @@ static void enqueue(CUstream_st* s, Op&& op) {
   pthread_mutex_lock(&mu);
   start_device();
   check_stream(s, op.what);
+  op.host = host_clock;
   s->q.push_back(std::move(op));
   pthread_cond_signal(&device_wake);
+  pthread_mutex_unlock(&mu);
+}
+
+// The host has seen stream s finish everything issued to it so far.
+static void host_saw(CUstream_st* s) {
+  pthread_mutex_lock(&mu);
+  clock_join(&host_clock, s->clock);
   pthread_mutex_unlock(&mu);
 }
 
@@ -163,6 +195,7 @@ static void legacy_op(Op&& op) {
   device_synchronize_all();
   enqueue(&legacy_stream, std::move(op));
   host_wait([] { return stream_idle(&legacy_stream); });
+  host_saw(&legacy_stream);
 }
 
 void stream_op(cudaStream_t s, const char* what, std::function<void()> fn) {
@@ -186,15 +219,23 @@ void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_
     // buffer at once (CUDA's documented behaviour for pageable sources).
     std::shared_ptr<std::vector<unsigned char>> staged(new std::vector<unsigned char>((const unsigned char*)src,
                                                                                        (const unsigned char*)src + bytes));
-    stream_op(s, what, [=] { memcpy(dst, staged->data(), bytes); });
+    stream_op(s, what, [=] {
+      if (!dst_host) order_access(dst, bytes, 1);
+      memcpy(dst, staged->data(), bytes);
+    });
   } else {
-    stream_op(s, what, [=] { memmove(dst, src, bytes); });
+    stream_op(s, what, [=] {
+      if (!src_host) order_access(src, bytes, 0);
+      if (!dst_host) order_access(dst, bytes, 1);
+      memmove(dst, src, bytes);
+    });
   }
   // To pageable host memory the call returns only when the copy is done.
   if (blocking || (dst_host && !is_pinned_host(dst))) {
     count_sync(what);
     CUstream_st* st = resolve(s);
     host_wait([st] { return stream_idle(st); });
+    host_saw(st);
   }
 }
 
@@ -217,6 +258,10 @@ void chain_lengths(long* out, int max, int* n) {
 void device_synchronize_all() {
   if (!device_started) return;
   host_wait(all_idle);
+  pthread_mutex_lock(&mu);
+  clock_join(&host_clock, legacy_stream.clock);
+  for (CUstream_st* s : streams) clock_join(&host_clock, s->clock);
+  pthread_mutex_unlock(&mu);
 }
 
 }  // namespace cudasim
@@ -249,6 +294,7 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   count_sync("cudaStreamSynchronize");
   if (!s) device_synchronize_all();
   else host_wait([st] { return stream_idle(st); });
+  host_saw(st);
   return cudaSuccess;
 }
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
@@ -256,6 +302,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
   check_stream(st, "cudaStreamQuery");
   pthread_mutex_lock(&mu);
   int idle = stream_idle(st);
+  if (idle) clock_join(&host_clock, st->clock);  // the host has seen it complete
   pthread_mutex_unlock(&mu);
   return idle ? cudaSuccess : cudaErrorNotReady;
 }
@@ -311,6 +358,9 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   uint64_t want = e->recorded;
   pthread_mutex_unlock(&mu);
   host_wait([e, want] { return e->completed >= want; });
+  pthread_mutex_lock(&mu);
+  clock_join(&host_clock, e->clock);
+  pthread_mutex_unlock(&mu);
   return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {

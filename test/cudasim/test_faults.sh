@@ -33,7 +33,7 @@ link() {  # link OUT_BINARY MUTATED_OBJECT SOURCE_NAME
 
 # Control: the real kernels, every driver case, no report.
 link "$OUT/control" "" none 2> "$OUT/control.link" || bad "control build" "$(tail -3 "$OUT/control.link")"
-for c in add matmul sumsq classifier attention64 attention128; do
+for c in add matmul sumsq classifier attention64 attention128 stream-ordered; do
   if out=$("$OUT/control" "$c" 2>&1) && ! grep -q '^cudasim:' <<< "$out"; then
     ok "control: $c runs on the unmodified kernels without a report"
   else
@@ -128,6 +128,17 @@ fault smem-optin attention 's/  CUDA_CHECK\(cudaFuncSetAttribute\(kernel, cudaFu
 # cp.async: waiting for one group too few reads the tile before its copies land.
 fault cp-async-early-wait attention 's/(    if \(it \+ 1 < n_tiles\) \{\n      load_kv\(it \+ 1, \(it \+ 1\) & 1\);\n      cp_async_commit\(\);\n)      cp_async_wait<1>\(\);/$1      cp_async_wait<2>();/' attention64 \
   '^cudasim: (initcheck|racecheck):' 'attn_fwd_kernel' "$THREAD"
+
+# streamcheck: a copy into a kernel's input on another stream with no event between them (the
+# unmodified kernels; the driver's own misuse is the planted fault).
+out=$("$OUT/control" stream-race 2>&1)
+rc=$?
+line=$(grep -m1 '^cudasim: streamcheck:' <<< "$out")
+if [ $rc = 86 ] && grep -Eq 'write after read between streams .* cudaMemcpyAsync on stream [0-9]+ and add_act_kernel on stream [0-9]+' <<< "$line"; then
+  ok "streamcheck: ${line:0:240}"
+else
+  bad "streamcheck" "a copy racing a kernel was not reported (exit $rc): $(tail -2 <<< "$out")"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

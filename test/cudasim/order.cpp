@@ -1,0 +1,93 @@
+// order.cpp: the stream-order checker of order.h. Happens-before with vector clocks (one
+// component per stream) over operations, and a shadow per 4-byte word of each device
+// allocation, created when an operation first touches it: (stream, number) of the last writer
+// and of the last reader. An access is ordered after an earlier one when they are on the same
+// stream, or when the current clock has seen the earlier operation's number on its stream.
+#include "test/cudasim/order.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <unordered_map>
+
+#include "test/cudasim/exec.h"
+#include "test/cudasim/sim.h"
+
+namespace cudasim {
+
+RunningOp* running_op = nullptr;
+
+void clock_join(Clock* a, const Clock& b) {
+  for (int i = 0; i < kClockStreams; i++)
+    if (b.t[i] > a->t[i]) a->t[i] = b.t[i];
+}
+
+struct Word {
+  uint32_t w_seq, r_seq;  // 0: none
+  uint8_t w_stream, r_stream;
+};
+
+static std::unordered_map<uintptr_t, Word*> shadows;  // by allocation base (device thread only)
+static const int kNames = 4096;
+static const char* names[kClockStreams][kNames];
+
+void order_name(int stream, uint32_t seq, const char* what) {
+  if (stream >= 0 && stream < kClockStreams) names[stream][seq % kNames] = what;
+}
+
+void order_forget(uintptr_t base) {
+  auto it = shadows.find(base);
+  if (it == shadows.end()) return;
+  free(it->second);
+  shadows.erase(it);
+}
+
+static const char* name_of(int stream, uint32_t seq) {
+  const char* n = names[stream][seq % kNames];
+  return n ? n : "an earlier operation";
+}
+
+static void race(const char* kind, const Allocation* al, uintptr_t a, int stream, uint32_t seq) {
+  char who[256] = "", where[300] = "";
+  if (g_cur) {
+    describe_thread(who, sizeof who);
+    snprintf(where, sizeof where, " (%s)", who);
+  }
+  report("streamcheck", "%s between streams on device allocation #%llu (%zu bytes) at byte %zu: %s on stream %d%s "
+         "and %s on stream %d, with no event wait or host synchronization ordering them",
+         kind, (unsigned long long)al->serial, al->bytes, (size_t)(a - al->base), running_op->what, running_op->stream,
+         where, name_of(stream, seq), stream);
+}
+
+void order_access(const void* p, size_t n, int is_write) {
+  RunningOp* op = running_op;
+  if (!op || op->stream >= kClockStreams || !n) return;
+  const Allocation* al = find_allocation(p);
+  if (!al) return;  // memcheck reports it
+  Word*& sh = shadows[al->base];
+  if (!sh) {
+    sh = (Word*)calloc(al->bytes / 4 + 1, sizeof(Word));
+    if (!sh) fatal("internal", "no memory for the stream-order shadow");
+  }
+  uintptr_t a = (uintptr_t)p;
+  size_t first = (a - al->base) / 4, last = (a + n - 1 - al->base) / 4;
+  if (last >= al->bytes / 4 + 1) last = al->bytes / 4;
+  for (size_t i = first; i <= last; i++) {
+    Word* w = &sh[i];
+    if (w->w_seq && w->w_stream != op->stream && op->clock.t[w->w_stream] < w->w_seq) {
+      race(is_write ? "write after write" : "read after write", al, al->base + i * 4, w->w_stream, w->w_seq);
+      w->w_seq = 0;  // report a word once
+    }
+    if (is_write) {
+      if (w->r_seq && w->r_stream != op->stream && op->clock.t[w->r_stream] < w->r_seq) {
+        race("write after read", al, al->base + i * 4, w->r_stream, w->r_seq);
+      }
+      w->w_stream = (uint8_t)op->stream, w->w_seq = op->seq;
+      w->r_seq = 0;
+    } else {
+      w->r_stream = (uint8_t)op->stream, w->r_seq = op->seq;
+    }
+  }
+}
+
+}  // namespace cudasim

@@ -1,0 +1,36 @@
+// order.h: the stream-order checker (order.cpp). Every device operation runs with a vector
+// clock: what it is ordered after, per stream, through stream order, event waits and the
+// host's synchronizations. Each 4-byte word of device memory remembers the operation that last
+// wrote it and one that last read it; an access by an operation not ordered after them (a copy
+// racing a kernel, a kernel reading a buffer another stream is still writing) is reported,
+// naming both operations and their streams.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+namespace cudasim {
+
+const int kClockStreams = 16;  // stream 0 is the legacy default stream
+struct Clock {
+  uint32_t t[kClockStreams];
+};
+void clock_join(Clock* a, const Clock& b);
+
+// The operation the device thread is running (NULL between operations): set by stream.cpp.
+struct RunningOp {
+  int stream;
+  uint32_t seq;  // its number on its stream
+  Clock clock;
+  const char* what;
+};
+extern RunningOp* running_op;
+
+// An access of the running operation to device memory: from the instrumented kernels (one
+// load or store), or a whole range (copies, memsets, cuBLASLt operands, collective buffers).
+void order_access(const void* p, size_t n, int is_write);
+// Names an operation (stream, seq) for reports; kept for the last 4096 operations of a stream.
+void order_name(int stream, uint32_t seq, const char* what);
+// Forgets the shadow of an allocation (cudaFree).
+void order_forget(uintptr_t base);
+
+}  // namespace cudasim
