@@ -154,9 +154,10 @@ int main(int argc, char** argv) {
       batch_load(&batch, &train, (int64_t)step * M + (int64_t)j * W + rank);
       batch_to_model(&batch, &model);
       fsdp_begin_forward(&fs, j, 1);
-      loss_sum += model_forward(&model, 1, (float)(1.0 / global_tokens));
+      model_forward_accumulate(&model, (float)(1.0 / global_tokens));
       model_backward(&model);
     }
+    loss_sum = model_take_loss(&model);  // the step's one read of its losses
     comm_all_reduce(fs.world, &loss_sum, 1, DT_F64);
     double loss = loss_sum / global_tokens;
     double norm = fsdp_grad_norm(&fs);

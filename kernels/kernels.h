@@ -88,6 +88,15 @@ void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* do
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC]). bias may be NULL.
 void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight,
                     const act_t* bias, int N, int C, int OC);
+// matmul_forward followed by GELU (tanh approximation), both kept:
+//   pre[N,OC] = inp @ weight^T (+ bias)       (what gelu_backward needs)
+//   out[N,OC] = gelu(pre)
+// The CPU computes exactly matmul_forward then gelu_forward. CUDA fuses GELU into the cuBLASLt
+// epilogue (one kernel less, one read of pre less): out is GELU of the fp32 accumulator, so it
+// can differ from gelu_forward(bf16(pre)) in the last bf16 bit; where the epilogue cannot be
+// used (OC not a multiple of 8, pre not 16-byte aligned) it runs the two kernels.
+void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp,
+                         const act_t* weight, const act_t* bias, int N, int C, int OC);
 // dinp[N,C] = dout @ weight (overwritten; skipped when dinp is NULL);
 // dweight[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (skipped when NULL).
 void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
@@ -146,6 +155,10 @@ void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
 // Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host
 // (infinite logits as above).
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
+// acc[0] += (losses[0] + losses[1] + ... + losses[N-1]), the sum taken from 0 in index order in
+// double: a step's loss stays on the device until the step reads it once (no host copy per
+// micro-batch), with the bits of the host's in-order sum.
+void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N);
 
 // ---- relative position bias (T5) ---------------------------------------------------
 // T5's bucketed relative positions: bucket of (key j - query i) with num_buckets buckets and

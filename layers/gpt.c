@@ -110,6 +110,7 @@ void gpt_plan(Model* m) {
   plan_acts(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
   plan_acts(p, A, "logits (N x Vp)", N * Vp, sizeof(act_t), (void**)&m->logits);
   plan_acts(p, A, "losses (N)", N, sizeof(float), (void**)&m->losses);
+  plan_acts(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
   const char* W = "workspace";
   plan_acts(p, W, "scratch (N x C)", N * C, sizeof(act_t), (void**)&g->scratch_c);
   plan_acts(p, W, "d residual (N x C)", N * C, sizeof(act_t), (void**)&g->dresidual);
@@ -165,8 +166,7 @@ static void block_forward(Model* m, int l, const act_t* x) {
   matmul_forward(k, g->scratch_c, a->atty, P(P_PROJ_W), P(P_PROJ_B), N, C, C);
   residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->scratch_c,
                              P(P_LN2_W), P(P_LN2_B), N, C, LN_EPS);
-  matmul_forward(k, a->fch, a->ln2, P(P_FC_W), P(P_FC_B), N, C, 4 * C);
-  gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+  matmul_forward_gelu(k, a->fch_gelu, a->fch, a->ln2, P(P_FC_W), P(P_FC_B), N, C, 4 * C);
   matmul_forward(k, a->out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
   add_inplace(k, a->out, a->res2, (size_t)N * C);
 #undef P
@@ -202,7 +202,7 @@ static const act_t* block_input(Model* m, int l) {
   return l == 0 ? ((GPT*)m->impl)->encoded : ((GPT*)m->impl)->blocks[l - 1].out;
 }
 
-double gpt_forward(Model* m, int use_targets, float dloss) {
+void gpt_forward(Model* m, int use_targets, float dloss) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
@@ -219,9 +219,8 @@ double gpt_forward(Model* m, int use_targets, float dloss) {
   const act_t* last = block_input(m, L);
   layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
   matmul_forward(k, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), NULL, N, C, m->cfg.Vp);
-  double loss_sum = use_targets ? model_loss(m, dloss) : 0.0;
+  if (use_targets) model_loss(m, dloss);
   fsdp_end_forward(fs);
-  return loss_sum;
 }
 
 void gpt_backward(Model* m) {

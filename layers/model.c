@@ -23,7 +23,6 @@ void model_allocate(Model* m, uint64_t seed) {
   memplan_allocate(&m->fs->plan);
   if (m->cfg.kind == MODEL_GPT) gpt_carve(m);
   else t5_carve(m);
-  m->losses_host = xmalloc((size_t)m->B * m->T * sizeof(float), "losses");
   fsdp_materialize(m->fs, seed);
 }
 
@@ -32,19 +31,30 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int 
   model_allocate(m, seed);
 }
 
-double model_loss(Model* m, float dloss) {
+void model_loss(Model* m, float dloss) {
   int N = m->B * m->T;
   // Fused softmax + cross-entropy; in training it leaves d logits (scaled by dloss) in place.
   classifier_forward_backward(m->fs->kctx, m->losses, m->logits, m->targets, N, m->cfg.V, m->cfg.Vp,
                               m->fs->training ? dloss : 0.0f);
-  device_copy_to_host(m->losses_host, m->losses, (size_t)N * sizeof(float));
+  loss_accumulate(m->fs->kctx, m->loss_sum, m->losses, N);
+}
+
+void model_forward_accumulate(Model* m, float dloss) {
+  if (m->cfg.kind == MODEL_GPT) gpt_forward(m, 1, dloss);
+  else t5_forward(m, 1, dloss);
+}
+
+double model_take_loss(Model* m) {
   double sum = 0.0;
-  for (int i = 0; i < N; i++) sum += m->losses_host[i];  // in order: the same bits on every rank count
+  device_copy_to_host(&sum, m->loss_sum, sizeof sum);
+  fill_zero_f32(m->fs->kctx, (float*)m->loss_sum, 2);  // the double's 8 bytes
   return sum;
 }
 
 double model_forward(Model* m, int use_targets, float dloss) {
-  return m->cfg.kind == MODEL_GPT ? gpt_forward(m, use_targets, dloss) : t5_forward(m, use_targets, dloss);
+  if (m->cfg.kind == MODEL_GPT) gpt_forward(m, use_targets, dloss);
+  else t5_forward(m, use_targets, dloss);
+  return use_targets ? model_take_loss(m) : 0.0;
 }
 
 void model_backward(Model* m) {

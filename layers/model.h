@@ -43,7 +43,7 @@ typedef struct {
   FSDP* fs;
   void* impl;        // the model's own state (struct GPT / struct T5)
   float* losses;     // per-token losses of the last forward [B*T]
-  float* losses_host;  // their host copy, summed in order
+  double* loss_sum;  // the losses of the forwards since the last model_take_loss, summed on the device
   act_t* logits;     // [B*T, Vp]; after a training forward it holds the logit gradients
   int32_t* inputs;   // [B*T] GPT tokens / T5 decoder inputs, written by the caller
   int32_t* targets;  // [B*T] next tokens; < 0 marks positions the loss ignores
@@ -61,10 +61,17 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int 
 // leaves the logit gradients (scaled by dloss) in m->logits. Returns the sum of this
 // micro-batch's losses. A training forward must be followed by model_backward.
 double model_forward(Model* m, int use_targets, float dloss);
+// The same forward with targets, its loss sum left on the device and added to m->loss_sum:
+// the training loop reads the step's losses once, with model_take_loss, instead of once per
+// micro-batch (a host synchronization each on a GPU).
+void model_forward_accumulate(Model* m, float dloss);
+// The losses summed on the device since the last call (the sum of the micro-batches' sums, in
+// order); resets the sum.
+double model_take_loss(Model* m);
 void model_backward(Model* m);
-// The classifier over m->logits against m->targets (the end of every model's forward):
-// returns the sum of the per-token losses and, in training, leaves the logit gradients.
-double model_loss(Model* m, float dloss);
+// The classifier over m->logits against m->targets (the end of every model's forward): adds
+// the sum of the per-token losses to m->loss_sum and, in training, leaves the logit gradients.
+void model_loss(Model* m, float dloss);
 // Matmul FLOPs of one forward + backward over one micro-batch (2mnk per product; backward
 // twice the forward; causal attention counts only the scores it computes).
 double model_flops(const ModelConfig* cfg, int B, int T, int Te);
@@ -72,12 +79,12 @@ double model_flops(const ModelConfig* cfg, int B, int T, int Te);
 // The per-model functions model.c dispatches to.
 void gpt_plan(Model* m);
 void gpt_carve(Model* m);
-double gpt_forward(Model* m, int use_targets, float dloss);
+void gpt_forward(Model* m, int use_targets, float dloss);
 void gpt_backward(Model* m);
 double gpt_flops(const ModelConfig* cfg, int B, int T);
 void t5_plan(Model* m);
 void t5_carve(Model* m);
-double t5_forward(Model* m, int use_targets, float dloss);
+void t5_forward(Model* m, int use_targets, float dloss);
 void t5_backward(Model* m);
 double t5_flops(const ModelConfig* cfg, int B, int Td, int Te);
 // The T5 formula of the IBM post's appendix (Megatron style, with recompute: 4 passes).

@@ -148,6 +148,7 @@ void t5_plan(Model* m) {
   plan_region(p, A, "position biases", H * (Te * Te + Td * Td), sizeof(act_t), (void**)&t->enc_bias);
   plan_region(p, A, "logits (Nd x Vp)", Nd * Vp, sizeof(act_t), (void**)&m->logits);
   plan_region(p, A, "losses (Nd)", Nd, sizeof(float), (void**)&m->losses);
+  plan_region(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
   const char* W = "workspace";
   plan_region(p, W, "position bias grads", H * (Te * Te + Td * Td), sizeof(float), (void**)&t->d_enc_bias);
   plan_region(p, W, "scratch (N x C)", Nmax * C, sizeof(act_t), (void**)&t->scratch);
@@ -358,7 +359,7 @@ static const act_t* lm_head(Model* m) {
   return fsdp_param(m->fs, 0, m->cfg.tied ? R_SHARED : R_LM_HEAD);
 }
 
-double t5_forward(Model* m, int use_targets, float dloss) {
+void t5_forward(Model* m, int use_targets, float dloss) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   T5* t = m->impl;
@@ -387,9 +388,8 @@ double t5_forward(Model* m, int use_targets, float dloss) {
   // in place: the unscaled norm output has no other reader.
   if (c->tied) scale_act(k, t->dec_final, 1.0f / sqrtf((float)C), (size_t)Nd * C);
   matmul_forward(k, m->logits, t->dec_final, lm_head(m), NULL, Nd, C, c->Vp);
-  double loss_sum = use_targets ? model_loss(m, dloss) : 0.0;
+  if (use_targets) model_loss(m, dloss);
   fsdp_end_forward(fs);
-  return loss_sum;
 }
 
 void t5_backward(Model* m) {

@@ -51,10 +51,10 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True):
     regions = [shard_total * f] * 4 + [
         pr * f, nslots * pb * f, pr * f, ngrad * pb * f, max(pr // F, pb // F) // 128 * 8,
         # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, out, stats, lse, encoded, lnf,
-        # lnf stats, logits, losses
+        # lnf stats, logits, losses, loss sum
         L * N * C * f, L * N * 3 * C * f, L * N * C * f, L * N * C * f, L * N * C * f,
         L * N * 4 * C * f, L * N * 4 * C * f, L * N * C * f, 4 * L * N * f, L * N * H * f,
-        N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f,
+        N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f, 8,
         # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
         N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
     total = 0

@@ -143,3 +143,10 @@ void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
     }
   }
 }
+
+// GELU after the product, unfused: the same arithmetic as matmul_forward then gelu_forward.
+void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, const act_t* weight,
+                         const act_t* bias, int N, int C, int OC) {
+  matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);
+  gelu_forward(ctx, out, pre, (size_t)N * OC);
+}

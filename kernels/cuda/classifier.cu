@@ -139,3 +139,16 @@ extern "C" void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_ro
   for (int j = 0; j < V; j++) probs[j] *= inv;
   free(copy);
 }
+
+// One thread, in index order: the same sum on every run and rank count (N is one micro-batch's
+// tokens, a few thousand adds; far less than one read of the losses back to the host).
+__global__ void loss_accumulate_kernel(double* acc, const float* losses, int N) {
+  double sum = 0.0;
+  for (int i = 0; i < N; i++) sum += losses[i];
+  acc[0] += sum;
+}
+
+extern "C" void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N) {
+  loss_accumulate_kernel<<<1, 1, 0, ctx->stream>>>(acc, losses, N);
+  CUDA_LAUNCH_CHECK();
+}

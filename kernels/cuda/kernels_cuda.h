@@ -20,14 +20,7 @@ void* kernels_cuda_stream(int which);
 // fsdp/device_cuda.c's device_delay, the simulated link's stand-in for a collective.
 void kernels_cuda_delay(int which, double seconds);
 
-// matmul_forward with GELU fused into the cuBLASLt epilogue:
-//   pre[N,OC] = inp @ weight^T (+ bias)       (saved for gelu_backward)
-//   out[N,OC] = gelu(pre)                      (tanh approximation)
-// out is GELU of the fp32 accumulator, so it can differ from gelu_forward(bf16(pre)) in the
-// last bf16 bit. Falls back to matmul_forward + gelu_forward where the epilogue cannot be
-// used (OC not a multiple of 8, pre not 16-byte aligned).
-void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp,
-                         const act_t* weight, const act_t* bias, int N, int C, int OC);
+// (matmul_forward_gelu, with GELU in the cuBLASLt epilogue, is in kernels.h.)
 
 #ifdef __cplusplus
 }
