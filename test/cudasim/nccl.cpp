@@ -16,8 +16,9 @@
 //
 // MPI is initialized with MPI_THREAD_MULTIPLE (MPI_Init_thread is wrapped through the PMPI
 // profiling interface): the device thread calls MPI for the collectives while the host may
-// call it too. The bootstrap id travels as comm_nccl.c sends it (MPI_Bcast); a run started
-// without mpirun (NCCL_COMM_ID or --init-dir) has no MPI world to carry the data and is refused.
+// call it too. Under mpirun the bootstrap id travels as comm_nccl.c sends it (MPI_Bcast); ranks
+// started without mpirun (NCCL_COMM_ID or --init-dir) have no MPI world, and their
+// communicators run over sockets instead (nccl_socket.cpp), with the same order check.
 #define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
 #include <nccl.h>
@@ -33,6 +34,7 @@
 
 #include "test/cudasim/device_queue.h"
 #include "test/cudasim/include/cuda_bf16.h"
+#include "test/cudasim/nccl_socket.h"
 #include "test/cudasim/sim.h"
 
 struct ncclComm {
@@ -42,6 +44,7 @@ struct ncclComm {
   uint64_t issued;      // collectives issued (the header's number)
   std::atomic<int> aborted{0};
   int destroyed = 0;
+  cudasim::SockComm* sock = nullptr;  // ranks started without mpirun: the socket transport
 };
 
 namespace cudasim {
@@ -214,6 +217,8 @@ static int stalled() {
   return after >= 0 && collectives_started > after;
 }
 
+static void socket_collective(ncclComm* c, const Header& h, const void* send, void* recv);
+
 // One collective as a stream operation: the header exchange, then the data.
 struct NcclCollective : Collective {
   ncclComm* c;
@@ -225,6 +230,8 @@ struct NcclCollective : Collective {
   MPI_Request req = MPI_REQUEST_NULL;
   int phase = -1;  // -1 not started, 0 header in flight, 1 data in flight, 2 done
   double started_at = 0;
+
+  std::atomic<int> sock_done{0};
 
   void start() override {
     collectives_started++;
@@ -239,6 +246,15 @@ struct NcclCollective : Collective {
     if (BoardEntry* e = board_slot(c)) {
       e->waiting = (int64_t)mine.number, e->kind = mine.kind, e->dtype = mine.dtype, e->count = (int64_t)mine.count;
       e->size = c->size, e->member_rank = c->rank;
+    }
+    if (c->sock) {  // the worker thread runs it; test() watches sock_done
+      ncclComm* comm = c;
+      Header h = mine;
+      const void* s = send;
+      void* r = recv;
+      sock_post(c->sock, [comm, h, s, r] { socket_collective(comm, h, s, r); }, &sock_done);
+      phase = 1;
+      return;
     }
     all.resize(c->size);
     mpi_ok(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, c->mc, &req),
@@ -305,6 +321,7 @@ struct NcclCollective : Collective {
   int test() override {
     if (c->aborted) return 0;  // an aborted communicator never completes (the watchdog ends the run)
     if (stalled()) return 0;
+    if (c->sock) return sock_done.load();
     int flag = 0;
     mpi_ok(MPI_Test(&req, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     if (!flag) {
@@ -329,6 +346,80 @@ struct NcclCollective : Collective {
     if (!tmp.empty()) memcpy(recv, tmp.data(), tmp.size());
   }
 };
+
+// acc op= x elementwise, for the socket transport's hub (rank-order left fold).
+static void reduce_into(void* acc, const void* x, size_t n, int dtype, int op) {
+  if (op != ncclSum) fatal("unimplemented", "NCCL reductions other than ncclSum over the socket transport");
+  switch (dtype) {
+    case ncclFloat32: for (size_t i = 0; i < n; i++) ((float*)acc)[i] += ((const float*)x)[i]; break;
+    case ncclFloat64: for (size_t i = 0; i < n; i++) ((double*)acc)[i] += ((const double*)x)[i]; break;
+    case ncclInt64: for (size_t i = 0; i < n; i++) ((int64_t*)acc)[i] += ((const int64_t*)x)[i]; break;
+    case ncclInt32: for (size_t i = 0; i < n; i++) ((int32_t*)acc)[i] += ((const int32_t*)x)[i]; break;
+    case ncclBfloat16: {
+      int len = (int)n;
+      bf16_sum((void*)x, acc, &len, nullptr);
+      break;
+    }
+    default: fatal("unimplemented", "NCCL reduction of type %s over the socket transport", type_name(dtype));
+  }
+}
+
+// One collective over the socket transport, on its communicator's worker thread: the header
+// check at the hub, then the data through the hub.
+static void socket_collective(ncclComm* c, const Header& h, const void* send, void* recv) {
+  SockComm* sc = c->sock;
+  const int R = c->size, me = c->rank;
+  std::vector<Header> all(R);
+  sock_gather(sc, &h, sizeof h, all.data());
+  char status = 0;
+  if (me == 0)
+    for (int r = 0; r < R; r++)
+      if (memcmp(&all[r].kind, &h.kind, sizeof h - offsetof(Header, kind)) || all[r].number != h.number) status = 1;
+  sock_bcast(sc, &status, 1);
+  if (status) {
+    if (me == 0) {
+      NcclCollective report;
+      report.c = c;
+      report.mine = h;
+      report.all = all;
+      report.check_headers();
+    }
+    fatal("nccl", "ranks issue different collectives on communicator #%d at collective #%llu (rank 0 of it lists what "
+          "each rank issued)", c->serial, (unsigned long long)h.number);
+  }
+  if (h.kind == K_DESTROY) return;
+  const size_t es = type_size((ncclDataType_t)h.dtype), chunk = h.count * es;
+  std::vector<unsigned char> tmp;
+  switch (h.kind) {
+    case K_ALLGATHER:
+      if (me == 0) tmp.resize(chunk * R);
+      sock_gather(sc, send, chunk, tmp.data());
+      if (me == 0) memcpy(recv, tmp.data(), chunk * R);
+      sock_bcast(sc, recv, chunk * R);
+      break;
+    case K_REDUCESCATTER:
+    case K_ALLREDUCE: {
+      const size_t full = h.kind == K_ALLREDUCE ? chunk : chunk * R;
+      if (me == 0) tmp.resize(full * R);
+      sock_gather(sc, send, full, tmp.data());
+      if (me == 0)
+        for (int r = 1; r < R; r++) reduce_into(tmp.data(), tmp.data() + full * r, full / es, h.dtype, h.op);
+      if (h.kind == K_ALLREDUCE) {
+        if (me == 0) memcpy(recv, tmp.data(), full);
+        sock_bcast(sc, recv, full);
+      } else {
+        sock_scatter(sc, tmp.data(), chunk, recv);
+      }
+      break;
+    }
+    case K_BROADCAST:
+      if (me == 0) tmp.resize(chunk * R);
+      sock_gather(sc, me == h.root ? send : recv, chunk, tmp.data());
+      if (me == 0) memcpy(recv, tmp.data() + chunk * h.root, chunk);
+      sock_bcast(sc, recv, chunk);
+      break;
+  }
+}
 
 static ncclResult_t issue(Kind kind, const void* send, void* recv, size_t count, ncclDataType_t dtype, ncclRedOp_t op,
                           int root, ncclComm_t comm, cudaStream_t stream) {
@@ -392,10 +483,8 @@ extern "C" ncclResult_t ncclGetVersion(int* v) {
 }
 extern "C" ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   if (!id) return ncclInvalidArgument;
-  memset(id, 0, sizeof *id);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(id->internal, sizeof id->internal, "cudasim-nccl %ld.%09ld %d", (long)ts.tv_sec, ts.tv_nsec, (int)getpid());
+  // The socket transport's id (the hub's address); under mpirun the same bytes name the run.
+  sock_unique_id(id);
   return ncclSuccess;
 }
 
@@ -403,11 +492,15 @@ extern "C" ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqu
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   int inited = 0, world = 0;
   MPI_Initialized(&inited);
-  if (!inited) fatal("nccl", "ncclCommInitRank: the simulated NCCL runs over MPI, which is not initialized");
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world != nranks)
-    fatal("nccl", "ncclCommInitRank for %d ranks in an MPI world of %d: the simulated NCCL carries data over MPI, so "
-          "start every rank with mpirun (NCCL_COMM_ID and --init-dir bootstraps need real NCCL)", nranks, world);
+  if (inited) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world != nranks) {  // not started by mpirun: the socket transport, through the id's hub
+    ncclComm* c = new ncclComm();
+    c->sock = sock_init(nranks, id, rank);
+    c->rank = rank, c->size = nranks;
+    c->serial = ++comm_serial;
+    *comm = c;
+    return ncclSuccess;
+  }
   ncclComm* c = new ncclComm();
   mpi_ok(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mc), "MPI_Comm_split (ncclCommInitRank)");
   MPI_Comm_rank(c->mc, &c->rank);
@@ -428,6 +521,19 @@ extern "C" ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
   (void)config;
   if (!comm || !newcomm) return ncclInvalidArgument;
   device_synchronize_all();  // a host-blocking call: the collectives before it complete first
+  if (comm->sock) {
+    int r = 0, n = 0;
+    SockComm* sc = sock_split(comm->sock, color, key, &r, &n);
+    if (!sc) {
+      *newcomm = nullptr;
+      return ncclSuccess;
+    }
+    ncclComm* c = new ncclComm();
+    c->sock = sc, c->rank = r, c->size = n;
+    c->serial = ++comm_serial;
+    *newcomm = c;
+    return ncclSuccess;
+  }
   ncclComm* c = new ncclComm();
   mpi_ok(MPI_Comm_split(comm->mc, color < 0 ? MPI_UNDEFINED : color, key, &c->mc), "MPI_Comm_split (ncclCommSplit)");
   if (c->mc == MPI_COMM_NULL) {
@@ -445,6 +551,12 @@ extern "C" ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
 extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
   device_synchronize_all();
+  if (comm->sock) {  // the last header, checked at the hub; then the connections close
+    socket_collective(comm, Header{++comm->issued, K_DESTROY, 0, 0, 0, 0}, nullptr, nullptr);
+    sock_destroy(comm->sock);
+    comm->destroyed = 1;
+    return ncclSuccess;
+  }
   // The last header: a rank that issued a collective the others did not is named here.
   NcclCollective d;
   d.c = comm;

@@ -41,8 +41,11 @@ static std::vector<StepRow> rows;
 static StepRow open_row;
 
 static void print_table() {
+  // The launcher's rank (mpirun, Slurm, torchrun), as fsdp/launch.c reads it.
   const char* r = getenv("OMPI_COMM_WORLD_RANK");
   if (!r) r = getenv("PMI_RANK");
+  if (!r) r = getenv("SLURM_PROCID");
+  if (!r) r = getenv("RANK");
   if (r && atoi(r) != 0) return;
   if (rows.empty()) return;
   fprintf(stdout, "\ncudasim: per optimizer step on rank 0 (device work between its first all-gather and the end "

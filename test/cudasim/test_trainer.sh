@@ -100,6 +100,38 @@ track 4 hybrid:2 5e-3
 # each run, so within 2 x lr x steps = 8e-3 absolute (compare_params.py's sixth argument).
 track 2 full 2e-2 --reduce-dtype bf16
 
+# Started without mpirun (each process a launcher's rank from the environment): the simulated
+# NCCL then runs over sockets, bootstrapped as comm_nccl.c does: through an id file in
+# --init-dir, or through NCCL_COMM_ID's address. The same bounds as above.
+envlaunch() {  # envlaunch W NAME EXTRA_ENV ARGS...: W processes, rank 0's output in NAME.out
+  local W=$1 name=$2 extra=$3 pids=() rc=0
+  shift 3
+  for r in $(seq 0 $((W - 1))); do
+    env RANK=$r WORLD_SIZE=$W LOCAL_RANK=$r FSDP_RUN_ID=sim$$ $extra timeout 600 ./train_gpt_sim $MR "$@" \
+      --log "$TMP/$name.json.$r" --dump-params "$TMP/$name.bin.$r" > "$TMP/$name.out.$r" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  cp "$TMP/$name.out.0" "$TMP/$name.out"
+  cp "$TMP/$name.json.0" "$TMP/$name.json" 2> /dev/null
+  cp "$TMP/$name.bin.0" "$TMP/$name.bin" 2> /dev/null
+  cp "$TMP/$name.bin.0.json" "$TMP/$name.bin.json" 2> /dev/null
+  return $rc
+}
+mkdir -p "$TMP/ids"
+port=$((20000 + $$ % 20000))
+for launch in "2 init-dir" "3 nccl-comm-id"; do
+  set -- $launch
+  W=$1 how=$2 name="env_$2"
+  if [ "$how" = init-dir ]; then envlaunch "$W" "$name" "" --init-dir "$TMP/ids"
+  else envlaunch "$W" "$name" "NCCL_COMM_ID=127.0.0.1:$port"; fi
+  if [ $? = 0 ] && r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/ref$W.bin" "$TMP/$name.json" "$TMP/ref$W.json" 5e-3); then
+    ok "$W ranks without mpirun (--$how bootstrap, NCCL over sockets): tracks 1 rank --accum $W within 5e-3 ($r)"
+  else
+    bad "$W ranks with the $how bootstrap: ${r:-failed: $(grep -h -m1 -E 'cudasim|error' "$TMP/$name".out.* | head -2)}"
+  fi
+done
+
 # A checkpoint written by 2 ranks after 2 steps, resumed on 1 rank with accumulation 2 for
 # the last 2, must end where 4 uninterrupted steps end (a constant learning rate, so that the
 # schedule does not depend on --steps).
