@@ -63,6 +63,23 @@ static void test_tables() {
   EXPECT("C: lane 31, c3 = (row 15, col 7)", c.row == 15 && c.col == 7, "got (%d,%d)", c.row, c.col);
 }
 
+// The emulated mma of the fragments against the plain product of the matrices they hold:
+// the number of output elements that differ.
+static int mma_errors(const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4], const float A[16][16],
+                      const float B[16][8], const float C[16][8]) {
+  float d[32][4];
+  mma_m16n8k16_bf16(a, b, c, d);
+  int bad = 0;
+  for (int l = 0; l < 32; l++)
+    for (int e = 0; e < 4; e++) {
+      RowCol rc = mma_c_elem(l, e);
+      float want = C[rc.row][rc.col];
+      for (int k = 0; k < 16; k++) want += A[rc.row][k] * B[k][rc.col];
+      bad += d[l][e] != want;
+    }
+  return bad;
+}
+
 static void test_mma() {
   float A[16][16], B[16][8], C[16][8];
   for (int r = 0; r < 16; r++)
@@ -72,7 +89,7 @@ static void test_mma() {
   for (int r = 0; r < 16; r++)
     for (int n = 0; n < 8; n++) C[r][n] = small_value();
   uint32_t a[32][4] = {{0}}, b[32][2] = {{0}};
-  float c[32][4], d[32][4];
+  float c[32][4];
   for (int l = 0; l < 32; l++) {
     for (int e = 0; e < 8; e++) {
       RowCol rc = mma_a_elem(l, e);
@@ -85,30 +102,14 @@ static void test_mma() {
       c[l][e] = C[cc.row][cc.col];
     }
   }
-  mma_m16n8k16_bf16(a, b, c, d);
-  int bad = 0;
-  for (int l = 0; l < 32; l++)
-    for (int e = 0; e < 4; e++) {
-      RowCol rc = mma_c_elem(l, e);
-      float want = C[rc.row][rc.col];
-      for (int k = 0; k < 16; k++) want += A[rc.row][k] * B[k][rc.col];
-      bad += d[l][e] != want;
-    }
+  int bad = mma_errors(a, b, c, A, B, C);
   EXPECT("mma.m16n8k16: D = A B + C for every output element", bad == 0, "%d of 128 elements differ", bad);
   // A fault the table test must see: b0/b1 swapped changes the product.
   for (int l = 0; l < 32; l++) {
     uint32_t tmp = b[l][0];
     b[l][0] = b[l][1], b[l][1] = tmp;
   }
-  mma_m16n8k16_bf16(a, b, c, d);
-  bad = 0;
-  for (int l = 0; l < 32; l++)
-    for (int e = 0; e < 4; e++) {
-      RowCol rc = mma_c_elem(l, e);
-      float want = C[rc.row][rc.col];
-      for (int k = 0; k < 16; k++) want += A[rc.row][k] * B[k][rc.col];
-      bad += d[l][e] != want;
-    }
+  bad = mma_errors(a, b, c, A, B, C);
   EXPECT("mma.m16n8k16 with b0/b1 swapped gives a different product (the check can fail)", bad > 0,
          "the swap went unnoticed");
 }
