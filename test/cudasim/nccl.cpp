@@ -205,8 +205,9 @@ static void mpi_ok(int rc, const char* what) {
   if (rc != MPI_SUCCESS) fatal("nccl", "%s failed (MPI error %d)", what, rc);
 }
 
-// CUDASIM_STALL_AFTER=N on a rank: its collectives after the N-th on any communicator never
-// complete, as on a hung GPU or link (the test of --comm-timeout).
+// CUDASIM_STALL_AFTER=N on a rank: its device never starts a collective after the N-th on any
+// communicator, as on a hung GPU or link, so that rank and every peer waiting for it wait
+// forever (the test of --comm-timeout).
 static std::atomic<long> collectives_started{0};
 static int stalled() {
   static long after = -2;
@@ -235,6 +236,10 @@ struct NcclCollective : Collective {
 
   void start() override {
     collectives_started++;
+    if (stalled()) {  // posted nowhere: test() never succeeds
+      phase = 3;
+      return;
+    }
     // Its buffers, as the operation that reads and writes them (the stream-order checker).
     const size_t es = type_size((ncclDataType_t)mine.dtype);
     size_t in = mine.count * es, out = mine.count * es;

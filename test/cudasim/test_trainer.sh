@@ -144,19 +144,27 @@ if [ -n "$d1" ] && [ "$d1" = "$d2" ]; then ok "--save on 2 ranks, --resume on 1 
 else bad "--resume across world sizes: '$d2' vs uninterrupted '$d1': $(tail -2 "$TMP/resume.out")"; fi
 
 # ---- 4. a stalled rank -------------------------------------------------------------------
-# Rank 1's device stops completing collectives after its 20th (CUDASIM_STALL_AFTER), as a hung
-# GPU or link would. Every rank's next collective then waits forever: the watchdog of each
-# must end it within --comm-timeout (5 s) plus its polling, naming the rank and the collective.
+# Rank 1's device stops starting collectives after its 20th (CUDASIM_STALL_AFTER), as a hung
+# GPU or link would. Its next collective and the peers' matching one wait forever: the
+# watchdog of every rank must end it within --comm-timeout (5 s) plus its polling, naming the
+# rank and the collective. Started without mpirun, so that no launcher ends the ranks for them.
 start=$(date +%s)
-timeout 300 $MPIRUN 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export CUDASIM_STALL_AFTER=20; exec "$@"' _ \
-  ./train_gpt_sim $MR --steps 4 --comm-timeout 5 > "$TMP/stall.out" 2>&1
-rc=$?
+pids=()
+for r in 0 1; do
+  stall=$([ $r = 1 ] && echo 20 || echo "")
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=stall$$ CUDASIM_STALL_AFTER=$stall timeout 300 \
+    ./train_gpt_sim $MR --steps 4 --init-dir "$TMP/ids" --comm-timeout 5 > "$TMP/stall$r.out" 2>&1 &
+  pids+=($!)
+done
+rcs=""
+for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
 elapsed=$(($(date +%s) - start))
-n=$(grep -c 'error: .* did not finish within 5 s (--comm-timeout)' "$TMP/stall.out")
-if [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" -ge 1 ] && grep -q '\[rank 1\] error: .*did not finish' "$TMP/stall.out"; then
-  ok "a stalled rank: --comm-timeout 5 ends the run in ${elapsed}s; $(grep -m1 -o '\[rank 1\] error: [^;]*' "$TMP/stall.out")"
+named=0
+for r in 0 1; do grep -q "\[rank $r\] error: .* did not finish within 5 s (--comm-timeout)" "$TMP/stall$r.out" && named=$((named + 1)); done
+if [ $named = 2 ] && ! echo "$rcs" | grep -qw 0 && ! echo "$rcs" | grep -qw 124; then
+  ok "a stalled rank: --comm-timeout 5 ends both ranks by themselves in ${elapsed}s (exit codes$rcs): $(grep -h -o '\[rank 0\] error: [^;]*' "$TMP/stall0.out" | head -1)"
 else
-  bad "stalled rank: exit $rc after ${elapsed}s, $n timeout messages: $(tail -3 "$TMP/stall.out")"
+  bad "stalled rank: exit codes$rcs after ${elapsed}s, $named of 2 ranks named the collective: $(tail -2 "$TMP/stall0.out") / $(tail -2 "$TMP/stall1.out")"
 fi
 
 # ---- 5. planted faults ---------------------------------------------------------------------
