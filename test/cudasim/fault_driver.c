@@ -5,6 +5,7 @@
 //   fault_driver add | matmul | sumsq | classifier | attention64 | attention128
 //   fault_driver stream-race | stream-ordered: a kernel on the compute stream, then a copy into
 //   its input on a second stream, without (race) or with (ordered) an event between them.
+//   fault_driver host-pointer: a kernel handed host memory instead of device memory.
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +61,7 @@ static void attention(KernelCtx* K, int D) {
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fault_driver add|matmul|sumsq|classifier|attention64|attention128|stream-race|"
-            "stream-ordered\n");
+            "stream-ordered|host-pointer\n");
     return 2;
   }
   const char* c = argv[1];
@@ -100,6 +101,10 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (cudaMemcpyAsync(x, src, n * 2, cudaMemcpyDeviceToDevice, other) != cudaSuccess) return 2;
+  } else if (!strcmp(c, "host-pointer")) {
+    size_t n = 1000;
+    act_t* host = calloc(n, sizeof(act_t));
+    add_inplace(K, dev_act(n), host, n);
   } else if (!strcmp(c, "attention64")) {
     attention(K, 64);
   } else if (!strcmp(c, "attention128")) {

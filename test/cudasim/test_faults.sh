@@ -140,5 +140,15 @@ else
   bad "streamcheck" "a copy racing a kernel was not reported (exit $rc): $(tail -2 <<< "$out")"
 fi
 
+# memcheck: a kernel handed a host pointer (the driver's misuse, on the unmodified kernels).
+out=$("$OUT/control" host-pointer 2>&1)
+rc=$?
+line=$(grep -m1 '^cudasim: memcheck:' <<< "$out")
+if [ $rc = 86 ] && grep -Eq "add_act_kernel.*$THREAD reads 2 bytes at $ADDR .*in no device allocation \(host memory" <<< "$line"; then
+  ok "memcheck, host pointer: ${line:0:240}"
+else
+  bad "memcheck, host pointer" "a kernel reading host memory was not reported (exit $rc): $(tail -2 <<< "$out")"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
