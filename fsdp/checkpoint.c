@@ -52,7 +52,7 @@ typedef struct {
   int fd[3];
   int writing;
   const char* dir;
-  float* host;  // staging for one piece (device memory on CUDA)
+  float* host;  // host staging for one piece: the device arrays are copied through it
 } IoCtx;
 
 static void io_piece(void* vctx, const Unit* U, int64_t local, int64_t global, int64_t n) {
