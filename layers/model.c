@@ -39,10 +39,13 @@ void model_loss(Model* m, float dloss) {
   loss_accumulate(m->fs->kctx, m->loss_sum, m->losses, N);
 }
 
-void model_forward_accumulate(Model* m, float dloss) {
-  if (m->cfg.kind == MODEL_GPT) gpt_forward(m, 1, dloss);
-  else t5_forward(m, 1, dloss);
+// The model's own forward; with use_targets its loss sum is added to m->loss_sum.
+static void forward(Model* m, int use_targets, float dloss) {
+  if (m->cfg.kind == MODEL_GPT) gpt_forward(m, use_targets, dloss);
+  else t5_forward(m, use_targets, dloss);
 }
+
+void model_forward_accumulate(Model* m, float dloss) { forward(m, 1, dloss); }
 
 double model_take_loss(Model* m) {
   double sum = 0.0;
@@ -52,8 +55,7 @@ double model_take_loss(Model* m) {
 }
 
 double model_forward(Model* m, int use_targets, float dloss) {
-  if (m->cfg.kind == MODEL_GPT) gpt_forward(m, use_targets, dloss);
-  else t5_forward(m, use_targets, dloss);
+  forward(m, use_targets, dloss);
   return use_targets ? model_take_loss(m) : 0.0;
 }
 

@@ -262,6 +262,22 @@ struct MatmulJob {
   size_t workspace_used;   // what the algorithm claimed
 };
 
+// The `count` vectors of k bf16 values of a column-major operand with leading dimension ld:
+// each vector is k contiguous values (stride ld) as stored, or, when `gather` (the vectors run
+// across the storage order), gathered once into *copy with stride k.
+static const uint16_t* k_contiguous(const uint16_t* X, bool gather, uint64_t count, uint64_t k, int64_t ld,
+                                    std::vector<uint16_t>* copy, uint64_t* stride) {
+  if (!gather) {
+    *stride = (uint64_t)ld;
+    return X;
+  }
+  copy->resize(count * k);
+  for (uint64_t i = 0; i < count; i++)
+    for (uint64_t kk = 0; kk < k; kk++) (*copy)[i * k + kk] = X[i + kk * ld];
+  *stride = k;
+  return copy->data();
+}
+
 static void run_matmul(const MatmulJob& j) {
   const Problem& p = j.p;
   const size_t cd = type_size(p.cd_type);
@@ -291,27 +307,10 @@ static void run_matmul(const MatmulJob& j) {
   // Row i of op(A) and column c of op(B), each k contiguous bf16 values: stored that way
   // already when transa = T (A is k x m) and transb = N (B is k x n); otherwise gathered once
   // into a copy, so every dot product below reads memory in order.
-  const uint16_t* A = (const uint16_t*)j.a;
-  const uint16_t* B = (const uint16_t*)j.b;
   std::vector<uint16_t> a_copy, b_copy;
-  const uint16_t* a_rows_k = A;
-  uint64_t a_stride = (uint64_t)p.lda;
-  if (p.transa == CUBLAS_OP_N) {
-    a_copy.resize(m * k);
-    for (uint64_t i = 0; i < m; i++)
-      for (uint64_t kk = 0; kk < k; kk++) a_copy[i * k + kk] = A[i + kk * p.lda];
-    a_rows_k = a_copy.data();
-    a_stride = k;
-  }
-  const uint16_t* b_cols_k = B;
-  uint64_t b_stride = (uint64_t)p.ldb;
-  if (p.transb == CUBLAS_OP_T) {
-    b_copy.resize(n * k);
-    for (uint64_t c = 0; c < n; c++)
-      for (uint64_t kk = 0; kk < k; kk++) b_copy[c * k + kk] = B[c + kk * p.ldb];
-    b_cols_k = b_copy.data();
-    b_stride = k;
-  }
+  uint64_t a_stride, b_stride;
+  const uint16_t* a_rows_k = k_contiguous((const uint16_t*)j.a, p.transa == CUBLAS_OP_N, m, k, p.lda, &a_copy, &a_stride);
+  const uint16_t* b_cols_k = k_contiguous((const uint16_t*)j.b, p.transb == CUBLAS_OP_T, n, k, p.ldb, &b_copy, &b_stride);
 
   const uint16_t* bias = (const uint16_t*)j.bias;
   uint16_t* aux = (uint16_t*)j.aux;

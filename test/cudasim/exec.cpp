@@ -156,15 +156,12 @@ static void run_block() {
       barrier += ex.threads[i].state == AT_BARRIER;
     }
     if (done == ex.nthreads) break;
-    char who[4096], w[256];
+    char who[4096];
     if (barrier + done == ex.nthreads && done == 0) {  // everyone at the barrier: release it
       ex.barrier_epoch++;
       for (int i = 0; i < ex.nthreads; i++) ex.threads[i].state = RUNNABLE;
       continue;
     }
-    g_cur = &ex.threads[0];
-    describe_thread(w, sizeof w);
-    g_cur = nullptr;
     describe_waits(who, sizeof who);
     if (barrier + done == ex.nthreads)
       report("divergence", "kernel %s, block (%u,%u,%u): __syncthreads not reached by every thread of the block "
@@ -174,7 +171,6 @@ static void run_block() {
       report("divergence", "kernel %s, block (%u,%u,%u): deadlock, no thread can proceed (a warp collective "
              "waits for lanes that wait elsewhere or exited):%s", ex.kernel, ex.block_idx.x, ex.block_idx.y,
              ex.block_idx.z, who);
-    (void)w;
     // Keep going (CUDASIM_KEEP_GOING): abandon the block.
     break;
   }
@@ -283,8 +279,6 @@ extern "C" uint3 cudasim_block_idx(void) {
 extern "C" dim3 cudasim_block_dim(void) { return ex.block; }
 extern "C" dim3 cudasim_grid_dim(void) { return ex.grid; }
 extern "C" int cudasim_lane(void) { return g_cur ? g_cur->lane : -1; }
-extern "C" long cudasim_tid(void) { return g_cur ? g_cur->linear : -1; }
-extern "C" long cudasim_bid(void) { return g_cur ? ex.block_linear : -1; }
 extern "C" unsigned char* cudasim_dynamic_smem(void) {
   need_device("dynamic shared memory");
   return ex.dyn_smem;

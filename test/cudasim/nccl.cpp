@@ -88,7 +88,6 @@ struct BoardEntry {
   int32_t kind, dtype;
   int64_t count;
   int32_t size;           // ranks of the communicator (0: the slot is unused)
-  int32_t member_rank;    // this rank's rank in it
 };
 static BoardEntry* board = nullptr;  // [world ranks][kBoardComms]
 static int board_world = 0, board_rank = 0;
@@ -250,7 +249,7 @@ struct NcclCollective : Collective {
     started_at = now_s();
     if (BoardEntry* e = board_slot(c)) {
       e->waiting = (int64_t)mine.number, e->kind = mine.kind, e->dtype = mine.dtype, e->count = (int64_t)mine.count;
-      e->size = c->size, e->member_rank = c->rank;
+      e->size = c->size;
     }
     if (c->sock) {  // the worker thread runs it; test() watches sock_done
       ncclComm* comm = c;
@@ -268,28 +267,36 @@ struct NcclCollective : Collective {
   }
   int started() const override { return phase >= 0; }
 
-  void check_headers() {
+  // Whether every rank's header equals this rank's.
+  int headers_agree() const {
     for (int r = 0; r < c->size; r++) {
       const Header& h = all[r];
-      if (h.number == mine.number && h.kind == mine.kind && h.count == mine.count && h.dtype == mine.dtype &&
-          h.op == mine.op && h.root == mine.root)
-        continue;
-      char b[4096];
-      size_t n = 0;
-      for (int q = 0; q < c->size && n + 200 < sizeof b; q++) {
-        const Header& x = all[q];
-        if (x.kind == K_DESTROY)
-          n += snprintf(b + n, sizeof b - n, "\n    rank %d: destroys the communicator (it issued no collective #%llu)", q,
-                        (unsigned long long)x.number);
-        else
-          n += snprintf(b + n, sizeof b - n, "\n    rank %d: collective #%llu: %s of %llu x %s%s", q,
-                        (unsigned long long)x.number, kind_name[x.kind], (unsigned long long)x.count,
-                        type_name(x.dtype), x.kind == K_BROADCAST ? " (root given)" : "");
-      }
-      fatal("nccl", "ranks issue different collectives on communicator #%d (%d ranks); NCCL would hang or corrupt "
-            "data here. Collective #%llu:%s", c->serial, c->size, (unsigned long long)mine.number, b);
+      if (h.number != mine.number || h.kind != mine.kind || h.count != mine.count || h.dtype != mine.dtype ||
+          h.op != mine.op || h.root != mine.root)
+        return 0;
     }
+    return 1;
   }
+
+  // Reports the collective where the ranks' headers differ, with what each rank issued.
+  void check_headers() {
+    if (headers_agree()) return;
+    char b[4096];
+    size_t n = 0;
+    for (int q = 0; q < c->size && n + 200 < sizeof b; q++) {
+      const Header& x = all[q];
+      if (x.kind == K_DESTROY)
+        n += snprintf(b + n, sizeof b - n, "\n    rank %d: destroys the communicator (it issued no collective #%llu)", q,
+                      (unsigned long long)x.number);
+      else
+        n += snprintf(b + n, sizeof b - n, "\n    rank %d: collective #%llu: %s of %llu x %s%s", q,
+                      (unsigned long long)x.number, kind_name[x.kind], (unsigned long long)x.count,
+                      type_name(x.dtype), x.kind == K_BROADCAST ? " (root given)" : "");
+    }
+    fatal("nccl", "ranks issue different collectives on communicator #%d (%d ranks); NCCL would hang or corrupt "
+          "data here. Collective #%llu:%s", c->serial, c->size, (unsigned long long)mine.number, b);
+  }
+
 
   void post_data() {
     const size_t es = type_size((ncclDataType_t)mine.dtype);
@@ -374,21 +381,15 @@ static void reduce_into(void* acc, const void* x, size_t n, int dtype, int op) {
 static void socket_collective(ncclComm* c, const Header& h, const void* send, void* recv) {
   SockComm* sc = c->sock;
   const int R = c->size, me = c->rank;
-  std::vector<Header> all(R);
-  sock_gather(sc, &h, sizeof h, all.data());
-  char status = 0;
-  if (me == 0)
-    for (int r = 0; r < R; r++)
-      if (memcmp(&all[r].kind, &h.kind, sizeof h - offsetof(Header, kind)) || all[r].number != h.number) status = 1;
+  // The hub compares the headers and tells every rank, so that all of them stop on a mismatch.
+  NcclCollective hub;
+  hub.c = c, hub.mine = h;
+  hub.all.resize(R);
+  sock_gather(sc, &h, sizeof h, hub.all.data());
+  char status = me == 0 && !hub.headers_agree();
   sock_bcast(sc, &status, 1);
   if (status) {
-    if (me == 0) {
-      NcclCollective report;
-      report.c = c;
-      report.mine = h;
-      report.all = all;
-      report.check_headers();
-    }
+    if (me == 0) hub.check_headers();
     fatal("nccl", "ranks issue different collectives on communicator #%d at collective #%llu (rank 0 of it lists what "
           "each rank issued)", c->serial, (unsigned long long)h.number);
   }
@@ -443,7 +444,7 @@ static ncclResult_t issue(Kind kind, const void* send, void* recv, size_t count,
   c->mine = Header{++comm->issued, (int32_t)kind, (int32_t)dtype, (int32_t)op, (int32_t)root, (uint64_t)count};
   if (BoardEntry* e = board_slot(comm)) {
     e->issued = (int64_t)comm->issued;
-    e->size = comm->size, e->member_rank = comm->rank;
+    e->size = comm->size;
   }
   c->send = send, c->recv = recv;
   count_collective(kind_name[kind], kind == K_REDUCESCATTER ? in : out);

@@ -129,26 +129,22 @@ fault smem-optin attention 's/  CUDA_CHECK\(cudaFuncSetAttribute\(kernel, cudaFu
 fault cp-async-early-wait attention 's/(    if \(it \+ 1 < n_tiles\) \{\n      load_kv\(it \+ 1, \(it \+ 1\) & 1\);\n      cp_async_commit\(\);\n)      cp_async_wait<1>\(\);/$1      cp_async_wait<2>();/' attention64 \
   '^cudasim: (initcheck|racecheck):' 'attn_fwd_kernel' "$THREAD"
 
-# streamcheck: a copy into a kernel's input on another stream with no event between them (the
-# unmodified kernels; the driver's own misuse is the planted fault).
-out=$("$OUT/control" stream-race 2>&1)
-rc=$?
-line=$(grep -m1 '^cudasim: streamcheck:' <<< "$out")
-if [ $rc = 86 ] && grep -Eq 'write after read between streams .* cudaMemcpyAsync on stream [0-9]+ and add_act_kernel on stream [0-9]+' <<< "$line"; then
-  ok "streamcheck: ${line:0:240}"
-else
-  bad "streamcheck" "a copy racing a kernel was not reported (exit $rc): $(tail -2 <<< "$out")"
-fi
-
-# memcheck: a kernel handed a host pointer (the driver's misuse, on the unmodified kernels).
-out=$("$OUT/control" host-pointer 2>&1)
-rc=$?
-line=$(grep -m1 '^cudasim: memcheck:' <<< "$out")
-if [ $rc = 86 ] && grep -Eq "add_act_kernel.*$THREAD reads 2 bytes at $ADDR .*in no device allocation \(host memory" <<< "$line"; then
-  ok "memcheck, host pointer: ${line:0:240}"
-else
-  bad "memcheck, host pointer" "a kernel reading host memory was not reported (exit $rc): $(tail -2 <<< "$out")"
-fi
+# misuse NAME CASE REGEX: the driver's own misuse (on the unmodified kernels) is the planted
+# fault; the first report must match REGEX.
+misuse() {
+  local out rc line
+  out=$("$OUT/control" "$2" 2>&1)
+  rc=$?
+  line=$(grep -m1 '^cudasim:' <<< "$out")
+  if [ $rc = 86 ] && grep -Eq -- "$3" <<< "$line"; then ok "$1: ${line:0:240}"
+  else bad "$1" "not reported as expected (exit $rc): $(tail -2 <<< "$out")"; fi
+}
+# streamcheck: a copy into a kernel's input on another stream with no event between them.
+misuse streamcheck stream-race \
+  '^cudasim: streamcheck: write after read between streams .* cudaMemcpyAsync on stream [0-9]+ and add_act_kernel on stream [0-9]+'
+# memcheck: a kernel handed a host pointer.
+misuse "memcheck, host pointer" host-pointer \
+  "^cudasim: memcheck: .*add_act_kernel.*$THREAD reads 2 bytes at $ADDR .*in no device allocation \(host memory"
 
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

@@ -37,10 +37,6 @@ void cudasim_warp_exchange(unsigned int mask, const void* mine, void* all, size_
 unsigned char* cudasim_dynamic_smem(void);
 void cudasim_nanosleep(unsigned int ns);
 unsigned long long cudasim_globaltimer(void);
-// For a debugger: the current simulated thread (linear index in its block) and block
-// (linear index in the grid), -1 on the host.
-long cudasim_tid(void);
-long cudasim_bid(void);
 }
 
 namespace cudasim {
