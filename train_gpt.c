@@ -7,6 +7,7 @@
 // The same file builds train_gpt_cpu (fp32 reference, MPI) and train_gpt (CUDA + NCCL).
 // Under mpirun every rank runs this loop on its own micro-batches; rank 0 prints and logs.
 // The pieces around the loop (options, batches, evaluation) are in train/.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,12 +82,15 @@ int main(int argc, char** argv) {
   char device[128];
   kernels_device_name(kctx, device, sizeof device);
   comm_configure(o.init_dir, o.comm_timeout);
+  check_outputs(&o, comm_world());  // a typo in an output path must not cost a finished run
   FSDP fs;
   fsdp_init(&fs, model_num_units(&cfg), o.fsdp, comm_world(), kctx);
   Model model;
   model_plan(&model, &cfg, &fs, B, T, Te);
   check_plan_fits(&o, &fs);
-  size_t free_before = device_free_bytes();
+  if (o.inject_step > 0 && (o.inject_rank >= W || o.inject_unit >= fs.nunits))
+    usage_error("%s", "--inject-nonfinite names a rank or unit this run does not have");
+  size_t free_before = device_free_bytes(), resident_before = resident_bytes();
   model_allocate(&model, o.seed);
   // What the one allocation really took from the device (on a GPU: cudaMemGetInfo), beside
   // what the plan said it would.
@@ -98,8 +102,12 @@ int main(int argc, char** argv) {
   if (o.val_data) log0("| %-22s | %-30lld |\n", "val tokens", (long long)val.total);
   log0("| %-22s | %-30s |\n", "device", device);
   memplan_print(&fs.plan);
-  log0("memory: plan %zu bytes, measured %.0f bytes (%s)\n", fs.plan.total, measured,
-       strcmp(kernels_backend(), "cpu") ? "device free memory before and after the allocation" : "host available memory, approximate");
+  int on_cpu = !strcmp(kernels_backend(), "cpu");
+  if (on_cpu)  // host pages are committed when first touched: measured after the first step
+    log0("memory: plan %zu bytes; the resident growth is measured after the first step\n", fs.plan.total);
+  else
+    log0("memory: plan %zu bytes, measured %.0f bytes (device free memory before and after the allocation)\n",
+         fs.plan.total, measured);
 
   // Model FLOPs utilization against the dense peak of the device, or a measured one.
   double flops_step = M * model_flops(&cfg, B, T, Te);
@@ -117,16 +125,25 @@ int main(int argc, char** argv) {
   // Resuming: the weights, the AdamW state and the step; the data continues from that step, so
   // a run with the same global batch sees the same micro-batches as one that never stopped.
   int start_step = 0;
+  int total_steps = o.steps + (o.bench ? o.bench_warmup : 0);
   if (o.resume_dir) {
-    start_step = checkpoint_load(&fs, o.resume_dir, cfg.name);
-    log0("resumed from %s after step %d\n", o.resume_dir, start_step);
+    char used[4300];
+    start_step = checkpoint_load(&fs, o.resume_dir, cfg.name, used, sizeof used);
+    log0("resumed from %s after step %d\n", used, start_step);
+    if (start_step >= total_steps)
+      log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
+           total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
   }
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
     logf = fopen(o.log_path, "w");
-    if (!logf) fatal("--log: cannot open '%s' for writing", o.log_path);
+    if (!logf) fatal("--log: cannot open '%s' for writing: %s", o.log_path, strerror(errno));
   }
-  int total_steps = o.steps + (o.bench ? o.bench_warmup : 0);
+  if (o.save_dir && total_steps == 0) {  // --steps 0 --save: the initialized model, said so
+    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed);
+    log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
+  }
+  int bad_steps = 0;
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
@@ -160,12 +177,20 @@ int main(int argc, char** argv) {
     loss_sum = model_take_loss(&model);  // the step's one read of its losses
     comm_all_reduce(fs.world, &loss_sum, 1, DT_F64);
     double loss = loss_sum / global_tokens;
+    if (step + 1 == o.inject_step && rank == o.inject_rank) fsdp_poison_grad(&fs, o.inject_unit);
     double norm = fsdp_grad_norm(&fs);
-    float scale = fsdp_clip_scale(norm, o.grad_clip);
     float lr = learning_rate(&schedule, step);
-    AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps,
-                      .weight_decay = o.weight_decay, .grad_scale = scale, .step = step + 1};
-    fsdp_adamw_step(&fs, args);
+    // The guard: loss and norm are the same on every rank, so every rank skips together, before
+    // a NaN or inf can reach the shards (and from them a checkpoint).
+    int finite = isfinite(loss) && isfinite(norm);
+    if (finite) {
+      AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps,
+                        .weight_decay = o.weight_decay, .grad_scale = fsdp_clip_scale(norm, o.grad_clip), .step = step + 1};
+      fsdp_adamw_step(&fs, args);
+    } else {
+      fsdp_skip_step(&fs);
+      bad_steps++;
+    }
     device_synchronize();
     device_step_end(step + 1);
     double ms = (now_seconds() - t0) * 1e3;
@@ -176,17 +201,39 @@ int main(int argc, char** argv) {
     log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
          total_steps, loss, lr, norm, ms, comm_ms[step], tok_s, tflops);
     if (peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / peak);
+    if (!finite) log0(" | SKIPPED");
     log0("\n");
+    if (on_cpu && step == start_step) {
+      size_t now = resident_bytes();
+      log0("memory: plan %zu bytes, measured %zu bytes (resident growth from the allocation to the end of the first step)\n",
+           fs.plan.total, now > resident_before ? now - resident_before : 0);
+    }
     if (logf) {
       fprintf(logf, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, "
                     "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss, lr, norm, ms, tok_s, tflops);
       if (peak > 0) fprintf(logf, "%.6g", tflops * 1e12 / peak);
       else fprintf(logf, "null");
-      fprintf(logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu}\n", comm_ms[step], fs.plan.total);
-      fflush(logf);
+      fprintf(logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu%s}\n", comm_ms[step], fs.plan.total,
+              finite ? "" : ", \"skipped\": true");
+      if (fflush(logf) != 0 || ferror(logf)) fatal("--log %s: writing failed: %s", o.log_path, strerror(errno));
     }
     trace_flush(fs.trace);
-    if (!isfinite(loss)) fatal("loss is %f at step %d; lower --lr or check the data", loss, step + 1);
+    if (!finite) {
+      char where[160] = "";
+      if (fs.nonfinite_unit >= 0)
+        snprintf(where, sizeof where, "; the first unit whose gradient shard was non-finite: %s", fs.units[fs.nonfinite_unit].name);
+      log0("step %5d | non-finite %s%s: the update was skipped on every rank (%d of --max-bad-steps %d)\n", step + 1,
+           isfinite(loss) ? "gradient norm" : "loss", where, bad_steps, o.max_bad_steps);
+      if (bad_steps >= o.max_bad_steps) {
+        if (rank == 0)
+          fprintf(stderr, "error: stopping at step %d after %d steps with a non-finite loss or gradient%s; the "
+                          "parameters are those of the last good step. Lower --lr, check the data, or resume from "
+                          "a checkpoint\n", step + 1, bad_steps, where);
+        if (logf) fclose(logf);
+        dist_finalize();
+        exit(1);
+      }
+    }
     int eval_now = (o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == total_steps;
     if (eval_now && o.val_data) {
       double vl = evaluate(&model, &batch, &val, o.eval_batches);
@@ -199,7 +246,7 @@ int main(int argc, char** argv) {
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
     if (o.save_dir && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == total_steps)) {
-      checkpoint_save(&fs, o.save_dir, cfg.name, step + 1, o.seed);
+      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed);
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
     if (o.sample_every && (step + 1) % o.sample_every == 0)

@@ -213,6 +213,7 @@ int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char
     ts->total += n;
   }
   globfree(&g);
+  ts->vocab = vocab;
   return 0;
 }
 
@@ -257,7 +258,21 @@ int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* ou
         fclose(f);
         return -1;
       }
-      for (size_t k = 0; k < c; k++) out[done + (int64_t)k] = le_u16(buf + 2 * k);
+      for (size_t k = 0; k < c; k++) {
+        int id = le_u16(buf + 2 * k);
+        // Checked again on every read: a shard rewritten during a run must not feed ids past
+        // the embedding table (the check on open cannot see later changes).
+        if (ts->vocab > 0 && id >= ts->vocab) {
+          snprintf(err, errlen,
+                   "%s: token %lld (byte offset %lld) has id %d >= vocab %d; the file changed after it was "
+                   "opened and checked: restore it and resume from the last checkpoint",
+                   ts->paths[fi], (long long)(off + (int64_t)k), (long long)(HEADER_BYTES + 2 * (off + (int64_t)k)),
+                   id, ts->vocab);
+          fclose(f);
+          return -1;
+        }
+        out[done + (int64_t)k] = id;
+      }
       done += (int64_t)c, off += (int64_t)c, m -= (int64_t)c;
     }
     fclose(f);

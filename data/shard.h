@@ -28,6 +28,7 @@ typedef struct {
   int64_t* ntokens;   // tokens per file
   int64_t* start;     // offset of each file in the stream
   int64_t total;      // tokens in the stream
+  int vocab;          // ids must stay below it (checked on open and on every read); <= 0: unchecked
 } TokenStream;
 
 // Opens every shard matching the glob and validates it: magic, version, token count against

@@ -1,16 +1,25 @@
 // checkpoint.h: saving and resuming training state in a format independent of the world size
-// (see checkpoint.c): any number of ranks can resume any checkpoint.
+// (see checkpoint.c): any number of ranks can resume any checkpoint, every array is verified
+// against its checksums, and a save killed at any moment never loses the last complete one.
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fsdp/fsdp.h"
 
-// Collective: every rank calls it. Writes DIR (through DIR.tmp) with the parameters and AdamW
-// state after `step` completed optimizer steps.
-void checkpoint_save(FSDP* fs, const char* dir, const char* model, int step, uint64_t seed);
-// Collective: reads this rank's part of DIR into the shards (master, m, v; gradients zeroed)
-// and returns the number of completed steps. Refuses, with the reason, a checkpoint of another
-// model, a parameter table that differs, or truncated arrays.
-int checkpoint_load(FSDP* fs, const char* dir, const char* model);
+// At start-up, before any step: -1 with the reason when --save DIR could not be saved to or
+// would clobber something that is not a checkpoint ('' or '/', a file, a directory of other
+// files, a missing or read-only parent). keep: --keep-checkpoints N (DIR holds step_NNNNNNNN).
+int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen);
+// Collective: every rank calls it. Writes DIR (keep = 0) or DIR/step_NNNNNNNN (keep = N, the N
+// newest kept) with the parameters and AdamW state after `step` completed optimizer steps.
+// Refuses (fatal) to save a non-finite value; the previous checkpoint is then untouched.
+void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed);
+// Collective: loads the newest complete, intact checkpoint of DIR (DIR itself, DIR.tmp or DIR.old
+// left by an interrupted save, or the newest step_NNNNNNNN inside DIR) into the shards (master,
+// m, v; gradients zeroed), names it in `used`, and returns its step. Refuses, with the reason,
+// a checkpoint of another model, a parameter table that differs, a meta.json field that is
+// missing or out of range, truncated arrays, or bytes that do not match their checksums.
+int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen);
 #endif

@@ -26,9 +26,9 @@ static inline size_t dtype_size(DType t) { return t == DT_BF16 ? 2 : t == DT_F32
 typedef struct Comm Comm;
 
 // Start-up settings, before the first comm_world(): the directory where rank 0 publishes the
-// NCCL id when there is no MPI (--init-dir), and the seconds after which a collective that has
-// not finished aborts the run (--comm-timeout, 0 = never; NCCL only: an MPI collective that
-// never completes cannot be interrupted).
+// NCCL id when there is no MPI (--init-dir; refused by the MPI build, whose ranks come from
+// mpirun), and the seconds after which a collective that has not finished ends every rank
+// (--comm-timeout, 0 = never), naming the rank and the collective.
 void comm_configure(const char* init_dir, double timeout_s);
 // The world communicator (MPI_COMM_WORLD, NCCL's world, or a single rank).
 Comm* comm_world(void);

@@ -4,17 +4,29 @@
 // the same bits whatever MPI's reduction algorithm and whatever the world size (the
 // multi-rank equivalence tests compare W ranks against one rank bit for bit).
 // Built with -DNO_MPI (no mpicc found) this file provides a single-rank communicator.
+//
+// Hangs end: every collective is started non-blocking and waited for by wait_collective, a
+// watchdog that ends every rank (MPI_Abort) when the collective has not finished within
+// --comm-timeout seconds, naming this rank and the collective. A rank that is stopped, killed
+// without MPI noticing, or cut off by the network otherwise leaves the others waiting forever.
 #include "fsdp/comm.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fsdp/dist.h"
 
+static double g_timeout_s = 600;
+
 void comm_configure(const char* init_dir, double timeout_s) {
-  (void)init_dir;  // MPI starts from mpirun; no id to exchange
-  (void)timeout_s;
+  // --init-dir hands the NCCL id to ranks started without MPI; here mpirun starts the ranks.
+  if (init_dir)
+    fatal("--init-dir is for the NCCL build (train_gpt) started without MPI; this binary's ranks come from "
+          "mpirun (or it runs alone): launch it with mpirun -np N and drop --init-dir");
+  g_timeout_s = timeout_s;
 }
 
 #ifdef NO_MPI
@@ -48,6 +60,7 @@ int comm_all_true(Comm* c, int flag) { return flag; }
 struct Comm {
   MPI_Comm mc;
   int rank, size;
+  long collectives;  // started on this communicator, for the watchdog's message
 };
 
 #define MPI_CHECK(call)                                                   \
@@ -60,6 +73,36 @@ struct Comm {
       fatal("MPI call failed: %s (%s:%d: %s)", msg_, __FILE__, __LINE__, #call); \
     }                                                                     \
   } while (0)
+
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Waits for a started collective. Spins on MPI_Test for the first 10 ms (MPI progresses inside
+// it), then tests every 200 us so that a long wait does not burn a core, and ends the job when
+// --comm-timeout passes.
+static void wait_collective(Comm* c, MPI_Request* req, const char* what, size_t count) {
+  double start = seconds(), now = start;
+  c->collectives++;
+  for (long tries = 0;; tries++) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (tries % 256 == 0) now = seconds();
+    if (now - start > 0.01) nanosleep(&(struct timespec){0, 200000}, NULL);
+    if (g_timeout_s > 0 && now - start > g_timeout_s) {
+      fflush(stdout);
+      fprintf(stderr, "[rank %d] error: %s #%ld (%zu elements, group of %d ranks) did not finish within --comm-timeout "
+                      "%g s: another rank is stopped, hung or unreachable. Ending every rank.\n",
+              dist_rank(), what, c->collectives, count, c->size, g_timeout_s);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      exit(3);
+    }
+  }
+}
 
 // Pieces of at most this many elements per collective call: keeps every MPI count far below
 // INT_MAX and bounds the temporary buffer of the folds to size * PIECE elements.
@@ -126,7 +169,9 @@ void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {
   for (size_t off = 0; off < count; off += PIECE) {
     size_t n = count - off < PIECE ? count - off : PIECE;
     MPI_Datatype blk = strided_block(t, n, count);
-    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (char*)buf + off * es, 1, blk, c->mc));
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, (char*)buf + off * es, 1, blk, c->mc, &req));
+    wait_collective(c, &req, "all-gather", count);
     MPI_Type_free(&blk);
   }
 }
@@ -172,7 +217,9 @@ void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {
     // every rank, rank-ordered in tmp; then it folds them in rank order.
     MPI_Datatype send = strided_block(t, n, count);
     MPI_Datatype recv = strided_block(t, n, n);
-    MPI_CHECK(MPI_Alltoall((char*)buf + off * es, 1, send, tmp, 1, recv, c->mc));
+    MPI_Request req;
+    MPI_CHECK(MPI_Ialltoall((char*)buf + off * es, 1, send, tmp, 1, recv, c->mc, &req));
+    wait_collective(c, &req, "reduce-scatter", count);
     MPI_Type_free(&send);
     MPI_Type_free(&recv);
     fold_rows((char*)buf + ((size_t)c->rank * count + off) * es, tmp, n, c->size, t);
@@ -188,7 +235,9 @@ void comm_all_reduce(Comm* c, void* buf, size_t count, DType t) {
     size_t n = count - off < PIECE ? count - off : PIECE;
     // Every rank gathers every rank's piece and folds the same rows in the same order, so all
     // replicas end with identical bits.
-    MPI_CHECK(MPI_Allgather((char*)buf + off * es, (int)n, mpi_type(t), tmp, (int)n, mpi_type(t), c->mc));
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather((char*)buf + off * es, (int)n, mpi_type(t), tmp, (int)n, mpi_type(t), c->mc, &req));
+    wait_collective(c, &req, "all-reduce", count);
     fold_rows((char*)buf + off * es, tmp, n, c->size, t);
   }
   free(tmp);
@@ -198,18 +247,25 @@ void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
   if (c->size == 1) return;
   for (size_t off = 0; off < bytes; off += (size_t)INT_MAX / 2) {
     size_t n = bytes - off < (size_t)INT_MAX / 2 ? bytes - off : (size_t)INT_MAX / 2;
-    MPI_CHECK(MPI_Bcast((char*)buf + off, (int)n, MPI_BYTE, root, c->mc));
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibcast((char*)buf + off, (int)n, MPI_BYTE, root, c->mc, &req));
+    wait_collective(c, &req, "broadcast", bytes);
   }
 }
 
 void comm_barrier(Comm* c) {
-  if (c->size > 1) MPI_CHECK(MPI_Barrier(c->mc));
+  if (c->size == 1) return;
+  MPI_Request req;
+  MPI_CHECK(MPI_Ibarrier(c->mc, &req));
+  wait_collective(c, &req, "barrier", 0);
 }
 
 int comm_all_true(Comm* c, int flag) {
   if (c->size == 1) return flag;
   int out = 0;
-  MPI_CHECK(MPI_Allreduce(&flag, &out, 1, MPI_INT, MPI_LAND, c->mc));
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&flag, &out, 1, MPI_INT, MPI_LAND, c->mc, &req));
+  wait_collective(c, &req, "agreement (all-reduce of a flag)", 1);
   return out;
 }
 #endif

@@ -9,8 +9,12 @@
 #endif
 
 #include "fsdp/launch.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-static int g_rank = 0, g_world = 1, g_local_rank = 0;
+static int g_rank = 0, g_world = 1, g_local_rank = 0, g_local_world = 1;
+static int g_node = 0;  // the world rank of this node's local rank 0: an id of the node
 #ifndef NO_MPI
 static int g_mpi = 0;
 #endif
@@ -28,8 +32,56 @@ static void ranks_from_environment(void) {
   g_rank = env.rank;
   g_world = env.world;
   g_local_rank = env.local_rank;
+  g_node = env.rank - env.local_rank;  // launchers number a node's ranks consecutively
 }
 #endif
+
+#ifndef NO_MPI
+// MPI's world must be the one the launcher describes. Started by srun without PMI support or
+// by torchrun, every process is an MPI singleton and would train alone, all writing the same
+// outputs: refuse, and say how to launch.
+static void check_launcher_matches_mpi(void) {
+  LaunchEnv env;
+  char err[1024];
+  if (launch_env_detect(&env, err, sizeof err)) {
+    fprintf(stderr, "error: %s\n", err);
+    exit(2);
+  }
+  if (!strcmp(env.source, "none") || env.world == g_world) return;
+  if (g_rank == 0)
+    fprintf(stderr,
+            "error: the %s environment describes %d ranks, but MPI started %d; this binary's ranks must come "
+            "from MPI: launch with mpirun -np %d (Slurm: srun --mpi=pmix, or mpirun inside the allocation)%s\n",
+            env.source, env.world, g_world, env.world,
+#ifdef FSDP_CUDA
+            ", or start every process without MPI support (see --init-dir)"
+#else
+            ""
+#endif
+    );
+  MPI_Finalize();
+  exit(2);
+}
+#endif
+
+// Ranks sharing a node share its cores: without OMP_NUM_THREADS, each rank takes its share
+// (at least one thread) instead of every rank starting one thread per core.
+static void share_cores(void) {
+#ifdef _OPENMP
+  if (g_local_world > 1 && !getenv("OMP_NUM_THREADS")) {
+    int share = omp_get_num_procs() / g_local_world;
+    omp_set_num_threads(share > 0 ? share : 1);
+  }
+#endif
+}
+
+int dist_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 void dist_init(int* argc, char*** argv) {
 #ifndef NO_MPI
@@ -47,6 +99,9 @@ void dist_init(int* argc, char*** argv) {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &g_local_rank);
+  MPI_Comm_size(node, &g_local_world);
+  g_node = g_rank;
+  MPI_Bcast(&g_node, 1, MPI_INT, 0, node);
   MPI_Comm_free(&node);
 #ifdef FSDP_CUDA
   if (g_world == 1) {
@@ -55,8 +110,13 @@ void dist_init(int* argc, char*** argv) {
     // NCCL gets its id from NCCL_COMM_ID or --init-dir (comm_nccl.c). Otherwise each process
     // would train alone on GPU 0.
     ranks_from_environment();
+  } else {
+    check_launcher_matches_mpi();
   }
+#else
+  check_launcher_matches_mpi();
 #endif
+  share_cores();
 #else
   (void)argc;
   (void)argv;
@@ -67,6 +127,7 @@ void dist_init(int* argc, char*** argv) {
 }
 
 int dist_local_rank(void) { return g_local_rank; }
+int dist_node(void) { return g_node; }
 
 void dist_finalize(void) {
 #ifndef NO_MPI

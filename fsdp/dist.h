@@ -13,6 +13,10 @@ void dist_finalize(void);
 int dist_rank(void);
 int dist_world(void);
 int dist_local_rank(void);  // rank on this node: selects the GPU
+// An id of this rank's node, the same for every rank on it (the world rank of its local rank 0).
+int dist_node(void);
+// OpenMP threads of this rank: OMP_NUM_THREADS, or this node's cores shared among its ranks.
+int dist_threads(void);
 // printf on rank 0 only.
 void log0(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Prints "[rank r] error: <message>" to stderr and aborts all ranks.

@@ -137,6 +137,8 @@ typedef struct {
   float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;
   act_t* region_slots;
   double* norm_blocks;              // workspace: per-block sums of squares of one shard
+  int nonfinite_unit;               // after fsdp_grad_norm: the first unit whose gradient shard
+                                    // held a NaN or inf on any rank, -1 when none
 } FSDP;
 
 #ifdef FSDP_CUDA
@@ -152,6 +154,12 @@ void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kc
 // The same layout for a world of world_size ranks, without communicators or memory: for
 // planning (--plan --world N). Only fsdp_add_param, fsdp_finalize_layout and the plan work.
 void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size);
+// Where each rank sits among the shard groups: ranks are ordered by (node, rank) and cut into
+// groups of F consecutive positions, so with hybrid sharding a shard group is made of ranks that
+// share a host (HSDP: all-gathers and reduce-scatters inside a node, only the replica
+// all-reduce across nodes; FSDP paper section 3.2.2), whatever order the launcher numbered them
+// in. node_of[r]: any id equal for ranks on the same node. position[r] in [0, W).
+void fsdp_group_positions(const int64_t* node_of, int W, int* position);
 void fsdp_unit_name(FSDP* fs, int unit, const char* name);
 // Appends a parameter to a unit's table; returns its index in the unit.
 int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t* shape,
@@ -198,8 +206,14 @@ float* fsdp_grad(FSDP* fs, int unit, int param);
 const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param);
 
 // ---- optimizer (fsdp/optimizer.c) ---------------------------------------------------
-// Global L2 norm of the sharded gradient, the same bits for any world size.
+// Global L2 norm of the sharded gradient, the same bits for any world size; NaN or inf when
+// any rank's gradient shard holds a non-finite value (fs->nonfinite_unit names the first unit).
 double fsdp_grad_norm(FSDP* fs);
+// A step whose gradient is not finite is skipped on every rank: the gradient shards are zeroed
+// and parameters and AdamW state stay as they were.
+void fsdp_skip_step(FSDP* fs);
+// Fault injection for tests of the guard above: one NaN in this rank's gradient shard of unit u.
+void fsdp_poison_grad(FSDP* fs, int u);
 // The gradient scale of global-norm clipping, as torch.nn.utils.clip_grad_norm_:
 // clip / (norm + 1e-6) when that is below 1, else 1 (and 1 when clip <= 0: no clipping).
 float fsdp_clip_scale(double norm, float clip);

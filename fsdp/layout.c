@@ -73,17 +73,60 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
   }
 }
 
+void fsdp_group_positions(const int64_t* node_of, int W, int* position) {
+  for (int r = 0; r < W; r++) {
+    int p = 0;  // ranks before r in (node, rank) order
+    for (int q = 0; q < W; q++) p += node_of[q] < node_of[r] || (node_of[q] == node_of[r] && q < r);
+    position[r] = p;
+  }
+}
+
+// Rank 0 says which ranks form each shard group, and whether any group spans hosts.
+static void report_groups(const FSDP* fs, const int64_t* node_of, const int* position) {
+  int W = fs->world_size, G = W / fs->F, spanning = 0;
+  char line[1024] = "";
+  size_t used = 0;
+#define APPEND(...) used += (size_t)snprintf(line + used, used < sizeof line ? sizeof line - used : 0, __VA_ARGS__)
+  for (int g = 0; g < G; g++) {
+    int first = -1;
+    APPEND(" {");
+    for (int p = g * fs->F; p < (g + 1) * fs->F; p++)
+      for (int r = 0; r < W; r++)
+        if (position[r] == p) {
+          APPEND("%s%d", first < 0 ? "" : ",", r);
+          if (first < 0) first = r;
+          else if (node_of[r] != node_of[first]) spanning = 1;
+        }
+    APPEND("}");
+  }
+#undef APPEND
+  log0("shard groups (F=%d, ranks that share a host together):%s%s\n", fs->F, line,
+       spanning ? "; some groups span hosts (F is larger than the ranks on one host)" : "");
+}
+
 void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx) {
   configure(fs, nunits, opt, comm_size(world), comm_rank(world), kctx);
   fs->world = world;
-  // Shard group: F consecutive ranks; replica group: the ranks holding the same shard.
-  fs->shard_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
-  fs->gather_group = comm_split(world, fs->world_rank / fs->F, fs->world_rank);
-  fs->replica_group = comm_split(world, fs->world_rank % fs->F, fs->world_rank);
+  // Shard group: F consecutive positions in (node, rank) order; replica group: the ranks at
+  // the same place of every shard group.
+  int W = fs->world_size;
+  int64_t* node_of = xcalloc(W, sizeof(int64_t), "rank placement");
+  int* position = xcalloc(W, sizeof(int), "rank placement");
+  node_of[fs->world_rank] = dist_node();
+  comm_all_gather(world, node_of, 1, DT_I64);
+  fsdp_group_positions(node_of, W, position);
+  int p = position[fs->world_rank];
+  fs->shard_rank = p % fs->F;
+  fs->shard_group = comm_split(world, p / fs->F, p);
+  fs->gather_group = comm_split(world, p / fs->F, p);
+  fs->replica_group = comm_split(world, p % fs->F, p);
   comm_bind_stream(fs->shard_group, STREAM_REDUCE_SCATTER);
   comm_bind_stream(fs->replica_group, STREAM_REDUCE_SCATTER);
   comm_bind_stream(fs->gather_group, STREAM_ALL_GATHER);
-  if (comm_rank(fs->shard_group) != fs->shard_rank) fatal("shard group ranks are not in world order; this is a bug");
+  if (comm_rank(fs->shard_group) != fs->shard_rank) fatal("shard group ranks are not in placement order; this is a bug");
+  if (opt.strategy == SHARD_HYBRID) report_groups(fs, node_of, position);
+  free(node_of);
+  free(position);
 }
 
 void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size) {

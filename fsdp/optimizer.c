@@ -18,19 +18,46 @@
 double fsdp_grad_norm(FSDP* fs) {
   // The gradient shards are complete once every unit's reduction has finished.
   for (int u = 0; u < fs->nunits; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[u]);
-  int64_t words[EXACT_WORDS] = {0};
+  // One all-reduce carries the exact sum and, after it, one flag per unit: was any of this
+  // rank's blocks of that unit non-finite (the guard names the first such unit).
+  int64_t* words = xcalloc(EXACT_WORDS + (size_t)fs->nunits, sizeof(int64_t), "gradient norm");
+  int64_t* bad = words + EXACT_WORDS;
   double* host = fs->norm_host;
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
     size_t nb = U->shard / NORM_BLOCK;
     block_sumsq(fs->kctx, fs->norm_blocks, U->grad, U->shard);
     device_copy_to_host(host, fs->norm_blocks, nb * sizeof(double));
-    for (size_t b = 0; b < nb; b++) exact_add(words, host[b]);
+    for (size_t b = 0; b < nb; b++) {
+      if (!isfinite(host[b])) bad[u] = 1;
+      exact_add(words, host[b]);
+    }
     exact_normalize(words);
   }
-  comm_all_reduce(fs->shard_group, words, EXACT_WORDS, DT_I64);
+  comm_all_reduce(fs->shard_group, words, EXACT_WORDS + (size_t)fs->nunits, DT_I64);
   exact_normalize(words);
-  return sqrt(exact_value(words));
+  // Replicas hold identical shards, so their norms agree; a fault on one replica alone would
+  // not, and every rank must take the same decision on skipping the step.
+  if (fs->replicas > 1) comm_all_reduce(fs->replica_group, bad, (size_t)fs->nunits, DT_I64);
+  fs->nonfinite_unit = -1;
+  for (int u = fs->nunits - 1; u >= 0; u--)
+    if (bad[u]) fs->nonfinite_unit = u;
+  double norm = fs->nonfinite_unit >= 0 ? NAN : sqrt(exact_value(words));
+  free(words);
+  return norm;
+}
+
+void fsdp_skip_step(FSDP* fs) {
+  for (int u = 0; u < fs->nunits; u++) fill_zero_f32(fs->kctx, fs->units[u].grad, fs->units[u].shard);
+  device_event_record(fs->params_updated, STREAM_COMPUTE);
+}
+
+void fsdp_poison_grad(FSDP* fs, int u) {
+  Unit* U = &fs->units[u];
+  device_stream_wait(STREAM_COMPUTE, fs->grad_reduced[u]);
+  device_synchronize();
+  float nan = NAN;
+  device_copy_to_device(U->grad + U->shard / 2, &nan, sizeof nan);
 }
 
 float fsdp_clip_scale(double norm, float clip) {

@@ -1,6 +1,7 @@
 // trace.c: the Chrome-trace timeline (see trace.h).
 #include "fsdp/trace.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,7 +21,7 @@ Trace* trace_open(const char* path, int rank, int world, const char* const* unit
   else snprintf(name, sizeof name, "%s", path);
   Trace* t = xcalloc(1, sizeof(Trace), "trace");
   t->f = fopen(name, "w");
-  if (!t->f) fatal("--trace: cannot open '%s' for writing", name);
+  if (!t->f) fatal("--trace: cannot open '%s' for writing: %s", name, strerror(errno));
   t->rank = rank;
   t->first = 1;
   t->origin = -1.0;  // the first span's start, once read
@@ -71,14 +72,14 @@ void trace_flush(Trace* t) {
   }
   t->n = 0;
   device_marks_release();
-  fflush(t->f);
+  if (fflush(t->f) != 0 || ferror(t->f)) fatal("--trace: writing failed: %s", strerror(errno));
 }
 
 void trace_close(Trace* t) {
   if (!t) return;
   trace_flush(t);
   fprintf(t->f, "\n]}\n");
-  fclose(t->f);
+  if (fclose(t->f) != 0) fatal("--trace: writing failed: %s", strerror(errno));
   free(t->spans);
   free(t);
 }

@@ -1,6 +1,8 @@
 // dump.c: --dump-params, the final parameters in global order for comparisons between runs.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fsdp/dist.h"
 #include "train/train.h"
@@ -15,7 +17,7 @@ void dump_params(FSDP* fs, const char* path) {
   snprintf(meta_tmp, sizeof meta_tmp, "%s.tmp", meta);
   FILE *f = NULL, *j = NULL;
   if (fs->world_rank == 0 && (!(f = fopen(tmp, "wb")) || !(j = fopen(meta_tmp, "w"))))
-    fatal("--dump-params: cannot open '%s' for writing", path);
+    fatal("--dump-params: cannot open '%s' for writing: %s", path, strerror(errno));
   if (j) fprintf(j, "[");
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
@@ -24,7 +26,7 @@ void dump_params(FSDP* fs, const char* path) {
     for (int i = 0; i < U->nparams && f; i++) {
       const ParamInfo* p = &U->params[i];
       if (fwrite(full + p->offset, sizeof(float), p->live, f) != (size_t)p->live)
-        fatal("--dump-params: write to '%s' failed", tmp);
+        fatal("--dump-params: writing '%s' failed: %s", tmp, strerror(errno));
       fprintf(j, "%s{\"unit\": \"%s\", \"name\": \"%s\", \"shape\": [", u || i ? ", " : "", U->name, p->name);
       for (int d = 0; d < p->ndim; d++) fprintf(j, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
       fprintf(j, "], \"count\": %lld}", (long long)p->live);
@@ -32,7 +34,7 @@ void dump_params(FSDP* fs, const char* path) {
     free(full);
   }
   if (j) fprintf(j, "]\n");
-  if (f && (fclose(f) || fclose(j) || rename(tmp, path) || rename(meta_tmp, meta)))
-    fatal("--dump-params: cannot finish '%s'", path);
+  if (f && (fflush(j) || ferror(j) || fclose(f) || fclose(j) || rename(tmp, path) || rename(meta_tmp, meta)))
+    fatal("--dump-params: writing '%s' failed: %s", path, strerror(errno));
 }
 

@@ -42,7 +42,8 @@ static void print_help(void) {
       "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
       "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
       "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
-      "  --comm-timeout S      abort a collective unfinished after S seconds (NCCL; default 600)\n"
+      "  --comm-timeout S      end every rank when a collective is unfinished after S seconds,\n"
+      "                        naming the rank and the collective (default 600; 0 = never)\n"
       "  --trace FILE          per-rank Chrome trace (Perfetto) of all-gathers, compute and\n"
       "                        reduce-scatters (FILE.rank<r> for each rank of a multi-rank run)\n"
       "evaluation and logs\n"
@@ -58,7 +59,15 @@ static void print_help(void) {
       "checkpoints (any world size can resume any checkpoint)\n"
       "  --save DIR            save parameters and AdamW state at the end\n"
       "  --save-every N        also every N steps (to the same DIR)\n"
-      "  --resume DIR          continue from a checkpoint: its step, weights and AdamW state\n"
+      "  --keep-checkpoints N  save to DIR/step_NNNNNNNN instead, keeping the N newest\n"
+      "  --resume DIR          continue from the newest complete checkpoint of DIR (DIR, or the\n"
+      "                        DIR.tmp/DIR.old of an interrupted save, or DIR/step_*): its step,\n"
+      "                        weights and AdamW state, verified against its checksums\n"
+      "faults\n"
+      "  --max-bad-steps N     a step with a NaN/inf loss or gradient is skipped on every rank;\n"
+      "                        stop at the N-th (default 3)\n"
+      "  --inject-nonfinite STEP:RANK[:UNIT]   testing: a NaN in RANK's gradient of UNIT\n"
+      "                        (default 0) at STEP, to see the guard above work\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
       "  --world N             plan for N ranks (default: the ranks of this run)\n"
@@ -107,7 +116,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 Options parse_options(int argc, char** argv) {
-  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -137,19 +146,22 @@ Options parse_options(int argc, char** argv) {
       {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
       {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
       {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
+      {"keep-checkpoints", required_argument, 0, 'C'}, {"max-bad-steps", required_argument, 0, 'M'},
+      {"inject-nonfinite", required_argument, 0, 'F'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
   int c, idx;
-  while ((c = getopt_long(argc, argv, "", longopts, &idx)) != -1) {
-    const char* name = longopts[idx].name;
+  // A leading ':' makes getopt tell a missing value (':') from an unknown option ('?').
+  while ((idx = -1, c = getopt_long(argc, argv, ":", longopts, &idx)) != -1) {
+    const char* name = idx >= 0 ? longopts[idx].name : "";
     switch (c) {
       case 'm': o.model = optarg; break;
       case 'd': o.data = optarg; break;
       case 'V': o.val_data = optarg; break;
       case 'b': o.batch = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 't': o.seq = (int)parse_long(name, optarg, 1, 1 << 20); break;
-      case 'a': o.accum = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'a': o.accum = (int)parse_long(name, optarg, 1, 1 << 20), o.accum_given = 1; break;
       case 'G': o.global_batch = (int)parse_long(name, optarg, 1, 1 << 30); break;
       case 'n': o.steps = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'l': o.lr = parse_float(name, optarg, 0.0f, 10.0f); break;
@@ -188,6 +200,16 @@ Options parse_options(int argc, char** argv) {
       case 'o': o.save_dir = optarg; break;
       case 'i': o.save_every = (int)parse_long(name, optarg, 1, 1 << 30); break;
       case 'r': o.resume_dir = optarg; break;
+      case 'C': o.keep_checkpoints = (int)parse_long(name, optarg, 1, 1 << 20); break;
+      case 'M': o.max_bad_steps = (int)parse_long(name, optarg, 1, 1 << 30); break;
+      case 'F': {
+        int used = 0;
+        o.inject_unit = 0;
+        if (sscanf(optarg, "%d:%d%n:%d%n", &o.inject_step, &o.inject_rank, &used, &o.inject_unit, &used) < 2 ||
+            optarg[used] || o.inject_step < 1 || o.inject_rank < 0 || o.inject_unit < 0)
+          usage_error("--inject-nonfinite expects STEP:RANK[:UNIT] (STEP >= 1), got '%s'", optarg);
+        break;
+      }
       case 'O': o.comm_timeout = parse_float(name, optarg, 0.0f, 1e7f); break;
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
@@ -217,6 +239,9 @@ Options parse_options(int argc, char** argv) {
   if (!o.data && !o.plan) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
+  if (o.keep_checkpoints && !o.save_dir) usage_error("%s", "--keep-checkpoints needs --save DIR");
+  if (o.global_batch && o.accum_given)
+    usage_error("%s", "--global-batch sets the accumulation (A = G / (batch x ranks)); give --accum or --global-batch, not both");
   if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
   return o;
 }

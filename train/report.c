@@ -1,9 +1,11 @@
 // report.c: what the trainer tells its user: the start-up table, the memory plan (--plan),
 // the device's peak matmul rate (--peak) and the benchmark summary (--bench).
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fsdp/dist.h"
 #include "train/train.h"
@@ -29,6 +31,7 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
            fs->replicas, fs->replicas > 1 ? "s" : "");
   log0("| %-22s | %-30s |\n", "setting", "value");
   log0("| %-22s | %-30d |\n", "ranks", W);
+  if (!strcmp(kernels_backend(), "cpu")) log0("| %-22s | %-30d |\n", "OpenMP threads per rank", dist_threads());
   log0("| %-22s | %-30s |\n", "sharding", shard);
   log0("| %-22s | %-30d |\n", "limit all-gathers", o->fsdp.limit_all_gathers);
   if (o->fsdp.sim_world > 1) {
@@ -167,10 +170,10 @@ void bench_report(const Options* o, const Model* m, const FSDP* fs, int A, const
   else log0("| %-28s | %14s |\n", "MFU", "n/a (--peak)");
   log0("| %-28s | %14.2f |\n", "exposed comm median (ms)", comm);
   log0("| %-28s | %14.2f |\n", "memory per rank (GiB)", fs->plan.total / 1073741824.0);
-  if (peak > 0) log0("MFU against %.1f TFLOPS (%s)\n", peak / 1e12, peak_source);
+  if (peak > 0) log0("MFU against %.4g TFLOPS (%s)\n", peak / 1e12, peak_source);
   if (o->bench_json && fs->world_rank == 0) {
     FILE* f = fopen(o->bench_json, "w");
-    if (!f) fatal("--bench-json: cannot open '%s'", o->bench_json);
+    if (!f) fatal("--bench-json: cannot open '%s': %s", o->bench_json, strerror(errno));
     char mfu_s[32];
     if (peak > 0) snprintf(mfu_s, sizeof mfu_s, "%.6g", mfu);
     else snprintf(mfu_s, sizeof mfu_s, "null");
@@ -183,6 +186,16 @@ void bench_report(const Options* o, const Model* m, const FSDP* fs, int A, const
             m->cfg.name, device, kernels_backend(), W, fsdp_strategy_name(o->fsdp.strategy), m->B, m->T, m->Te, A, n,
             median, lo, hi, tokens / W / (median / 1e3), tflops, tflops, mfu_s, peak / 1e12, peak_source, comm,
             fs->plan.total);
-    fclose(f);
+    if (fflush(f) != 0 || ferror(f)) fatal("--bench-json %s: writing failed: %s", o->bench_json, strerror(errno));
+    if (fclose(f) != 0) fatal("--bench-json %s: writing failed: %s", o->bench_json, strerror(errno));
   }
+}
+
+size_t resident_bytes(void) {
+  long pages = 0, resident = 0;
+  FILE* f = fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  fclose(f);
+  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }

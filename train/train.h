@@ -29,7 +29,11 @@ typedef struct {
   const char* trace_path;           // --trace FILE
   const char* save_dir;             // --save DIR: checkpoint at the end (and every --save-every)
   int save_every;
+  int keep_checkpoints;             // --keep-checkpoints N: DIR/step_NNNNNNNN, the N newest kept
   const char* resume_dir;           // --resume DIR
+  int max_bad_steps;                // --max-bad-steps N: stop at the N-th skipped non-finite step
+  int inject_step, inject_rank, inject_unit;  // --inject-nonfinite STEP:RANK[:UNIT] (tests)
+  int accum_given;                  // --accum was on the command line
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
   FSDPOptions fsdp;
@@ -39,6 +43,11 @@ extern const char* USAGE;
 Options parse_options(int argc, char** argv);
 // Prints "error: <fmt % arg>" and the usage line on rank 0, and exits 2 on every rank.
 void usage_error(const char* fmt, const char* arg) __attribute__((noreturn));
+
+// ---- output paths (train/outputs.c) -----------------------------------------------
+// Collective, at start-up: every file and directory the run will write can be written (else
+// the failing rank names it and every rank exits 2 before the first step).
+void check_outputs(const Options* o, Comm* world);
 
 // ---- learning rate and time (train/schedule_lr.c) ------------------------------------
 double now_seconds(void);
@@ -78,6 +87,8 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
 void check_plan_fits(const Options* o, const FSDP* fs);
 double device_peak_flops(const char* device_name);
 double measure_peak_flops(KernelCtx* k);
+// This process's resident memory (/proc/self/statm), 0 when unknown.
+size_t resident_bytes(void);
 void bench_report(const Options* o, const Model* m, const FSDP* fs, int A, const double* ms, const double* comm_ms,
                   int n, double peak, const char* peak_source, const char* device);
 
