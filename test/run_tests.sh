@@ -17,6 +17,7 @@ part "command line" bash test/test_cli.sh
 part "planner and benchmark" python3 test/test_plan.py
 part "benchmark scripts" bash test/test_bench_scripts.sh
 part "multi-rank FSDP" bash test/test_multirank.sh
+part "faults and bad input" bash test/test_trust.sh
 part "end-to-end training" bash test/test_e2e.sh
 part "CUDA simulator" bash test/cudasim/run_sim_tests.sh
 

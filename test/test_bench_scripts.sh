@@ -16,14 +16,12 @@
 # Prints ok/FAIL per check and "N passed, M failed"; exits 1 on failure.
 set -u
 cd "$(dirname "$0")/.." || exit 2
+source test/cases.sh
 export OMP_NUM_THREADS=1
 PY=python3
 command -v $PY >/dev/null 2>&1 || PY=/usr/bin/python3
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-pass=0 fail=0
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1${2:+: $2}"; fail=$((fail + 1)); }
 check() {  # check NAME CONDITION-COMMAND...
   local name=$1
   shift
@@ -253,5 +251,5 @@ check "GPU report: the simulated link from the manifest" grep -q "| 8 x 5 GB/s |
 check "GPU report: the memory skip" grep -q "model-gpt2-1.5b-B8 (gpt2-1.5b, fsdp.c): \*\*skipped\*\* memory: plan 90.00 GiB" "$GM"
 check "GPU report: memory in GiB" grep -q "| 20.00 |" "$GM"
 
-echo "$pass passed, $fail failed"
+cases_summary
 [ $fail = 0 ]

@@ -3,28 +3,12 @@
 # and the logs. Prints ok/FAIL per check and ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
+source test/cases.sh
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 BIN=./train_gpt_cpu
 DATA=data/addition/train_000.bin
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-# expect NAME EXIT_CODE PATTERN COMMAND...: the command exits with EXIT_CODE and prints PATTERN.
-expect() {
-  local name=$1 code=$2 pattern=$3
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [ "$rc" = "$code" ] && echo "$out" | grep -qE -- "$pattern"; then
-    echo "ok   $name"
-    pass=$((pass + 1))
-  else
-    echo "FAIL $name: exit $rc, output: $(echo "$out" | head -3)"
-    fail=$((fail + 1))
-  fi
-}
 M="--model gpt:L=1,C=32,H=2,V=256,T=16"
 
 expect "--help lists options and presets" 0 "gpt2-1.5b" $BIN --help
@@ -82,5 +66,5 @@ expect "T5 vocabulary without room for sentinels is refused" 2 "V must be at lea
 expect "T5 data tokens colliding with sentinels are refused" 1 "sentinels.*id 5[0-9] >= vocab 52" $BIN --model t5:V=80 --data $DATA --enc-len 512 --dec-len 114 --steps 1
 expect "--eval-prompts is refused for T5" 2 "for GPT models" $BIN $T5 --eval-prompts data/addition/val_problems.txt
 
-echo "$pass passed, $fail failed"
+cases_summary
 [ $fail = 0 ]

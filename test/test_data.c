@@ -120,6 +120,30 @@ static void test_round_trip(void) {
   if (rc == 0) token_stream_close(&ts);
 }
 
+// A shard rewritten after it was opened (and checked) is caught on the next read: ids are
+// checked against the vocabulary on every read, naming the file and the byte offset.
+static void test_rewritten_shard(void) {
+  uint16_t t[64];
+  for (int i = 0; i < 64; i++) t[i] = (uint16_t)(i * 7 % 100);
+  TokenStream ts;
+  int rc = shard_write(tpath("live_000.bin"), t, 64, g_err, sizeof g_err) ||
+           token_stream_open(&ts, tpath("live_*.bin"), 100, g_err, sizeof g_err);
+  EXPECT("open a shard of ids below 100 with vocab 100", rc == 0, "%s", g_err);
+  if (rc) return;
+  FILE* f = fopen(tpath("live_000.bin"), "r+b");
+  unsigned char big[2] = {0xff, 0xff};
+  int wrote = f && fseek(f, 1024 + 2 * 9, SEEK_SET) == 0 && fwrite(big, 1, 2, f) == 2;
+  if (f) fclose(f);
+  int32_t out[64];
+  EXPECT("reads before the rewritten token still succeed", token_stream_read(&ts, 0, 9, out, g_err, sizeof g_err) == 0,
+         "%s", g_err);
+  int refused = token_stream_read(&ts, 4, 16, out, g_err, sizeof g_err) != 0;
+  EXPECT("an id rewritten after open is refused on read, with file and byte offset",
+         wrote && refused && strstr(g_err, "live_000.bin: token 9 (byte offset 1042) has id 65535 >= vocab 100"),
+         "err '%s'", g_err);
+  token_stream_close(&ts);
+}
+
 // ---- sampler -------------------------------------------------------------------------------
 
 // Checks one micro-batch against the tokens computed directly from the formula.
@@ -423,6 +447,7 @@ int main(void) {
     return 1;
   }
   test_round_trip();
+  test_rewritten_shard();
   test_sampler();
   test_ranks_equal_accumulation();
   test_refusals();

@@ -9,13 +9,10 @@
 # exceed 80%.
 set -u
 cd "$(dirname "$0")/.."
+source test/cases.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 
 ARGS=$(make -s print-run-args)
 check() {  # check NAME LOGFILE
@@ -37,5 +34,5 @@ ARGS4=$(echo "$ARGS" | sed -E 's/--batch ([0-9]+)/--batch \1 --accum 1/' | awk '
 OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none -np 4 ./train_gpt_cpu $ARGS4 --log "$TMP/four.json" > "$TMP/four.out" 2>&1 ||
   bad "4-rank run failed: $(tail -2 "$TMP/four.out")"
 check "4 ranks" "$TMP/four.json"
-echo "$pass passed, $fail failed"
+cases_summary
 [ $fail = 0 ]

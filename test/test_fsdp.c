@@ -270,6 +270,40 @@ static void test_parse(void) {
   report(&v, "parse: fsdp_parse_strategy accepts full, grad-op, none, hybrid:F and rejects the rest");
 }
 
+// Shard groups from placement: groups of F consecutive positions in (node, rank) order, so
+// hybrid sharding keeps a shard group on one host however the launcher numbered the ranks.
+static void test_group_positions(void) {
+  Verdict v = verdict();
+  // (node of each rank, F) and the groups expected, as the lowest rank of each rank's group.
+  struct {
+    int W, F, within;  // within: every group must lie on one host
+    int64_t node[8];
+    int group_of[8];
+  } cases[] = {
+      {4, 2, 1, {0, 0, 0, 0}, {0, 0, 2, 2}},                    // one host: world order, as before
+      {4, 2, 1, {0, 1, 0, 1}, {0, 1, 0, 1}},                    // --map-by node: ranks 0,2 share a host
+      {6, 2, 1, {0, 1, 2, 0, 1, 2}, {0, 1, 2, 0, 1, 2}},        // three hosts, round robin
+      {8, 4, 1, {5, 5, 9, 9, 5, 5, 9, 9}, {0, 0, 2, 2, 0, 0, 2, 2}},  // blocks of two per host
+      {4, 4, 0, {0, 1, 0, 1}, {0, 0, 0, 0}},                    // F = W: one group spans both hosts
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int W = cases[c].W, F = cases[c].F, pos[8], seen[8] = {0};
+    fsdp_group_positions(cases[c].node, W, pos);
+    for (int r = 0; r < W; r++) {
+      VCHECK(&v, pos[r] >= 0 && pos[r] < W && !seen[pos[r]]++, "case %zu: positions are not a permutation", c);
+      int lowest = -1;  // the lowest rank in r's group
+      for (int q = 0; q < W && lowest < 0; q++)
+        if (pos[q] / F == pos[r] / F) lowest = q;
+      VCHECK(&v, lowest == cases[c].group_of[r], "case %zu: rank %d is grouped with %d, expected %d", c, r, lowest,
+             cases[c].group_of[r]);
+      for (int q = 0; q < W; q++)  // within a host-sized group, all members share a node
+        if (cases[c].within && pos[q] / F == pos[r] / F)
+          VCHECK(&v, cases[c].node[q] == cases[c].node[r], "case %zu: ranks %d and %d span hosts", c, r, q);
+    }
+  }
+  report(&v, "placement: shard groups are formed from ranks that share a host, in rank order");
+}
+
 // ---- 1. layout ------------------------------------------------------------------------
 
 static void check_layout(const FSDP* fs, const Model* m, const char* tag, const Strategy* s) {
@@ -1125,6 +1159,7 @@ int main(int argc, char** argv) {
   g_W = comm_size(g_world);
   if (g_rank == 0) printf("test_fsdp on %d rank%s\n", g_W, g_W > 1 ? "s" : "");
   test_parse();
+  test_group_positions();
   test_layouts();   // 1-4: layout, decay segments, sharded init, resident memory
   test_generator();
   test_comm();      // 5

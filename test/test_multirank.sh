@@ -8,6 +8,7 @@
 # regroup the sums, so they must agree within 1e-6 relative.
 set -u
 cd "$(dirname "$0")/.."
+source test/cases.sh
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 MPIRUN="mpirun --oversubscribe --bind-to none"
@@ -15,10 +16,6 @@ BIN=./train_gpt_cpu
 DATA=data/addition/train_000.bin
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 
 # A tiny model with odd shapes that force padding everywhere (C=72, V=509: no unit is a
 # multiple of 128, let alone of F*128), 6 steps with a learning rate high enough and a clip
@@ -168,5 +165,5 @@ for W in 2 3 4; do
   else bad "test_fsdp on $W ranks: $(grep FAIL "$TMP/fsdp$W.out" | head -3)"; fi
 done
 
-echo "$pass passed, $fail failed"
+cases_summary
 [ $fail = 0 ]

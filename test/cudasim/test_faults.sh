@@ -9,17 +9,14 @@
 # check and "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.."
+source test/cases.sh
 SIM=${1:-build/sim}
 OUT=$SIM/faults
 mkdir -p "$OUT"
 CXX=${SIM_CXX:-g++}
 # The kernel flags of the Makefile's simulator build (SIM_KERNEL_FLAGS), at -O1: quicker to build.
 FLAGS=$(make -s --no-print-directory print-sim-kernel-flags SIM_OPT=-O1)
-pass=0
-fail=0
 KEEP_GOING=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
 
 cc -O1 -g -std=c11 -Wall -I. -D_GNU_SOURCE -DFSDP_CUDA -Itest/cudasim/include -c test/cudasim/fault_driver.c \
   -o "$OUT/fault_driver.o" || { echo "0 passed, 1 failed"; exit 1; }
@@ -146,5 +143,5 @@ misuse streamcheck stream-race \
 misuse "memcheck, host pointer" host-pointer \
   "^cudasim: memcheck: .*add_act_kernel.*$THREAD reads 2 bytes at $ADDR .*in no device allocation \(host memory"
 
-echo "$pass passed, $fail failed"
+cases_summary
 [ $fail = 0 ]

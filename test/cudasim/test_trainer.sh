@@ -13,14 +13,11 @@
 # Ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.."
+source test/cases.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 SIM=${SIM:-build/sim}
-pass=0
-fail=0
-ok() { echo "ok   $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
 digest() { grep -o 'params_digest [0-9a-f]*' "$1" | awk '{print $2}'; }
 MPIRUN="mpirun --oversubscribe -np"
 
@@ -232,5 +229,5 @@ for cfg in GPT T5; do
   fi
 done
 
-echo "$pass passed, $fail failed"
+cases_summary
 [ $fail = 0 ]

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Trust under faults and bad input: checkpoints that are verified and survive a crash at any
+# point of a save, output paths checked before the first step, non-finite steps skipped on
+# every rank, token ids checked on every read, hung collectives that end, and launches that
+# MPI does not match refused. Each case fails on a trainer without the protection it checks.
+set -u
+cd "$(dirname "$0")/.."
+source test/cases.sh
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+BIN=./train_gpt_cpu
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+MPIRUN="mpirun --oversubscribe -x OMP_NUM_THREADS"
+cp data/addition/train_000.bin "$TMP/train.bin"
+M="--model gpt:L=2,C=72,H=3,V=509,T=32 --data $TMP/train.bin --batch 2 --seq 32"
+CONST="--lr 1e-3 --lr-final-frac 1"  # a constant learning rate: step k does not depend on --steps
+digest() { grep -o 'params_digest [0-9a-f]*' "$1" | awk '{print $2}'; }
+# run NAME ARGS...: runs the trainer, output in $TMP/NAME.out, exit code in $rc.
+run() {
+  local name=$1
+  shift
+  "$@" > "$TMP/$name.out" 2>&1
+  rc=$?
+}
+has() { grep -qE -- "$2" "$TMP/$1.out"; }
+show() { grep -v '^|' "$TMP/$1.out" | grep -iE "error|warn|skip|resum" | head -3; }
+
+# ---- checkpoints -------------------------------------------------------------------------
+CK=$TMP/ck
+run ref $BIN $M $CONST --steps 5 --digest
+run save3 $BIN $M $CONST --steps 3 --save "$CK"
+[ -f "$CK/complete.json" ] && [ ! -e "$CK.tmp" ] && ok "a save ends with its completion marker and no temporary" ||
+  bad "save: $(ls "$TMP")"
+cp -r "$CK" "$TMP/good"
+restore() { rm -rf "$CK" "$CK.tmp" "$CK.old"; cp -r "$TMP/good" "$CK"; }
+
+# meta.json: every field validated, with the reason.
+for v in -1000000 3.7 abc 99999999999; do
+  restore
+  sed -i "s/\"step\": 3/\"step\": $v/" "$CK/meta.json"
+  run meta $BIN $M $CONST --steps 5 --resume "$CK"
+  [ $rc = 1 ] && has meta "meta.json: \"step\" is $v, (out of range|not a whole number)" &&
+    ok "meta.json step $v is refused with the reason" || bad "meta.json step $v" "exit $rc $(show meta)"
+done
+restore
+sed -i 's/"saved_by_world_size": 1/"saved_by_world_size": 0/' "$CK/meta.json"
+run meta $BIN $M $CONST --steps 5 --resume "$CK"
+[ $rc = 1 ] && has meta 'saved_by_world_size" is 0, out of range' && ok "meta.json world size 0 is refused" ||
+  bad "meta.json world size" "$(show meta)"
+restore
+sed -i 's/"seed": [0-9]*/"seed": "x"/' "$CK/meta.json"
+run meta $BIN $M $CONST --steps 5 --resume "$CK"
+[ $rc = 1 ] && has meta '"seed" is "x", not a whole number' && ok "meta.json seed that is not a number is refused" ||
+  bad "meta.json seed" "$(show meta)"
+
+# A byte flipped anywhere in any array is found, naming the array and the byte range.
+for f in params.bin adam_m.bin adam_v.bin; do
+  restore
+  printf '\x5a' | dd of="$CK/$f" bs=1 seek=4321 conv=notrunc status=none
+  run flip $BIN $M $CONST --steps 5 --resume "$CK"
+  [ $rc = 1 ] && has flip "$f: bytes \[0, [0-9]+\) do not match their checksum" &&
+    ok "a flipped byte in $f is refused, naming the file and byte range" || bad "flipped byte in $f" "$(show flip)"
+done
+restore
+truncate -s 1000 "$CK/params.bin"
+run trunc $BIN $M $CONST --steps 5 --resume "$CK"
+[ $rc = 1 ] && has trunc "params.bin has 1000 bytes" && ok "a truncated array is refused" || bad "truncated" "$(show trunc)"
+
+# A half-written save (no marker) is never loaded.
+restore
+mv "$CK" "$CK.tmp"
+rm "$CK.tmp/complete.json"
+run half $BIN $M $CONST --steps 5 --resume "$CK"
+[ $rc = 1 ] && has half "ck.tmp is an interrupted save" && ok "a half-written DIR.tmp alone is refused, and named" ||
+  bad "half-written tmp" "$(show half)"
+
+# Killed between the two renames of a save: DIR.old (step 3) and DIR.tmp (step 5) remain.
+restore
+run save5 $BIN $M $CONST --steps 5 --save "$TMP/ck5"
+mv "$CK" "$CK.old"
+mv "$TMP/ck5" "$CK.tmp"
+cp -r "$CK.old" "$TMP/old3"
+run swap $BIN $M $CONST --steps 5 --resume "$CK" --digest
+[ $rc = 0 ] && has swap "using .*ck.tmp, the newest complete" && [ "$(digest "$TMP/swap.out")" = "$(digest "$TMP/ref.out")" ] &&
+  ok "--resume finds the newest complete checkpoint among DIR, DIR.tmp and DIR.old and says which" ||
+  bad "resume after a crash between renames" "exit $rc $(show swap)"
+# The next run's save settles them: nothing complete is lost before the new one is complete.
+run settle $BIN $M $CONST --steps 6 --resume "$CK" --save "$CK" --digest
+[ $rc = 0 ] && grep -q '"step": 6' "$CK/complete.json" && [ ! -e "$CK.tmp" ] && [ ! -e "$CK.old" ] &&
+  ok "the next save replaces them with the new checkpoint and leaves no DIR.tmp or DIR.old" ||
+  bad "settle" "exit $rc $(ls "$TMP") $(show settle)"
+# Only DIR.old is complete (killed after DIR was moved aside, before DIR.tmp had its marker).
+rm -rf "$CK" "$CK.tmp"
+cp -r "$TMP/old3" "$CK.old"
+cp -r "$TMP/good" "$CK.tmp"
+rm "$CK.tmp/complete.json"
+run oldonly $BIN $M $CONST --steps 5 --resume "$CK" --digest
+[ $rc = 0 ] && has oldonly "using .*ck.old" && has oldonly "ck.tmp is an interrupted save" &&
+  [ "$(digest "$TMP/oldonly.out")" = "$(digest "$TMP/ref.out")" ] &&
+  ok "with DIR missing and DIR.tmp incomplete, --resume uses DIR.old and says why" || bad "old only" "$(show oldonly)"
+
+# --keep-checkpoints N: step-numbered checkpoints, the N newest kept; --resume DIR takes the newest.
+run keep $BIN $M $CONST --steps 4 --save "$TMP/keep" --save-every 1 --keep-checkpoints 2
+[ $rc = 0 ] && [ "$(ls "$TMP/keep" | tr '\n' ' ')" = "step_00000003 step_00000004 " ] &&
+  ok "--keep-checkpoints 2 keeps the two newest step-numbered checkpoints" || bad "keep" "$(ls "$TMP/keep")"
+run keepres $BIN $M $CONST --steps 5 --resume "$TMP/keep" --digest
+[ $rc = 0 ] && has keepres "using .*step_00000004" && [ "$(digest "$TMP/keepres.out")" = "$(digest "$TMP/ref.out")" ] &&
+  ok "--resume of a --keep-checkpoints directory continues from its newest checkpoint" || bad "keep resume" "$(show keepres)"
+printf '\x01' | dd of="$TMP/keep/step_00000004/params.bin" bs=1 seek=8 conv=notrunc status=none
+run keepbad $BIN $M $CONST --steps 5 --resume "$TMP/keep"
+[ $rc = 0 ] && has keepbad "using .*step_00000003" && has keepbad "skipped: .*step_00000004/params.bin" &&
+  ok "a corrupt newest checkpoint is skipped for the previous one, saying why" || bad "keep corrupt" "$(show keepbad)"
+
+# Any world size verifies any checkpoint: saved on 3 ranks, verified and resumed on 2.
+# (3 ranks x batch 2 = 1 rank x batch 2 x accum 3: the same micro-batches, so the same bits.)
+run ref_a3 $BIN $M $CONST --steps 5 --accum 3 --digest
+run save_w3 $MPIRUN -np 3 $BIN $M $CONST --steps 3 --save "$TMP/ck_w3"
+run res_w1 $BIN $M $CONST --steps 5 --accum 3 --resume "$TMP/ck_w3" --digest
+[ $rc = 0 ] && [ "$(digest "$TMP/res_w1.out")" = "$(digest "$TMP/ref_a3.out")" ] &&
+  ok "a checkpoint saved on 3 ranks verifies and resumes on 1, bit-identical" || bad "3 -> 1 ranks" "$(show res_w1)"
+run res_w2 $MPIRUN -np 2 $BIN $M $CONST --steps 4 --resume "$TMP/ck_w3"
+[ $rc = 0 ] && has res_w2 "resumed from .*ck_w3 after step 3" && ok "and it verifies on 2 ranks" || bad "verify on 2" "$(show res_w2)"
+printf '\x01' | dd of="$TMP/ck_w3/adam_m.bin" bs=1 seek=300000 conv=notrunc status=none
+run bad_w2 $MPIRUN -np 2 $BIN $M $CONST --steps 5 --resume "$TMP/ck_w3"
+[ $rc != 0 ] && has bad_w2 "adam_m.bin: bytes \[0, [0-9]+\) do not match" && ok "and on 2 ranks a flipped byte is found" ||
+  bad "corrupt on 2 ranks" "$(show bad_w2)"
+
+# ---- output paths, checked before the first step ----------------------------------------
+echo keep > "$TMP/afile"
+mkdir -p "$TMP/notckpt" && echo mine > "$TMP/notckpt/notes.txt"
+for case in "--save $TMP/afile|a file of that name exists" "--save $TMP/notckpt|is not an fsdp.c checkpoint" \
+            "--save /|name the checkpoint directory itself" "--save $TMP/missing/ck|does not exist" \
+            "--log $TMP/missing/log.jsonl|does not exist" "--dump-params $TMP/missing/p.bin|does not exist" \
+            "--bench-json $TMP/missing/b.json|does not exist" "--trace $TMP/missing/t.json|does not exist" \
+            "--log $TMP|is a directory"; do
+  args=${case%%|*} pattern=${case#*|}
+  run path $BIN $M --steps 2 $args
+  [ $rc = 2 ] && has path "$pattern" && ! has path "^step +1/" && [ "$(cat "$TMP/afile")" = keep ] &&
+    [ -f "$TMP/notckpt/notes.txt" ] && [ ! -e "$TMP/notckpt.tmp" ] && ok "$args is refused before the first step" ||
+    bad "$args" "exit $rc $(show path)"
+done
+run empty $BIN $M --steps 2 --save ''
+[ $rc = 2 ] && has empty "needs a directory name" && ! ls -a | grep -q '^\.tmp$' && ok "--save '' is refused, no stray .tmp" ||
+  bad "--save ''" "$(show empty)"
+run trace3 $MPIRUN -np 2 $BIN $M --steps 2 --trace "$TMP/missing/t.json"
+[ $rc != 0 ] && has trace3 "rank 1\] error: --trace .*t.json.rank1: the directory" &&
+  ok "a trace path is checked on every rank, naming the rank" || bad "trace on 2 ranks" "$(show trace3)"
+# A full disk says so.
+run full $BIN $M --steps 2 --log /dev/full
+[ $rc = 1 ] && has full "No space left on device" && ok "a full disk under --log says 'No space left on device'" ||
+  bad "full disk" "$(show full)"
+if cc -shared -fPIC -O1 -o "$TMP/enospc.so" test/enospc_shim.c -ldl; then
+  restore
+  run fullck env LD_PRELOAD="$TMP/enospc.so" ENOSPC_AFTER_BYTES=100000 $BIN $M $CONST --steps 4 --save "$CK"
+  [ $rc = 1 ] && has fullck "No space left on device" && grep -q '"step": 3' "$CK/complete.json" &&
+    run after $BIN $M $CONST --steps 5 --resume "$CK" --digest && [ "$(digest "$TMP/after.out")" = "$(digest "$TMP/ref.out")" ] &&
+    ok "a checkpoint save onto a full disk fails naming it and leaves the previous checkpoint intact" ||
+    bad "full disk during a save" "exit $rc $(show fullck)"
+else
+  bad "full disk during a save" "cannot build test/enospc_shim.c"
+fi
+
+# ---- non-finite steps --------------------------------------------------------------------
+run nan1 $BIN $M $CONST --steps 3 --inject-nonfinite 3:0:2 --digest --save "$TMP/cknan" --log "$TMP/nan.jsonl"
+run two $BIN $M $CONST --steps 2 --digest
+[ $rc = 0 ] && has nan1 "step +3 \| non-finite gradient norm; the first unit whose gradient shard was non-finite: block.1" &&
+  [ "$(digest "$TMP/nan1.out")" = "$(digest "$TMP/two.out")" ] && grep -q '"skipped": true' "$TMP/nan.jsonl" &&
+  ok "a NaN gradient skips the update: parameters equal those of the step before, the unit is named, the log says so" ||
+  bad "non-finite skip" "$(show nan1)"
+run two3 $MPIRUN -np 3 $BIN $M $CONST --steps 2 --digest
+run nan3 $MPIRUN -np 3 $BIN $M $CONST --steps 3 --inject-nonfinite 3:1:1 --digest
+[ $rc = 0 ] && has nan3 "non-finite: block.0" && [ "$(digest "$TMP/nan3.out")" = "$(digest "$TMP/two3.out")" ] &&
+  ok "a NaN on rank 1 of 3 skips the step on every rank, bit-identical to stopping a step earlier" || bad "nan on 3 ranks" "$(show nan3)"
+run nanhy $MPIRUN -np 4 $BIN $M $CONST --steps 3 --shard hybrid:2 --inject-nonfinite 3:3 --digest
+[ $rc = 0 ] && has nanhy "non-finite gradient norm" && ok "with hybrid sharding a NaN on one replica skips the step everywhere" ||
+  bad "nan hybrid" "$(show nanhy)"
+run nanstop $BIN $M $CONST --steps 5 --inject-nonfinite 2:0 --max-bad-steps 1 --save "$TMP/cknan2" --save-every 1
+[ $rc = 1 ] && has nanstop "stopping at step 2 after 1 steps with a non-finite" && grep -q '"step": 1' "$TMP/cknan2/complete.json" &&
+  ok "--max-bad-steps stops the run; the last checkpoint is the last good step" || bad "max bad steps" "exit $rc $(show nanstop)"
+
+# ---- data ---------------------------------------------------------------------------------
+cp data/addition/train_000.bin "$TMP/live.bin"
+timeout 60 $BIN --model gpt:L=2,C=72,H=3,V=509,T=32 --data "$TMP/live.bin" --batch 2 --seq 32 --steps 1000000 > "$TMP/live.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "^step +2/" "$TMP/live.out" && break; sleep 0.1; done
+python3 -c "
+import sys; p = sys.argv[1]; d = bytearray(open(p, 'rb').read()); d[1024:] = b'\xff' * (len(d) - 1024)
+open(p, 'r+b').write(d)" "$TMP/live.bin"
+wait $pid
+rc=$?
+[ $rc = 1 ] && has live "live.bin: token [0-9]+ \(byte offset [0-9]+\) has id 65535 >= vocab 509; the file changed" &&
+  ok "a shard rewritten during the run stops it at the next batch, naming file and offset" || bad "live rewrite" "exit $rc $(show live)"
+
+# ---- launch and hangs ----------------------------------------------------------------------
+run env1 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 $BIN $M --steps 1
+[ $rc = 2 ] && has env1 "torchrun environment describes 2 ranks, but MPI started 1.*mpirun -np 2" &&
+  ok "torchrun-style variables without mpirun are refused, saying how to launch" || bad "launcher env" "$(show env1)"
+run env2 env SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_LOCALID=1 $BIN $M --steps 1
+[ $rc = 2 ] && has env2 "slurm environment describes 4 ranks" && ok "srun-style variables without MPI are refused" ||
+  bad "slurm env" "$(show env2)"
+run initdir $BIN $M --steps 1 --init-dir "$TMP"
+[ $rc = 1 ] && has initdir "--init-dir is for the NCCL build" && ok "--init-dir is refused by the MPI build" || bad "init-dir" "$(show initdir)"
+run groups $MPIRUN -np 4 --map-by node $BIN $M --steps 1 --shard hybrid:2
+[ $rc = 0 ] && has groups "shard groups \(F=2, ranks that share a host together\): \{0,1\} \{2,3\}" &&
+  ok "hybrid sharding says which ranks form each shard group" || bad "hybrid groups" "$(show groups)"
+# A stopped rank ends every rank within --comm-timeout, naming the collective.
+timeout 60 $MPIRUN -np 3 $BIN $M --steps 1000000 --comm-timeout 3 > "$TMP/hang.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "^step +2/" "$TMP/hang.out" && break; sleep 0.1; done
+victim=$(pgrep -f "^$BIN .*--comm-timeout 3" | sed -n 2p)
+start=$SECONDS
+[ -n "$victim" ] && kill -STOP "$victim"
+wait $pid
+rc=$?
+[ -n "$victim" ] && kill -CONT "$victim" 2> /dev/null
+[ $rc != 0 ] && [ $((SECONDS - start)) -lt 30 ] &&
+  has hang "\[rank [02]\] error: [a-z -]+( \(all-reduce of a flag\))? #[0-9]+ .*did not finish within --comm-timeout 3 s" &&
+  ok "SIGSTOP on one of 3 ranks ends every rank in $((SECONDS - start)) s, naming rank and collective" ||
+  bad "stopped rank" "exit $rc after $((SECONDS - start)) s $(show hang)"
+
+# ---- smaller ------------------------------------------------------------------------------
+run zero $BIN $M --steps 0 --save "$TMP/ck0"
+[ $rc = 0 ] && has zero "saved .*ck0 \(the initial parameters" && grep -q '"step": 0' "$TMP/ck0/complete.json" &&
+  ok "--steps 0 --save saves the initial parameters and says so" || bad "--steps 0 --save" "$(show zero)"
+run nothing $BIN $M $CONST --steps 3 --resume "$TMP/good" --save "$TMP/good2"
+[ $rc = 0 ] && has nothing "no step to train, and no new checkpoint is saved" && ok "resuming at or past --steps says nothing is trained" ||
+  bad "nothing to do" "$(show nothing)"
+run mem $BIN $M --steps 2
+has mem "memory: plan [0-9]+ bytes, measured [1-9][0-9]* bytes" && ok "the CPU memory line reports a measured, non-zero figure" ||
+  bad "memory line" "$(grep memory "$TMP/mem.out")"
+cases_summary
+[ $fail = 0 ]
