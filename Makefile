@@ -155,7 +155,15 @@ $(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 
-test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump
+# The trainer with AddressSanitizer and UBSan, for the input fuzzer (test/fuzz_inputs.py).
+SAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+$(BUILD)/asan/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC_CPU) $(CFLAGS_CPU) $(SAN_FLAGS) -c $< -o $@
+$(BUILD)/asan/train_gpt_cpu: $(patsubst %.c,$(BUILD)/asan/%.o,train_gpt.c $(CPU_LIB_SRCS))
+	$(CC_CPU) $(SAN_FLAGS) $^ -o $@ $(LDLIBS_CPU)
+
+test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump $(BUILD)/asan/train_gpt_cpu
 
 # CI has nvcc but no GPU: `make test` compiles the CUDA binary and GPU tests when it can.
 ifneq ($(NVCC),)
@@ -166,7 +174,13 @@ endif
 cuda-skip-note:
 	@echo "note: nvcc not found (set CUDA_HOME): skipping the CUDA build"
 
-test: test-bins sim-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
+# `make test` first installs what the suite needs when it is missing (test/setup.sh), then builds
+# and runs it in a fresh make, which sees the compilers and MPI just installed.
+test:
+	@bash test/setup.sh
+	@$(MAKE) --no-print-directory test-suite
+
+test-suite: test-bins sim-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
 	bash test/run_tests.sh
 
 # ---- GPU tests (run on a machine with a GPU) ----------------------------------------
@@ -303,4 +317,4 @@ print-run-args:
 clean:
 	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim
 
-.PHONY: test test-bins test-gpu test-sim sim-bins train_gpt_sim cuda-config cuda-skip-note run print-run-args clean
+.PHONY: test test-suite test-bins test-gpu test-sim sim-bins train_gpt_sim cuda-config cuda-skip-note run print-run-args clean

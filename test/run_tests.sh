@@ -7,6 +7,8 @@ set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 source test/suite.sh
+# OpenMPI refuses to start as root unless told it is intended (CI and containers run as root).
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 for t in build/test/test_*; do
   part "$(basename "$t")" "$t"
@@ -18,6 +20,7 @@ part "planner and benchmark" python3 test/test_plan.py
 part "benchmark scripts" bash test/test_bench_scripts.sh
 part "multi-rank FSDP" bash test/test_multirank.sh
 part "faults and bad input" bash test/test_trust.sh
+part "fuzzed shards and checkpoints (sanitizers)" python3 test/fuzz_inputs.py --cases 100
 part "end-to-end training" bash test/test_e2e.sh
 part "CUDA simulator" bash test/cudasim/run_sim_tests.sh
 

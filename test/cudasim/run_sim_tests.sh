@@ -8,6 +8,8 @@ set -u
 cd "$(dirname "$0")/../.."
 SIM=build/sim
 source test/suite.sh
+# OpenMPI refuses to start as root unless told it is intended (CI and containers run as root).
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 part "simulator: PTX fragment tables" $SIM/test_ptx
 part "simulator: cuBLASLt and cub subset" $SIM/test_cublaslt
