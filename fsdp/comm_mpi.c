@@ -12,10 +12,12 @@
 #include "fsdp/comm.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fsdp/dist.h"
 
@@ -98,8 +100,13 @@ static void wait_collective(Comm* c, MPI_Request* req, const char* what, size_t 
                       "%g s: another rank is stopped, hung or unreachable. Ending every rank.\n",
               dist_rank(), what, c->collectives, count, c->size, g_timeout_s);
       fflush(stderr);
+      // MPI_Abort asks the launcher to end every rank; cut off from it (a network partition), it
+      // may never return, so the default action of SIGALRM ends this rank a few seconds later,
+      // and the launcher, seeing a rank die, ends the others.
+      signal(SIGALRM, SIG_DFL);
+      alarm(10);
       MPI_Abort(MPI_COMM_WORLD, 3);
-      exit(3);
+      _exit(3);
     }
   }
 }

@@ -1,9 +1,11 @@
 // dist.c: start-up, rank-0 printing and fatal errors that bring every rank down.
 #include "fsdp/dist.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifndef NO_MPI
 #include <mpi.h>
 #endif
@@ -159,8 +161,13 @@ void fatal(const char* fmt, ...) {
   else fprintf(stderr, "error: %s\n", msg);
   fflush(stderr);
 #ifndef NO_MPI
-  // MPI_Abort ends every rank, also those blocked in a collective waiting for this one.
-  if (g_mpi && g_world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  // MPI_Abort ends every rank, also those blocked in a collective waiting for this one. Should
+  // it never return (the launcher unreachable), SIGALRM's default action ends this rank.
+  if (g_mpi && g_world > 1) {
+    signal(SIGALRM, SIG_DFL);
+    alarm(10);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
 #endif
   exit(1);
 }

@@ -16,7 +16,9 @@ expect "--help lists the FSDP options" 0 "limit-all-gathers" $BIN --help
 expect "unknown option refused with the usage line" 2 "unknown option '--bogus'.*|usage: train_gpt_cpu" $BIN $M --data $DATA --bogus
 expect "malformed integer refused" 2 "option --batch expects an integer" $BIN $M --data $DATA --batch 4x
 expect "negative learning rate refused" 2 "option --lr expects a number" $BIN $M --data $DATA --lr -1
-expect "missing value refused" 2 "needs a value|usage" $BIN $M --data $DATA --steps
+expect "missing value refused" 2 "option --steps needs a value" $BIN $M --data $DATA --steps
+expect "a value missing before the next option is named, not called unknown" 2 "option --batch needs a value" $BIN $M --data $DATA --batch
+expect "--global-batch with --accum is refused, not silently overridden" 2 "give --accum or --global-batch, not both" $BIN $M --data $DATA --accum 2 --global-batch 8
 expect "stray argument refused" 2 "unexpected argument 'extra'" $BIN $M --data $DATA extra
 expect "missing --data refused" 2 "--data is required" $BIN $M
 expect "unknown model lists the presets" 2 "unknown model 'gpt5'.*|gpt2-124m" $BIN --model gpt5 --data $DATA
@@ -65,6 +67,19 @@ expect "T5 --dec-len too short for the targets is refused" 2 "dec-len" $BIN $T5 
 expect "T5 vocabulary without room for sentinels is refused" 2 "V must be at least" $BIN --model t5:V=4 --data $DATA --enc-len 64 --dec-len 20 --steps 1
 expect "T5 data tokens colliding with sentinels are refused" 1 "sentinels.*id 5[0-9] >= vocab 52" $BIN --model t5:V=80 --data $DATA --enc-len 512 --dec-len 114 --steps 1
 expect "--eval-prompts is refused for T5" 2 "for GPT models" $BIN $T5 --eval-prompts data/addition/val_problems.txt
+
+# MFU is stated against the peak actually measured, with the digits that matter.
+$BIN $M --data $DATA --batch 2 --steps 2 --bench --bench-warmup 1 --peak > "$TMP/peak.out" 2>&1
+expect "MFU is stated against the measured peak as printed" 0 "^same$" python3 -c "
+import re
+out = open('$TMP/peak.out').read()
+measured = float(re.search(r'peak: ([0-9.e+-]+) TFLOPS measured', out).group(1))
+against = float(re.search(r'MFU against ([0-9.e+-]+) TFLOPS', out).group(1))
+print('same' if abs(against - measured) <= 1e-3 * measured else (measured, against))"
+
+# The README's mpirun example runs as written (after make run has made the data), shortened.
+readme_cmd=$(awk '/^    mpirun -np 4/ {go = 1} go {more = sub(/\\$/, ""); printf "%s ", $0; if (!more) exit}' README.md)
+expect "the README's mpirun example runs as written" 0 "exact-match accuracy" bash -c "$readme_cmd --steps 30 --eval-every 30"
 
 cases_summary
 [ $fail = 0 ]

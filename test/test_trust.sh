@@ -207,7 +207,7 @@ run groups $MPIRUN -np 4 --map-by node $BIN $M --steps 1 --shard hybrid:2
 timeout 60 $MPIRUN -np 3 $BIN $M --steps 1000000 --comm-timeout 3 > "$TMP/hang.out" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q "^step +2/" "$TMP/hang.out" && break; sleep 0.1; done
-victim=$(pgrep -f "^$BIN .*--comm-timeout 3" | sed -n 2p)
+victim=$(pgrep -f "^$BIN .*$TMP/train.bin.*--comm-timeout 3" | sed -n 2p)  # rank 1 of this run
 start=$SECONDS
 [ -n "$victim" ] && kill -STOP "$victim"
 wait $pid
@@ -217,6 +217,30 @@ rc=$?
   has hang "\[rank [02]\] error: [a-z -]+( \(all-reduce of a flag\))? #[0-9]+ .*did not finish within --comm-timeout 3 s" &&
   ok "SIGSTOP on one of 3 ranks ends every rank in $((SECONDS - start)) s, naming rank and collective" ||
   bad "stopped rank" "exit $rc after $((SECONDS - start)) s $(show hang)"
+
+# A network partition: two ranks talking over TCP on the loopback of a private network
+# namespace, whose loopback is then taken down. Needs unshare -n (root); said when unavailable.
+partition() {
+  ip link set lo up || return 1
+  timeout 90 $MPIRUN -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo $BIN $M --steps 1000000 --comm-timeout 3 \
+    > "$TMP/part.out" 2>&1 &
+  local pid=$! i
+  for i in $(seq 150); do grep -q "^step +2/" "$TMP/part.out" && break; sleep 0.1; done
+  ip link set lo down
+  wait $pid
+}
+if unshare -n true 2> /dev/null; then
+  export -f partition
+  start=$SECONDS
+  BIN=$BIN M=$M TMP=$TMP MPIRUN=$MPIRUN unshare -n bash -c partition
+  rc=$?
+  [ $rc != 0 ] && [ $rc != 124 ] && [ $((SECONDS - start)) -lt 75 ] &&
+    has part "error: [a-z -]+ #[0-9]+ .*did not finish within --comm-timeout 3 s" &&
+    ok "a network partition (TCP between ranks cut) ends every rank in $((SECONDS - start)) s, naming the collective" ||
+    bad "network partition" "exit $rc after $((SECONDS - start)) s $(show part)"
+else
+  echo "note: no network namespaces here (unshare -n needs root): the partition case is not run"
+fi
 
 # ---- smaller ------------------------------------------------------------------------------
 run zero $BIN $M --steps 0 --save "$TMP/ck0"
