@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
 
   // Model FLOPs utilization against the dense peak of the device, or a measured one.
   double flops_step = M * model_flops(&cfg, B, T, Te);
+  double recompute_step = M * model_recompute_flops(&cfg, B, T, Te, o.fsdp.recompute);  // hardware extra
   double peak = device_peak_flops(device);
   const char* peak_source = "datasheet dense bf16";
   if (o.peak) {
@@ -200,6 +201,7 @@ int main(int argc, char** argv) {
     double tflops = flops_step / W / (ms / 1e3) / 1e12;  // per rank
     log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
          total_steps, loss, lr, norm, ms, comm_ms[step], tok_s, tflops);
+    if (recompute_step > 0) log0(" | hw %.3g TFLOPS", (flops_step + recompute_step) / W / (ms / 1e3) / 1e12);
     if (peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / peak);
     if (!finite) log0(" | SKIPPED");
     log0("\n");

@@ -85,7 +85,12 @@ typedef struct {
   // would take on sim_world ranks at sim_gbps GB/s per rank.
   int sim_world;
   double sim_gbps;
+  // Activation checkpointing (--recompute; FSDP paper section 7, the 175B/1T posts): with
+  // RECOMPUTE_BLOCK a block keeps only its output, and its backward first re-runs its forward
+  // (the unit is already unsharded for backward, so no extra collective).
+  int recompute;
 } FSDPOptions;
+enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK };
 
 typedef struct {
   // configuration

@@ -91,20 +91,23 @@ void gpt_plan(Model* m) {
   fsdp_finalize_layout(fs);
 
   // Activations: what each block saves for backward (one region per kind, L slices each),
-  // plus shared scratch.
+  // plus shared scratch. With --recompute block only the block outputs keep L slices; the
+  // rest is one slice, refilled by re-running a block's forward before its backward.
   size_t N = (size_t)B * T, H = cfg->H;
   MemPlan* p = &fs->plan;
   const char* A = "activations";
-  plan_acts(p, A, "ln1 (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_ln1);
-  plan_acts(p, A, "qkv (L x N x 3C)", L * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
-  plan_acts(p, A, "attention out (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_atty);
-  plan_acts(p, A, "residual 2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_res2);
-  plan_acts(p, A, "ln2 (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_ln2);
-  plan_acts(p, A, "mlp fc (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
-  plan_acts(p, A, "mlp gelu (L x N x 4C)", L * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
+  int rc = fs->opt.recompute == RECOMPUTE_BLOCK;
+  size_t Lk = rc ? 1 : (size_t)L;  // slices of what a block's backward reads
+  plan_acts(p, A, rc ? "ln1 (N x C, recomputed)" : "ln1 (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_ln1);
+  plan_acts(p, A, rc ? "qkv (N x 3C, recomputed)" : "qkv (L x N x 3C)", Lk * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
+  plan_acts(p, A, rc ? "attention out (N x C, recomputed)" : "attention out (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_atty);
+  plan_acts(p, A, rc ? "residual 2 (N x C, recomputed)" : "residual 2 (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_res2);
+  plan_acts(p, A, rc ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_ln2);
+  plan_acts(p, A, rc ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lk * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
+  plan_acts(p, A, rc ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lk * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
   plan_acts(p, A, "block out (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_out);
-  plan_acts(p, A, "norm statistics (4 x L x N)", 4 * L * N, sizeof(float), (void**)&g->r_stats);
-  plan_acts(p, A, "attention lse (L x B x H x T)", L * N * H, sizeof(float), (void**)&g->r_lse);
+  plan_acts(p, A, rc ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lk * N, sizeof(float), (void**)&g->r_stats);
+  plan_acts(p, A, rc ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lk * N * H, sizeof(float), (void**)&g->r_lse);
   plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
   plan_acts(p, A, "final norm (N x C)", N * C, sizeof(act_t), (void**)&g->lnf);
   plan_acts(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
@@ -123,26 +126,27 @@ void gpt_plan(Model* m) {
 
 void gpt_carve(Model* m) {
   GPT* g = m->impl;
-  int L = m->cfg.L;
+  int L = m->cfg.L, Lk = m->fs->opt.recompute == RECOMPUTE_BLOCK ? 1 : L;
   size_t N = (size_t)m->B * m->T, C = m->cfg.C, H = m->cfg.H;
   m->targets = m->inputs + N;
   g->lnf_rstd = g->lnf_mean + N;
   g->blocks = xcalloc(L, sizeof(BlockActs), "activation table");
   for (int l = 0; l < L; l++) {
     BlockActs* b = &g->blocks[l];
-    b->ln1 = g->r_ln1 + l * N * C;
-    b->qkv = g->r_qkv + l * N * 3 * C;
-    b->atty = g->r_atty + l * N * C;
-    b->res2 = g->r_res2 + l * N * C;
-    b->ln2 = g->r_ln2 + l * N * C;
-    b->fch = g->r_fch + l * N * 4 * C;
-    b->fch_gelu = g->r_fch_gelu + l * N * 4 * C;
+    size_t s = l % Lk;  // the block's slice: its own, or the one every block shares (recompute)
+    b->ln1 = g->r_ln1 + s * N * C;
+    b->qkv = g->r_qkv + s * N * 3 * C;
+    b->atty = g->r_atty + s * N * C;
+    b->res2 = g->r_res2 + s * N * C;
+    b->ln2 = g->r_ln2 + s * N * C;
+    b->fch = g->r_fch + s * N * 4 * C;
+    b->fch_gelu = g->r_fch_gelu + s * N * 4 * C;
     b->out = g->r_out + l * N * C;
-    b->ln1_mean = g->r_stats + (0 * L + l) * N;
-    b->ln1_rstd = g->r_stats + (1 * L + l) * N;
-    b->ln2_mean = g->r_stats + (2 * L + l) * N;
-    b->ln2_rstd = g->r_stats + (3 * L + l) * N;
-    b->lse = g->r_lse + l * N * H;
+    b->ln1_mean = g->r_stats + (0 * Lk + s) * N;
+    b->ln1_rstd = g->r_stats + (1 * Lk + s) * N;
+    b->ln2_mean = g->r_stats + (2 * Lk + s) * N;
+    b->ln2_rstd = g->r_stats + (3 * Lk + s) * N;
+    b->lse = g->r_lse + s * N * H;
   }
 }
 
@@ -236,6 +240,9 @@ void gpt_backward(Model* m) {
                      block_input(m, L), fsdp_param(fs, 0, R_LNF_W), g->lnf_mean, g->lnf_rstd, N, C);
   for (int l = L - 1; l >= 0; l--) {
     fsdp_pre_backward(fs, 1 + l);
+    // Activation checkpointing: refill the shared slice with this block's forward (the same
+    // kernels on the same inputs, so the same bits), on parameters already gathered.
+    if (fs->opt.recompute == RECOMPUTE_BLOCK) block_forward(m, l, block_input(m, l));
     block_backward(m, l, block_input(m, l));
     fsdp_post_backward(fs, 1 + l);
   }

@@ -67,3 +67,10 @@ void model_backward(Model* m) {
 double model_flops(const ModelConfig* cfg, int B, int T, int Te) {
   return cfg->kind == MODEL_GPT ? gpt_flops(cfg, B, T) : t5_flops(cfg, B, T, Te);
 }
+
+double model_recompute_flops(const ModelConfig* cfg, int B, int T, int Te, int recompute) {
+  if (recompute != RECOMPUTE_BLOCK) return 0.0;
+  // One more forward of every block: the forward (a third of forward + backward) without the
+  // lm_head, which is not recomputed.
+  return model_flops(cfg, B, T, Te) / 3 - 2.0 * B * T * cfg->C * cfg->Vp;
+}

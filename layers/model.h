@@ -75,6 +75,9 @@ void model_loss(Model* m, float dloss);
 // Matmul FLOPs of one forward + backward over one micro-batch (2mnk per product; backward
 // twice the forward; causal attention counts only the scores it computes).
 double model_flops(const ModelConfig* cfg, int B, int T, int Te);
+// The matmul FLOPs activation checkpointing adds (--recompute block: one more forward of every
+// block), for hardware FLOPs = model_flops + this; MFU stays on model FLOPs.
+double model_recompute_flops(const ModelConfig* cfg, int B, int T, int Te, int recompute);
 
 // The per-model functions model.c dispatches to.
 void gpt_plan(Model* m);

@@ -53,6 +53,7 @@ typedef struct T5 {
   // planned regions holding every block's activations (carved per block)
   act_t* r_act;
   float* r_f32;
+  act_t* r_out;  // --recompute block: every block's output (the rest is one shared slice)
   size_t enc_act_elems, dec_act_elems, enc_f32_elems, dec_f32_elems;
 } T5;
 
@@ -133,15 +134,22 @@ void t5_plan(Model* m) {
 
   size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, Nmax = Ne > Nd ? Ne : Nd;
   size_t I = (size_t)c->H * c->D, F = c->F, FI = ff_in(c);
-  // Per block: act_t tensors and fp32 statistics, laid out back to back (see t5_carve).
-  t->enc_act_elems = Ne * (C + 3 * I + I + C + C + FI + F + C);
-  t->dec_act_elems = Nd * (C + 3 * I + I + C + C + I + C + C + FI + F + C + I) + Ne * 2 * I;
+  // Per block: act_t tensors and fp32 statistics, laid out back to back (see t5_carve). With
+  // --recompute block, one slice serves every block (refilled by re-running its forward in
+  // backward) and only the block outputs are kept per block, in their own region.
+  int rc = fs->opt.recompute == RECOMPUTE_BLOCK;
+  size_t Le = rc ? 1 : (size_t)c->L, Lde = rc ? 1 : (size_t)c->Ld;
+  t->enc_act_elems = Ne * (C + 3 * I + I + C + C + FI + F + (rc ? 0 : C));
+  t->dec_act_elems = Nd * (C + 3 * I + I + C + C + I + C + C + FI + F + (rc ? 0 : C) + I) + Ne * 2 * I;
   t->enc_f32_elems = 2 * Ne + B * H * Te;
   t->dec_f32_elems = 3 * Nd + 2 * B * H * Td;
   MemPlan* p = &fs->plan;
   const char* A = "activations";
-  plan_region(p, A, "encoder + decoder blocks", c->L * t->enc_act_elems + c->Ld * t->dec_act_elems, sizeof(act_t), (void**)&t->r_act);
-  plan_region(p, A, "block statistics", c->L * t->enc_f32_elems + c->Ld * t->dec_f32_elems, sizeof(float), (void**)&t->r_f32);
+  plan_region(p, A, rc ? "one encoder + one decoder block (recomputed)" : "encoder + decoder blocks",
+              Le * t->enc_act_elems + Lde * t->dec_act_elems, sizeof(act_t), (void**)&t->r_act);
+  plan_region(p, A, rc ? "block statistics (recomputed)" : "block statistics", Le * t->enc_f32_elems + Lde * t->dec_f32_elems,
+              sizeof(float), (void**)&t->r_f32);
+  if (rc) plan_region(p, A, "block outputs (L x Ne x C + Ld x Nd x C)", (c->L * Ne + c->Ld * Nd) * C, sizeof(act_t), (void**)&t->r_out);
   plan_region(p, A, "embeddings (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_emb);
   plan_region(p, A, "final norms (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_final);
   plan_region(p, A, "final norm statistics", Ne + Nd, sizeof(float), (void**)&t->enc_final_rstd);
@@ -190,10 +198,17 @@ void t5_carve(Model* m) {
   t->d_dec_bias = t->d_enc_bias + H * Te * Te;
   act_t* a = t->r_act;
   float* f = t->r_f32;
+  int rc = m->fs->opt.recompute == RECOMPUTE_BLOCK;
+  act_t* outs = t->r_out;  // recompute: the block outputs, one per block
   t->enc = xcalloc(c->L, sizeof(T5Acts), "activation table");
   t->dec = xcalloc(c->Ld, sizeof(T5Acts), "activation table");
   for (int l = 0; l < c->L; l++) {
     T5Acts* e = &t->enc[l];
+    if (rc && l > 0) {  // the shared slice, with the block's own output
+      *e = t->enc[0];
+      e->out = take_act(&outs, Ne * C);
+      continue;
+    }
     e->ln1 = take_act(&a, Ne * C);
     e->qkv = take_act(&a, Ne * 3 * I);
     e->att = take_act(&a, Ne * I);
@@ -201,13 +216,18 @@ void t5_carve(Model* m) {
     e->ln2 = take_act(&a, Ne * C);
     e->ffh = take_act(&a, Ne * FI);
     e->ffa = take_act(&a, Ne * F);
-    e->out = take_act(&a, Ne * C);
+    e->out = rc ? take_act(&outs, Ne * C) : take_act(&a, Ne * C);
     e->rstd1 = take_f32(&f, Ne);
     e->rstd2 = take_f32(&f, Ne);
     e->lse = take_f32(&f, B * H * Te);
   }
   for (int l = 0; l < c->Ld; l++) {
     T5Acts* d = &t->dec[l];
+    if (rc && l > 0) {
+      *d = t->dec[0];
+      d->out = take_act(&outs, Nd * C);
+      continue;
+    }
     d->ln1 = take_act(&a, Nd * C);
     d->qkv = take_act(&a, Nd * 3 * I);
     d->att = take_act(&a, Nd * I);
@@ -218,7 +238,7 @@ void t5_carve(Model* m) {
     d->ln3 = take_act(&a, Nd * C);
     d->ffh = take_act(&a, Nd * FI);
     d->ffa = take_act(&a, Nd * F);
-    d->out = take_act(&a, Nd * C);
+    d->out = rc ? take_act(&outs, Nd * C) : take_act(&a, Nd * C);
     d->catt = take_act(&a, Nd * I);
     d->ckv = take_act(&a, Ne * 2 * I);
     d->rstd1 = take_f32(&f, Nd);
@@ -408,8 +428,10 @@ void t5_backward(Model* m) {
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, 0, R_DEC_NORM), t->dln, decoder_input(m, Ld), fsdp_param(fs, 0, R_DEC_NORM),
                    t->dec_final_rstd, Nd, C);
   fill_zero_act(k, t->denc, (size_t)Ne * C);
+  int rc = fs->opt.recompute == RECOMPUTE_BLOCK;  // activation checkpointing: see gpt.c
   for (int l = Ld - 1; l >= 0; l--) {
     fsdp_pre_backward(fs, 1 + L + l);
+    if (rc) decoder_block_forward(m, l, decoder_input(m, l));
     decoder_block_backward(m, l, decoder_input(m, l));
     fsdp_post_backward(fs, 1 + L + l);
   }
@@ -421,6 +443,7 @@ void t5_backward(Model* m) {
                    t->enc_final_rstd, Ne, C);
   for (int l = L - 1; l >= 0; l--) {
     fsdp_pre_backward(fs, 1 + l);
+    if (rc) encoder_block_forward(m, l, encoder_input(m, l));
     encoder_block_backward(m, l, encoder_input(m, l));
     fsdp_post_backward(fs, 1 + l);
   }

@@ -36,7 +36,7 @@ def unit_numel(shapes):
     return end
 
 
-def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True):
+def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute=False):
     """Bytes of every region of one rank's plan, in fp32 (the CPU backend)."""
     Vp = up(V, 128)
     root = unit_numel([Vp * C, T * C, C, C])
@@ -48,12 +48,13 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True):
     nslots = min(K, L) if reshard else L
     ngrad = min(2, L) if sync else L
     N, f = B * T, 4
+    Lk = 1 if recompute else L  # --recompute block: one shared slice; only block outputs per block
     regions = [shard_total * f] * 4 + [
         pr * f, nslots * pb * f, pr * f, ngrad * pb * f, max(pr // F, pb // F) // 128 * 8,
         # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, out, stats, lse, encoded, lnf,
         # lnf stats, logits, losses, loss sum
-        L * N * C * f, L * N * 3 * C * f, L * N * C * f, L * N * C * f, L * N * C * f,
-        L * N * 4 * C * f, L * N * 4 * C * f, L * N * C * f, 4 * L * N * f, L * N * H * f,
+        Lk * N * C * f, Lk * N * 3 * C * f, Lk * N * C * f, Lk * N * C * f, Lk * N * C * f,
+        Lk * N * 4 * C * f, Lk * N * 4 * C * f, L * N * C * f, 4 * Lk * N * f, Lk * N * H * f,
         N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f, 8,
         # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
         N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
@@ -93,6 +94,12 @@ rc, out = run(["--plan", "--world", "2", "--model", "gpt:L=3,C=72,H=3,V=509,T=32
 want, _ = gpt_plan(3, 72, 3, 509, 32, 2, 2, "full", K=3, sync=False)
 check("plan with --limit-all-gathers 3 --no-sync-accum", plan_bytes(out) == want, "%s vs %d" % (plan_bytes(out), want))
 check("plan prints the FSDP paper's formula", "FSDP paper formula" in out, out[-300:])
+# Activation checkpointing: every block's saved tensors but its output shrink to one slice.
+for spec, shape, B, T in configs:
+    rc, out = run(["--plan", "--world", "2", "--model", spec, "--batch", str(B), "--seq", str(T), "--recompute", "block"])
+    want, _ = gpt_plan(B=B, W=2, strategy="full", recompute=True, **shape)
+    check("plan %s --recompute block: %s bytes" % (spec, plan_bytes(out)), rc == 0 and plan_bytes(out) == want,
+          "got %s, computed by hand %d" % (plan_bytes(out), want))
 # Sharding divides the per-rank state: 16 bytes per padded element / F.
 _, s1 = gpt_plan(12, 768, 12, 50257, 1024, 4, 1, "full")
 _, s8 = gpt_plan(12, 768, 12, 50257, 1024, 4, 8, "full")

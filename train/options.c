@@ -40,6 +40,8 @@ static void print_help(void) {
       "  --limit-all-gathers K unsharded blocks at most at once, the slot pool (default 2)\n"
       "  --prefetch P          none | forward | backward | both (default both)\n"
       "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
+      "  --recompute R         none (default) | block: keep only each block's output and re-run\n"
+      "                        its forward in backward (activation checkpointing)\n"
       "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
       "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
       "  --comm-timeout S      end every rank when a collective is unfinished after S seconds,\n"
@@ -147,7 +149,7 @@ Options parse_options(int argc, char** argv) {
       {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
       {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
       {"keep-checkpoints", required_argument, 0, 'C'}, {"max-bad-steps", required_argument, 0, 'M'},
-      {"inject-nonfinite", required_argument, 0, 'F'},
+      {"inject-nonfinite", required_argument, 0, 'F'}, {"recompute", required_argument, 0, 'A'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -186,6 +188,11 @@ Options parse_options(int argc, char** argv) {
         else usage_error("--prefetch expects none, forward, backward or both, got '%s'", optarg);
         break;
       case 'N': o.fsdp.sync_accum = 0; break;
+      case 'A':
+        if (!strcmp(optarg, "none")) o.fsdp.recompute = RECOMPUTE_NONE;
+        else if (!strcmp(optarg, "block")) o.fsdp.recompute = RECOMPUTE_BLOCK;
+        else usage_error("--recompute expects none or block, got '%s'", optarg);
+        break;
       case 'v': o.eval_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'B': o.eval_batches = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'P': o.eval_prompts = optarg; break;

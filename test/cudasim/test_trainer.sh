@@ -61,6 +61,7 @@ same "--prefetch none" X=1 -- --prefetch none
 same "--limit-all-gathers 1" X=1 -- --limit-all-gathers 1
 same "--limit-all-gathers 2 --prefetch forward" X=1 -- --limit-all-gathers 2 --prefetch forward
 for seed in 2 3 4; do same "stream interleaving CUDASIM_SEED=$seed" CUDASIM_SEED=$seed --; done
+same "--recompute block (activation checkpointing)" X=1 -- --recompute block
 
 # ---- 3. NCCL over MPI ----------------------------------------------------------------------
 # The bounds of test/gpu/test_gpu.sh part 5: W ranks with accumulation 1 against one rank with
