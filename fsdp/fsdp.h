@@ -87,10 +87,12 @@ typedef struct {
   double sim_gbps;
   // Activation checkpointing (--recompute; FSDP paper section 7, the 175B/1T posts): with
   // RECOMPUTE_BLOCK a block keeps only its output, and its backward first re-runs its forward
-  // (the unit is already unsharded for backward, so no extra collective).
+  // (the unit is already unsharded for backward, so no extra collective); with
+  // RECOMPUTE_SELECTIVE it keeps the matmul and attention outputs and recomputes the cheap
+  // parts (norms and their statistics, activation functions) before its backward.
   int recompute;
 } FSDPOptions;
-enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK };
+enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE };
 
 typedef struct {
   // configuration

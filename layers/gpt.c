@@ -96,18 +96,22 @@ void gpt_plan(Model* m) {
   size_t N = (size_t)B * T, H = cfg->H;
   MemPlan* p = &fs->plan;
   const char* A = "activations";
-  int rc = fs->opt.recompute == RECOMPUTE_BLOCK;
-  size_t Lk = rc ? 1 : (size_t)L;  // slices of what a block's backward reads
-  plan_acts(p, A, rc ? "ln1 (N x C, recomputed)" : "ln1 (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_ln1);
-  plan_acts(p, A, rc ? "qkv (N x 3C, recomputed)" : "qkv (L x N x 3C)", Lk * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
-  plan_acts(p, A, rc ? "attention out (N x C, recomputed)" : "attention out (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_atty);
-  plan_acts(p, A, rc ? "residual 2 (N x C, recomputed)" : "residual 2 (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_res2);
-  plan_acts(p, A, rc ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lk * N * C, sizeof(act_t), (void**)&g->r_ln2);
-  plan_acts(p, A, rc ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lk * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
-  plan_acts(p, A, rc ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lk * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
+  // Slices per kind: L when every block keeps its own, 1 when one slice is refilled before each
+  // block's backward: everything but the block output (--recompute block), or the cheap
+  // tensors, norms and GELU (--recompute selective).
+  int mode = fs->opt.recompute;
+  size_t Lm = mode == RECOMPUTE_BLOCK ? 1 : (size_t)L;                 // matmul and attention outputs
+  size_t Lc = mode != RECOMPUTE_NONE ? 1 : (size_t)L;                  // norms, their statistics, GELU
+  plan_acts(p, A, Lc == 1 ? "ln1 (N x C, recomputed)" : "ln1 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln1);
+  plan_acts(p, A, Lm == 1 ? "qkv (N x 3C, recomputed)" : "qkv (L x N x 3C)", Lm * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
+  plan_acts(p, A, Lm == 1 ? "attention out (N x C, recomputed)" : "attention out (L x N x C)", Lm * N * C, sizeof(act_t), (void**)&g->r_atty);
+  plan_acts(p, A, Lm == 1 ? "residual 2 (N x C, recomputed)" : "residual 2 (L x N x C)", Lm * N * C, sizeof(act_t), (void**)&g->r_res2);
+  plan_acts(p, A, Lc == 1 ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln2);
+  plan_acts(p, A, Lm == 1 ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lm * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
+  plan_acts(p, A, Lc == 1 ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lc * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
   plan_acts(p, A, "block out (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_out);
-  plan_acts(p, A, rc ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lk * N, sizeof(float), (void**)&g->r_stats);
-  plan_acts(p, A, rc ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lk * N * H, sizeof(float), (void**)&g->r_lse);
+  plan_acts(p, A, Lc == 1 ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lc * N, sizeof(float), (void**)&g->r_stats);
+  plan_acts(p, A, Lm == 1 ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lm * N * H, sizeof(float), (void**)&g->r_lse);
   plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
   plan_acts(p, A, "final norm (N x C)", N * C, sizeof(act_t), (void**)&g->lnf);
   plan_acts(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
@@ -126,27 +130,29 @@ void gpt_plan(Model* m) {
 
 void gpt_carve(Model* m) {
   GPT* g = m->impl;
-  int L = m->cfg.L, Lk = m->fs->opt.recompute == RECOMPUTE_BLOCK ? 1 : L;
+  int L = m->cfg.L, mode = m->fs->opt.recompute;
+  int Lm = mode == RECOMPUTE_BLOCK ? 1 : L, Lc = mode != RECOMPUTE_NONE ? 1 : L;  // slices, as planned
   size_t N = (size_t)m->B * m->T, C = m->cfg.C, H = m->cfg.H;
   m->targets = m->inputs + N;
   g->lnf_rstd = g->lnf_mean + N;
   g->blocks = xcalloc(L, sizeof(BlockActs), "activation table");
   for (int l = 0; l < L; l++) {
     BlockActs* b = &g->blocks[l];
-    size_t s = l % Lk;  // the block's slice: its own, or the one every block shares (recompute)
-    b->ln1 = g->r_ln1 + s * N * C;
-    b->qkv = g->r_qkv + s * N * 3 * C;
-    b->atty = g->r_atty + s * N * C;
-    b->res2 = g->r_res2 + s * N * C;
-    b->ln2 = g->r_ln2 + s * N * C;
-    b->fch = g->r_fch + s * N * 4 * C;
-    b->fch_gelu = g->r_fch_gelu + s * N * 4 * C;
+    // The block's slice of each kind: its own, or the one every block shares (recomputed).
+    size_t sm = l % Lm, sc = l % Lc;
+    b->ln1 = g->r_ln1 + sc * N * C;
+    b->qkv = g->r_qkv + sm * N * 3 * C;
+    b->atty = g->r_atty + sm * N * C;
+    b->res2 = g->r_res2 + sm * N * C;
+    b->ln2 = g->r_ln2 + sc * N * C;
+    b->fch = g->r_fch + sm * N * 4 * C;
+    b->fch_gelu = g->r_fch_gelu + sc * N * 4 * C;
     b->out = g->r_out + l * N * C;
-    b->ln1_mean = g->r_stats + (0 * Lk + s) * N;
-    b->ln1_rstd = g->r_stats + (1 * Lk + s) * N;
-    b->ln2_mean = g->r_stats + (2 * Lk + s) * N;
-    b->ln2_rstd = g->r_stats + (3 * Lk + s) * N;
-    b->lse = g->r_lse + s * N * H;
+    b->ln1_mean = g->r_stats + (0 * Lc + sc) * N;
+    b->ln1_rstd = g->r_stats + (1 * Lc + sc) * N;
+    b->ln2_mean = g->r_stats + (2 * Lc + sc) * N;
+    b->ln2_rstd = g->r_stats + (3 * Lc + sc) * N;
+    b->lse = g->r_lse + sm * N * H;
   }
 }
 
@@ -174,6 +180,19 @@ static void block_forward(Model* m, int l, const act_t* x) {
   matmul_forward(k, a->out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
   add_inplace(k, a->out, a->res2, (size_t)N * C);
 #undef P
+}
+
+// --recompute selective: the cheap tensors of block l again, from the kept matmul outputs:
+// both LayerNorms (with their statistics) and the GELU, the same kernels the forward ran.
+static void block_recompute_cheap(Model* m, int l, const act_t* x) {
+  FSDP* fs = m->fs;
+  KernelCtx* k = fs->kctx;
+  BlockActs* a = &((GPT*)m->impl)->blocks[l];
+  int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
+  layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, fsdp_param(fs, u, P_LN1_W), fsdp_param(fs, u, P_LN1_B), N, C, LN_EPS);
+  layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, fsdp_param(fs, u, P_LN2_W), fsdp_param(fs, u, P_LN2_B), N, C,
+                    LN_EPS);
+  gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
 }
 
 // Backward of one block. g->dresidual holds d(out) on entry and d(x) on exit.
@@ -243,6 +262,7 @@ void gpt_backward(Model* m) {
     // Activation checkpointing: refill the shared slice with this block's forward (the same
     // kernels on the same inputs, so the same bits), on parameters already gathered.
     if (fs->opt.recompute == RECOMPUTE_BLOCK) block_forward(m, l, block_input(m, l));
+    if (fs->opt.recompute == RECOMPUTE_SELECTIVE) block_recompute_cheap(m, l, block_input(m, l));
     block_backward(m, l, block_input(m, l));
     fsdp_post_backward(fs, 1 + l);
   }

@@ -51,10 +51,8 @@ typedef struct T5 {
   // scratch shared by all blocks (sized for the longer of encoder and decoder)
   act_t *scratch, *dres, *dln, *dqkv, *datt, *dact, *dff, *denc, *dkv, *denc_tmp;
   // planned regions holding every block's activations (carved per block)
-  act_t* r_act;
-  float* r_f32;
-  act_t* r_out;  // --recompute block: every block's output (the rest is one shared slice)
-  size_t enc_act_elems, dec_act_elems, enc_f32_elems, dec_f32_elems;
+  act_t *r_act, *r_act_shared;  // tensors every block keeps / one slice refilled before each backward
+  float *r_f32, *r_f32_shared;
 } T5;
 
 static int ff_in(const ModelConfig* c) { return c->gated ? 2 * c->F : c->F; }
@@ -97,6 +95,81 @@ static void plan_region(MemPlan* p, const char* group, const char* name, size_t 
   memplan_add(p, group, name, elems * esize, target);
 }
 
+// Hands out consecutive pieces of a region, or only counts them (base NULL: planning).
+typedef struct {
+  act_t* act;
+  float* f32;
+  size_t acts, f32s;  // elements handed out
+} ActLayout;
+static act_t* take_act(ActLayout* r, size_t n) {
+  act_t* p = r->act ? r->act + r->acts : NULL;
+  r->acts += n;
+  return p;
+}
+static float* take_f32(ActLayout* r, size_t n) {
+  float* p = r->f32 ? r->f32 + r->f32s : NULL;
+  r->f32s += n;
+  return p;
+}
+
+// The block activations, walked once to count (planning) and once to point every tensor into
+// its region (carving). Each tensor comes from `kept` (one per block) or from `shared` (one
+// slice for all blocks of a stack, refilled by recomputation before a block's backward):
+// --recompute block shares all but the block output; selective shares the cheap tensors,
+// RMS-norm outputs with their statistics and the feed-forward activation.
+static void t5_walk(Model* m, ActLayout* kept, ActLayout* shared) {
+  T5* t = m->impl;
+  const ModelConfig* c = &m->cfg;
+  size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, C = c->C, H = c->H;
+  size_t I = (size_t)c->H * c->D, F = c->F, FI = ff_in(c);
+  int mode = m->fs->opt.recompute;
+  ActLayout* big = mode == RECOMPUTE_BLOCK ? shared : kept;    // matmul and attention outputs
+  ActLayout* cheap = mode != RECOMPUTE_NONE ? shared : kept;   // norms, statistics, activations
+  size_t stack_start_acts = shared->acts, stack_start_f32s = shared->f32s, enc_end_acts = 0, enc_end_f32s = 0;
+  T5Acts dummy;
+  for (int l = 0; l < c->L; l++) {
+    T5Acts* e = t->enc ? &t->enc[l] : &dummy;
+    shared->acts = stack_start_acts, shared->f32s = stack_start_f32s;  // every block: the same slice
+    e->ln1 = take_act(cheap, Ne * C);
+    e->qkv = take_act(big, Ne * 3 * I);
+    e->att = take_act(big, Ne * I);
+    e->res2 = take_act(big, Ne * C);
+    e->ln2 = take_act(cheap, Ne * C);
+    e->ffh = take_act(big, Ne * FI);
+    e->ffa = take_act(cheap, Ne * F);
+    e->out = take_act(kept, Ne * C);
+    e->rstd1 = take_f32(cheap, Ne);
+    e->rstd2 = take_f32(cheap, Ne);
+    e->lse = take_f32(big, B * H * Te);
+    if (shared->acts > enc_end_acts) enc_end_acts = shared->acts;
+    if (shared->f32s > enc_end_f32s) enc_end_f32s = shared->f32s;
+  }
+  for (int l = 0; l < c->Ld; l++) {
+    T5Acts* d = t->dec ? &t->dec[l] : &dummy;
+    shared->acts = enc_end_acts, shared->f32s = enc_end_f32s;  // after the encoder's slice
+    d->ln1 = take_act(cheap, Nd * C);
+    d->qkv = take_act(big, Nd * 3 * I);
+    d->att = take_act(big, Nd * I);
+    d->res2 = take_act(big, Nd * C);
+    d->ln2 = take_act(cheap, Nd * C);
+    d->cq = take_act(big, Nd * I);
+    d->res3 = take_act(big, Nd * C);
+    d->ln3 = take_act(cheap, Nd * C);
+    d->ffh = take_act(big, Nd * FI);
+    d->ffa = take_act(cheap, Nd * F);
+    d->out = take_act(kept, Nd * C);
+    d->catt = take_act(big, Nd * I);
+    d->ckv = take_act(big, Ne * 2 * I);
+    d->rstd1 = take_f32(cheap, Nd);
+    d->rstd2 = take_f32(cheap, Nd);
+    d->rstd3 = take_f32(cheap, Nd);
+    d->lse = take_f32(big, B * H * Td);
+    d->clse = take_f32(big, B * H * Td);
+  }
+  if (shared->acts < enc_end_acts) shared->acts = enc_end_acts;
+  if (shared->f32s < enc_end_f32s) shared->f32s = enc_end_f32s;
+}
+
 void t5_plan(Model* m) {
   const ModelConfig* c = &m->cfg;
   FSDP* fs = m->fs;
@@ -134,22 +207,21 @@ void t5_plan(Model* m) {
 
   size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, Nmax = Ne > Nd ? Ne : Nd;
   size_t I = (size_t)c->H * c->D, F = c->F, FI = ff_in(c);
-  // Per block: act_t tensors and fp32 statistics, laid out back to back (see t5_carve). With
-  // --recompute block, one slice serves every block (refilled by re-running its forward in
-  // backward) and only the block outputs are kept per block, in their own region.
-  int rc = fs->opt.recompute == RECOMPUTE_BLOCK;
-  size_t Le = rc ? 1 : (size_t)c->L, Lde = rc ? 1 : (size_t)c->Ld;
-  t->enc_act_elems = Ne * (C + 3 * I + I + C + C + FI + F + (rc ? 0 : C));
-  t->dec_act_elems = Nd * (C + 3 * I + I + C + C + I + C + C + FI + F + (rc ? 0 : C) + I) + Ne * 2 * I;
-  t->enc_f32_elems = 2 * Ne + B * H * Te;
-  t->dec_f32_elems = 3 * Nd + 2 * B * H * Td;
+  // Block activations: the layout walk (t5_walk) counts what every block keeps and the one
+  // shared slice that --recompute refills before each block's backward.
+  ActLayout kept = {0}, shared = {0};
+  t5_walk(m, &kept, &shared);
+  const char* rc = fs->opt.recompute == RECOMPUTE_BLOCK       ? " (block outputs only; the rest recomputed)"
+                   : fs->opt.recompute == RECOMPUTE_SELECTIVE ? " (norms and activations recomputed)" : "";
+  char name[2][128];
+  snprintf(name[0], sizeof name[0], "encoder + decoder blocks%s", rc);
+  snprintf(name[1], sizeof name[1], "block statistics%s", rc);
   MemPlan* p = &fs->plan;
   const char* A = "activations";
-  plan_region(p, A, rc ? "one encoder + one decoder block (recomputed)" : "encoder + decoder blocks",
-              Le * t->enc_act_elems + Lde * t->dec_act_elems, sizeof(act_t), (void**)&t->r_act);
-  plan_region(p, A, rc ? "block statistics (recomputed)" : "block statistics", Le * t->enc_f32_elems + Lde * t->dec_f32_elems,
-              sizeof(float), (void**)&t->r_f32);
-  if (rc) plan_region(p, A, "block outputs (L x Ne x C + Ld x Nd x C)", (c->L * Ne + c->Ld * Nd) * C, sizeof(act_t), (void**)&t->r_out);
+  plan_region(p, A, name[0], kept.acts, sizeof(act_t), (void**)&t->r_act);
+  plan_region(p, A, name[1], kept.f32s, sizeof(float), (void**)&t->r_f32);
+  if (shared.acts) plan_region(p, A, "one block's recomputed tensors", shared.acts, sizeof(act_t), (void**)&t->r_act_shared);
+  if (shared.f32s) plan_region(p, A, "one block's recomputed statistics", shared.f32s, sizeof(float), (void**)&t->r_f32_shared);
   plan_region(p, A, "embeddings (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_emb);
   plan_region(p, A, "final norms (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_final);
   plan_region(p, A, "final norm statistics", Ne + Nd, sizeof(float), (void**)&t->enc_final_rstd);
@@ -172,23 +244,10 @@ void t5_plan(Model* m) {
   plan_region(p, W, "tokens (Ne + 2 Nd)", Ne + 2 * Nd, sizeof(int32_t), (void**)&m->inputs);
 }
 
-// Hands out consecutive pieces of a region.
-static act_t* take_act(act_t** cursor, size_t n) {
-  act_t* p = *cursor;
-  *cursor += n;
-  return p;
-}
-static float* take_f32(float** cursor, size_t n) {
-  float* p = *cursor;
-  *cursor += n;
-  return p;
-}
-
 void t5_carve(Model* m) {
   T5* t = m->impl;
   const ModelConfig* c = &m->cfg;
   size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, C = c->C, H = c->H;
-  size_t I = (size_t)c->H * c->D, F = c->F, FI = ff_in(c);
   m->targets = m->inputs + Nd;
   m->enc_inputs = m->inputs + 2 * Nd;
   t->dec_emb = t->enc_emb + Ne * C;
@@ -196,57 +255,10 @@ void t5_carve(Model* m) {
   t->dec_final_rstd = t->enc_final_rstd + Ne;
   t->dec_bias = t->enc_bias + H * Te * Te;
   t->d_dec_bias = t->d_enc_bias + H * Te * Te;
-  act_t* a = t->r_act;
-  float* f = t->r_f32;
-  int rc = m->fs->opt.recompute == RECOMPUTE_BLOCK;
-  act_t* outs = t->r_out;  // recompute: the block outputs, one per block
   t->enc = xcalloc(c->L, sizeof(T5Acts), "activation table");
   t->dec = xcalloc(c->Ld, sizeof(T5Acts), "activation table");
-  for (int l = 0; l < c->L; l++) {
-    T5Acts* e = &t->enc[l];
-    if (rc && l > 0) {  // the shared slice, with the block's own output
-      *e = t->enc[0];
-      e->out = take_act(&outs, Ne * C);
-      continue;
-    }
-    e->ln1 = take_act(&a, Ne * C);
-    e->qkv = take_act(&a, Ne * 3 * I);
-    e->att = take_act(&a, Ne * I);
-    e->res2 = take_act(&a, Ne * C);
-    e->ln2 = take_act(&a, Ne * C);
-    e->ffh = take_act(&a, Ne * FI);
-    e->ffa = take_act(&a, Ne * F);
-    e->out = rc ? take_act(&outs, Ne * C) : take_act(&a, Ne * C);
-    e->rstd1 = take_f32(&f, Ne);
-    e->rstd2 = take_f32(&f, Ne);
-    e->lse = take_f32(&f, B * H * Te);
-  }
-  for (int l = 0; l < c->Ld; l++) {
-    T5Acts* d = &t->dec[l];
-    if (rc && l > 0) {
-      *d = t->dec[0];
-      d->out = take_act(&outs, Nd * C);
-      continue;
-    }
-    d->ln1 = take_act(&a, Nd * C);
-    d->qkv = take_act(&a, Nd * 3 * I);
-    d->att = take_act(&a, Nd * I);
-    d->res2 = take_act(&a, Nd * C);
-    d->ln2 = take_act(&a, Nd * C);
-    d->cq = take_act(&a, Nd * I);
-    d->res3 = take_act(&a, Nd * C);
-    d->ln3 = take_act(&a, Nd * C);
-    d->ffh = take_act(&a, Nd * FI);
-    d->ffa = take_act(&a, Nd * F);
-    d->out = rc ? take_act(&outs, Nd * C) : take_act(&a, Nd * C);
-    d->catt = take_act(&a, Nd * I);
-    d->ckv = take_act(&a, Ne * 2 * I);
-    d->rstd1 = take_f32(&f, Nd);
-    d->rstd2 = take_f32(&f, Nd);
-    d->rstd3 = take_f32(&f, Nd);
-    d->lse = take_f32(&f, B * H * Td);
-    d->clse = take_f32(&f, B * H * Td);
-  }
+  ActLayout kept = {.act = t->r_act, .f32 = t->r_f32}, shared = {.act = t->r_act_shared, .f32 = t->r_f32_shared};
+  t5_walk(m, &kept, &shared);
 }
 
 static AttnShape self_shape(const Model* m, int T, int causal) {
@@ -298,6 +310,31 @@ static void encoder_block_forward(Model* m, int l, const act_t* x) {
   matmul_forward(k, t->scratch, a->att, fsdp_param(fs, u, E_O), NULL, N, I, C);
   residual_rmsnorm_forward(k, a->res2, a->ln2, a->rstd2, x, t->scratch, fsdp_param(fs, u, E_LN2), N, C, RMS_EPS);
   ff_forward(m, u, E_WI, E_WO, a, a->ln2, a->res2, N);
+}
+
+// --recompute selective: the cheap tensors of a block again, from its kept matmul outputs: the
+// RMS norms (with their statistics) and the feed-forward activation, as the forward made them.
+static void ff_activation(Model* m, T5Acts* a, int N) {
+  const ModelConfig* c = &m->cfg;
+  if (c->gated) geglu_forward(m->fs->kctx, a->ffa, a->ffh, N, c->F);
+  else relu_forward(m->fs->kctx, a->ffa, a->ffh, (size_t)N * c->F);
+}
+static void encoder_recompute_cheap(Model* m, int l, const act_t* x) {
+  FSDP* fs = m->fs;
+  T5Acts* a = &((T5*)m->impl)->enc[l];
+  int u = 1 + l, N = m->B * m->Te, C = m->cfg.C;
+  rmsnorm_forward(fs->kctx, a->ln1, a->rstd1, x, fsdp_param(fs, u, E_LN1), N, C, RMS_EPS);
+  rmsnorm_forward(fs->kctx, a->ln2, a->rstd2, a->res2, fsdp_param(fs, u, E_LN2), N, C, RMS_EPS);
+  ff_activation(m, a, N);
+}
+static void decoder_recompute_cheap(Model* m, int l, const act_t* y) {
+  FSDP* fs = m->fs;
+  T5Acts* a = &((T5*)m->impl)->dec[l];
+  int u = 1 + m->cfg.L + l, N = m->B * m->T, C = m->cfg.C;
+  rmsnorm_forward(fs->kctx, a->ln1, a->rstd1, y, fsdp_param(fs, u, D_LN1), N, C, RMS_EPS);
+  rmsnorm_forward(fs->kctx, a->ln2, a->rstd2, a->res2, fsdp_param(fs, u, D_LN2), N, C, RMS_EPS);
+  rmsnorm_forward(fs->kctx, a->ln3, a->rstd3, a->res3, fsdp_param(fs, u, D_LN3), N, C, RMS_EPS);
+  ff_activation(m, a, N);
 }
 
 static void encoder_block_backward(Model* m, int l, const act_t* x) {
@@ -428,10 +465,11 @@ void t5_backward(Model* m) {
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, 0, R_DEC_NORM), t->dln, decoder_input(m, Ld), fsdp_param(fs, 0, R_DEC_NORM),
                    t->dec_final_rstd, Nd, C);
   fill_zero_act(k, t->denc, (size_t)Ne * C);
-  int rc = fs->opt.recompute == RECOMPUTE_BLOCK;  // activation checkpointing: see gpt.c
+  int rc = fs->opt.recompute == RECOMPUTE_BLOCK, sel = fs->opt.recompute == RECOMPUTE_SELECTIVE;  // see gpt.c
   for (int l = Ld - 1; l >= 0; l--) {
     fsdp_pre_backward(fs, 1 + L + l);
     if (rc) decoder_block_forward(m, l, decoder_input(m, l));
+    if (sel) decoder_recompute_cheap(m, l, decoder_input(m, l));
     decoder_block_backward(m, l, decoder_input(m, l));
     fsdp_post_backward(fs, 1 + L + l);
   }
@@ -444,6 +482,7 @@ void t5_backward(Model* m) {
   for (int l = L - 1; l >= 0; l--) {
     fsdp_pre_backward(fs, 1 + l);
     if (rc) encoder_block_forward(m, l, encoder_input(m, l));
+    if (sel) encoder_recompute_cheap(m, l, encoder_input(m, l));
     encoder_block_backward(m, l, encoder_input(m, l));
     fsdp_post_backward(fs, 1 + l);
   }

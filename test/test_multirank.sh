@@ -159,20 +159,22 @@ else
   bad "missing file on one rank: rc=$rc after ${elapsed}s: $(echo "$out" | head -3)"
 fi
 
-# Activation checkpointing (--recompute block) re-runs each block's forward with the same
-# kernels on the same inputs: the same bits as keeping the activations, at W=1 and W=3 with
-# accumulation, for GPT and both T5 versions.
+# Activation checkpointing re-runs a block's forward (block) or its norms and activation
+# functions (selective) with the same kernels on the same inputs: the same bits as keeping the
+# activations, at W=1 and W=3 with accumulation, for GPT and both T5 versions.
 for m in "gpt:L=3,C=72,H=3,V=509,T=32 --seq 32" "t5:L=2,C=48,H=3,D=16,F=96,V=512 --enc-len 40 --dec-len 12" \
          "t5v1.1:L=2,M=3,C=48,H=3,D=16,F=64,V=512 --enc-len 40 --dec-len 12"; do
   RC="--model $m --data $DATA --batch 2 --steps 3 --lr 1e-3 --digest"
   $BIN $RC --accum 6 > "$TMP/rc_none1.out" 2>&1
-  $BIN $RC --accum 6 --recompute block > "$TMP/rc_block1.out" 2>&1
   $MPIRUN -np 3 $BIN $RC --accum 2 > "$TMP/rc_none3.out" 2>&1
-  $MPIRUN -np 3 $BIN $RC --accum 2 --recompute block > "$TMP/rc_block3.out" 2>&1
   d1=$(digest "$TMP/rc_none1.out") d3=$(digest "$TMP/rc_none3.out")
-  [ -n "$d1" ] && [ -n "$d3" ] && [ "$d1" = "$(digest "$TMP/rc_block1.out")" ] && [ "$d3" = "$(digest "$TMP/rc_block3.out")" ] &&
-    ok "${m%% *}: --recompute block is bit-identical to keeping activations, on 1 rank (accum 6) and 3 ranks (accum 2)" ||
-    bad "${m%% *} recompute: W=1 $d1 vs $(digest "$TMP/rc_block1.out"); W=3 $d3 vs $(digest "$TMP/rc_block3.out")"
+  for mode in block selective; do
+    $BIN $RC --accum 6 --recompute $mode > "$TMP/rc_1.out" 2>&1
+    $MPIRUN -np 3 $BIN $RC --accum 2 --recompute $mode > "$TMP/rc_3.out" 2>&1
+    [ -n "$d1" ] && [ -n "$d3" ] && [ "$d1" = "$(digest "$TMP/rc_1.out")" ] && [ "$d3" = "$(digest "$TMP/rc_3.out")" ] &&
+      ok "${m%% *}: --recompute $mode is bit-identical to keeping activations, on 1 rank (accum 6) and 3 ranks (accum 2)" ||
+      bad "${m%% *} --recompute $mode: W=1 $d1 vs $(digest "$TMP/rc_1.out"); W=3 $d3 vs $(digest "$TMP/rc_3.out")"
+  done
 done
 
 # Sharded layout, init and memory on W ranks (each rank checks its own shard).

@@ -36,7 +36,7 @@ def unit_numel(shapes):
     return end
 
 
-def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute=False):
+def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none"):
     """Bytes of every region of one rank's plan, in fp32 (the CPU backend)."""
     Vp = up(V, 128)
     root = unit_numel([Vp * C, T * C, C, C])
@@ -48,13 +48,16 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute=False):
     nslots = min(K, L) if reshard else L
     ngrad = min(2, L) if sync else L
     N, f = B * T, 4
-    Lk = 1 if recompute else L  # --recompute block: one shared slice; only block outputs per block
+    # --recompute: one shared slice for what is recomputed (block: all but the block outputs;
+    # selective: norms, their statistics and the GELU), L slices for the rest.
+    Lm = 1 if recompute == "block" else L
+    Lc = L if recompute == "none" else 1
     regions = [shard_total * f] * 4 + [
         pr * f, nslots * pb * f, pr * f, ngrad * pb * f, max(pr // F, pb // F) // 128 * 8,
         # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, out, stats, lse, encoded, lnf,
         # lnf stats, logits, losses, loss sum
-        Lk * N * C * f, Lk * N * 3 * C * f, Lk * N * C * f, Lk * N * C * f, Lk * N * C * f,
-        Lk * N * 4 * C * f, Lk * N * 4 * C * f, L * N * C * f, 4 * Lk * N * f, Lk * N * H * f,
+        Lc * N * C * f, Lm * N * 3 * C * f, Lm * N * C * f, Lm * N * C * f, Lc * N * C * f,
+        Lm * N * 4 * C * f, Lc * N * 4 * C * f, L * N * C * f, 4 * Lc * N * f, Lm * N * H * f,
         N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f, 8,
         # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
         N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
@@ -96,10 +99,11 @@ check("plan with --limit-all-gathers 3 --no-sync-accum", plan_bytes(out) == want
 check("plan prints the FSDP paper's formula", "FSDP paper formula" in out, out[-300:])
 # Activation checkpointing: every block's saved tensors but its output shrink to one slice.
 for spec, shape, B, T in configs:
-    rc, out = run(["--plan", "--world", "2", "--model", spec, "--batch", str(B), "--seq", str(T), "--recompute", "block"])
-    want, _ = gpt_plan(B=B, W=2, strategy="full", recompute=True, **shape)
-    check("plan %s --recompute block: %s bytes" % (spec, plan_bytes(out)), rc == 0 and plan_bytes(out) == want,
-          "got %s, computed by hand %d" % (plan_bytes(out), want))
+    for mode in ("block", "selective"):
+        rc, out = run(["--plan", "--world", "2", "--model", spec, "--batch", str(B), "--seq", str(T), "--recompute", mode])
+        want, _ = gpt_plan(B=B, W=2, strategy="full", recompute=mode, **shape)
+        check("plan %s --recompute %s: %s bytes" % (spec, mode, plan_bytes(out)), rc == 0 and plan_bytes(out) == want,
+              "got %s, computed by hand %d" % (plan_bytes(out), want))
 # Sharding divides the per-rank state: 16 bytes per padded element / F.
 _, s1 = gpt_plan(12, 768, 12, 50257, 1024, 4, 1, "full")
 _, s8 = gpt_plan(12, 768, 12, 50257, 1024, 4, 8, "full")

@@ -41,7 +41,8 @@ static void print_help(void) {
       "  --prefetch P          none | forward | backward | both (default both)\n"
       "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
       "  --recompute R         none (default) | block: keep only each block's output and re-run\n"
-      "                        its forward in backward (activation checkpointing)\n"
+      "                        its forward in backward | selective: keep matmul and attention\n"
+      "                        outputs, recompute norms and activation functions\n"
       "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
       "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
       "  --comm-timeout S      end every rank when a collective is unfinished after S seconds,\n"
@@ -191,7 +192,8 @@ Options parse_options(int argc, char** argv) {
       case 'A':
         if (!strcmp(optarg, "none")) o.fsdp.recompute = RECOMPUTE_NONE;
         else if (!strcmp(optarg, "block")) o.fsdp.recompute = RECOMPUTE_BLOCK;
-        else usage_error("--recompute expects none or block, got '%s'", optarg);
+        else if (!strcmp(optarg, "selective")) o.fsdp.recompute = RECOMPUTE_SELECTIVE;
+        else usage_error("--recompute expects none, block or selective, got '%s'", optarg);
         break;
       case 'v': o.eval_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'B': o.eval_batches = (int)parse_long(name, optarg, 1, 1 << 20); break;

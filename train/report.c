@@ -40,7 +40,9 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
     log0("| %-22s | %-30s |\n", "simulated link", sim);
   }
   log0("| %-22s | %-30s |\n", "prefetch", prefetch_name(&o->fsdp));
-  log0("| %-22s | %-30s |\n", "recompute", o->fsdp.recompute == RECOMPUTE_BLOCK ? "block (activation checkpointing)" : "none");
+  log0("| %-22s | %-30s |\n", "recompute", o->fsdp.recompute == RECOMPUTE_BLOCK       ? "block (activation checkpointing)"
+                                          : o->fsdp.recompute == RECOMPUTE_SELECTIVE ? "selective (norms, activations)"
+                                                                                     : "none");
   log0("| %-22s | %-30s |\n", "gradient accumulation", o->fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
   log0("| %-22s | %-30d |\n", "micro-batch (B)", m->B);
   if (c->kind == MODEL_T5) {
