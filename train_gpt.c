@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   fsdp_init(&fs, model_num_units(&cfg), o.fsdp, comm_world(), kctx);
   Model model;
   model_plan(&model, &cfg, &fs, B, T, Te);
-  check_plan_fits(&o, &fs);
+  check_plan_fits(&o, &cfg, B, T, Te, &fs);
   if (o.inject_step > 0 && (o.inject_rank >= W || o.inject_unit >= fs.nunits))
     usage_error("%s", "--inject-nonfinite names a rank or unit this run does not have");
   size_t free_before = device_free_bytes(), resident_before = resident_bytes();

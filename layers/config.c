@@ -13,11 +13,14 @@ typedef struct {
 // GPT-2 shapes (Radford et al. 2019) with the 50257-token vocabulary, T = 1024, and the
 // GPT-3 shapes (Brown et al. 2020, table 2.1), T = 2048. GPT-3 13B is listed there with
 // d_model 5140 and 40 heads of 128; we use 5120 = 40 x 128 so the heads divide the width.
+// gpt-1t: the 1T-parameter shape the AWS post trains (Megatron-LM's: 128 layers, hidden 25600,
+// 160 heads of 160, sequence 2048) with the same 50257-token vocabulary.
 static const GPTPreset gpt_presets[] = {
     {"gpt2-124m", 12, 768, 12, 50257, 1024},  {"gpt2-350m", 24, 1024, 16, 50257, 1024},
     {"gpt2-774m", 36, 1280, 20, 50257, 1024}, {"gpt2-1.5b", 48, 1600, 25, 50257, 1024},
     {"gpt3-2.7b", 32, 2560, 32, 50257, 2048}, {"gpt3-6.7b", 32, 4096, 32, 50257, 2048},
     {"gpt3-13b", 40, 5120, 40, 50257, 2048},  {"gpt3-175b", 96, 12288, 96, 50257, 2048},
+    {"gpt-1t", 128, 25600, 160, 50257, 2048},
 };
 
 typedef struct {

@@ -110,6 +110,23 @@ _, s8 = gpt_plan(12, 768, 12, 50257, 1024, 4, 8, "full")
 check("per-rank shard elements fall with the world size (gpt2-124m: %d -> %d)" % (s1, s8), s8 * 7 < s1)
 rc, out = run(["--plan", "--world", "1", "--model", "gpt3-175b", "--batch", "1"])
 check("--plan works for gpt3-175b without allocating", rc == 0 and plan_bytes(out) > 2 * 10**12, out[-200:])
+rc, out = run(["--plan", "--world", "512", "--model", "gpt-1t", "--batch", "1", "--recompute", "block"])
+check("--plan works for the gpt-1t preset (128 x 25600, 160 heads)", rc == 0 and "L=128 C=25600 H=160" in out.replace("  ", " ")
+      and plan_bytes(out) is not None, out[-300:])
+# Over --memory-limit, --plan names the first memory-saving option that fits, checked against
+# the plans of those options.
+need = {mode: plan_bytes(run(["--plan", "--model", "gpt2-124m", "--batch", "8", "--recompute", mode])[1])
+        for mode in ("none", "selective", "block")}
+limit = (need["selective"] + need["block"]) / 2 / 2**30  # block fits, selective does not
+rc, out = run(["--plan", "--model", "gpt2-124m", "--batch", "8", "--memory-limit", "%.4f" % limit])
+check("--plan over --memory-limit recommends --recompute block, the first option that fits",
+      rc == 0 and "does not fit" in out and "add --recompute block to fit on 1 rank (%.2f GiB" % (need["block"] / 2**30) in out,
+      out[-300:])
+rc, out = run(["--plan", "--model", "gpt2-124m", "--batch", "8", "--memory-limit", "%.4f" % (need["none"] / 2**30 + 0.01)])
+check("--plan within --memory-limit says it fits", rc == 0 and "fits: " in out, out[-200:])
+rc, out = run(["--model", "gpt:L=2,C=64,H=4,V=256,T=64", "--data", "data/addition/train_000.bin", "--batch", "8",
+               "--steps", "1", "--memory-limit", "0.0001"])
+check("a run that does not fit says what would, before allocating", rc != 0 and "recommendation:" in out, out[-300:])
 rc, out = run(["--plan", "--model", "t5-3b", "--batch", "2", "--world", "8"])
 check("--plan works for T5 presets", rc == 0 and plan_bytes(out) is not None, out[-200:])
 

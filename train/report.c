@@ -66,6 +66,56 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   if (c->kind == MODEL_T5) log0("| %-22s | %-30.4g |\n", "IBM T5 formula (s=enc)", M * t5_flops_ibm(c, m->B, m->Te));
 }
 
+// Bytes per rank of the plan of a `world`-rank run with the FSDP options f (plan only).
+static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, int Te, int world) {
+  FSDP fs;
+  fsdp_init_plan(&fs, model_num_units(cfg), f, world);
+  Model m;
+  model_plan(&m, cfg, &fs, B, T, Te);
+  return fs.plan.total;  // (the layout tables are left to the process: planning is short-lived)
+}
+
+// What would make a plan fit in `limit` bytes per rank: the first of the memory-saving options,
+// added to the run's own, whose plan fits; else the fewest ranks with all of them. Into out.
+static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, size_t limit,
+                      char* out, size_t len) {
+  struct {
+    const char* flags;
+    int recompute, full, limit_ag;  // limit_ag: 0 = as given
+  } steps[] = {
+      {"--recompute selective", RECOMPUTE_SELECTIVE, 0, 0},
+      {"--recompute block", RECOMPUTE_BLOCK, 0, 0},
+      {"--recompute block --shard full", RECOMPUTE_BLOCK, 1, 0},
+      {"--recompute block --shard full --limit-all-gathers 1", RECOMPUTE_BLOCK, 1, 1},
+  };
+  FSDPOptions f = o->fsdp;
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    if (steps[i].recompute < f.recompute && f.recompute == RECOMPUTE_BLOCK) continue;  // already saving more
+    FSDPOptions g = o->fsdp;
+    if (g.recompute != RECOMPUTE_BLOCK) g.recompute = steps[i].recompute;
+    if (steps[i].full) g.strategy = SHARD_FULL;
+    if (steps[i].limit_ag) g.limit_all_gathers = 1;
+    size_t need = plan_total(cfg, g, B, T, Te, world);
+    if (need <= limit) {
+      snprintf(out, len, "recommendation: add %s to fit on %d rank%s (%.2f GiB per rank)", steps[i].flags, world,
+               world > 1 ? "s" : "", need / 1073741824.0);
+      return;
+    }
+    f = g;
+  }
+  for (int w = world * 2; w <= (1 << 20); w *= 2) {
+    if (f.strategy == SHARD_HYBRID && w % f.hybrid_factor) continue;
+    size_t need = plan_total(cfg, f, B, T, Te, w);
+    if (need <= limit) {
+      snprintf(out, len, "recommendation: --recompute block --shard full --limit-all-gathers 1 fits from --world %d "
+               "(%.2f GiB per rank); or lower --batch", w, need / 1073741824.0);
+      return;
+    }
+  }
+  snprintf(out, len, "recommendation: none of --recompute, --shard full or more ranks fits this in %.2f GiB per rank; "
+           "lower --batch or --seq", limit / 1073741824.0);
+}
+
 // --plan: the layout and the memory plan of one rank of a `world`-rank run, from the same
 // planner a real run allocates from, and the FSDP paper's formula beside it.
 void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world) {
@@ -93,17 +143,25 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   log0("  as bytes: 16 B x %.4g (fp32 master, gradient, adam m, v) + %d slot%s x %zu B x %.4g = %.4g GiB\n",
        shard_elems, fs.nslots, fs.nslots == 1 ? "" : "s", sizeof(act_t), largest,
        (16.0 * shard_elems + fs.nslots * sizeof(act_t) * largest) / 1073741824.0);
+  if (o->memory_limit_gib > 0) {  // planning for a device of that size: does it fit, and if not, what would
+    size_t limit = (size_t)(o->memory_limit_gib * 1073741824.0);
+    char rec[512] = "";
+    if (fs.plan.total > limit) recommend(o, cfg, B, T, Te, world, limit, rec, sizeof rec);
+    log0("%s %.2f GiB per rank in --memory-limit %.2f GiB%s%s\n", fs.plan.total > limit ? "does not fit:" : "fits:",
+         fs.plan.total / 1073741824.0, o->memory_limit_gib, rec[0] ? "; " : "", rec);
+  }
   log0("plan_bytes_per_rank %zu\n", fs.plan.total);
 }
 
 // Refuses a plan that does not fit before anything is allocated, and says what to change.
-void check_plan_fits(const Options* o, const FSDP* fs) {
+void check_plan_fits(const Options* o, const ModelConfig* cfg, int B, int T, int Te, const FSDP* fs) {
   size_t limit = o->memory_limit_gib > 0 ? (size_t)(o->memory_limit_gib * 1073741824.0) : device_free_bytes();
   if (fs->plan.total <= limit) return;
-  fatal("the memory plan needs %.2f GiB per rank but %s %.2f GiB; lower --batch (or --seq), use more ranks with "
-        "--shard full, lower --limit-all-gathers, or compare options with --plan --world N",
-        fs->plan.total / 1073741824.0, o->memory_limit_gib > 0 ? "--memory-limit allows" : "this device has",
-        limit / 1073741824.0);
+  char rec[512];
+  recommend(o, cfg, B, T, Te, fs->world_size, limit, rec, sizeof rec);
+  fatal("the memory plan needs %.2f GiB per rank but %s %.2f GiB; %s (compare options with --plan --world N "
+        "--memory-limit GIB)", fs->plan.total / 1073741824.0,
+        o->memory_limit_gib > 0 ? "--memory-limit allows" : "this device has", limit / 1073741824.0, rec);
 }
 
 // Dense bf16 peak of known GPUs (H100/H200 SXM 989 TFLOPS, A100 312); 0 when unknown.

@@ -84,7 +84,7 @@ void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64
 void print_model_line(const ModelConfig* c);
 void print_settings(const Options* o, const Model* m, const FSDP* fs, int A);
 void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world);
-void check_plan_fits(const Options* o, const FSDP* fs);
+void check_plan_fits(const Options* o, const ModelConfig* cfg, int B, int T, int Te, const FSDP* fs);
 double device_peak_flops(const char* device_name);
 double measure_peak_flops(KernelCtx* k);
 // This process's resident memory (/proc/self/statm), 0 when unknown.
