@@ -122,6 +122,7 @@ typedef struct {
   float** grad_slots;
   int* grad_slot_owner;
   int* grad_slot_last;              // the unit whose reduction last read each buffer (-1: none)
+  int grad_slot_next;               // where the round-robin search for a free buffer starts
   float* root_grads;
   act_t* reduce_staging;            // --reduce-dtype bf16: the gradient of one unit in bf16
   // step state

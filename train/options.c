@@ -61,12 +61,16 @@ static void print_help(void) {
       "  --resume DIR          continue from a checkpoint: its step, weights and AdamW state\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
-      "  --world N             plan for N ranks (default: the ranks of this run)\n"
+      "  --world N             plan (or predict) for N ranks (default: the ranks of this run)\n"
       "  --memory-limit GIB    refuse plans above GIB per rank (default: free device memory)\n"
       "  --bench               time --steps steps after --bench-warmup (default 2) untimed ones;\n"
       "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
       "  --bench-json FILE     write the benchmark results as JSON\n"
       "  --peak                measure this device's achievable matmul rate for MFU\n"
+      "  --predict GPU[:NET]   predict step time and TFLOPS per GPU on --world N GPUs without them (no\n"
+      "                        --data needed): GPU a100-40gb | a100-80gb | h100-sxm | h200, NET efa400 |\n"
+      "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline\n"
+      "  --predict-sweep       with --predict: rank strategies, limits, prefetch and batch sizes\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
@@ -137,6 +141,7 @@ Options parse_options(int argc, char** argv) {
       {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
       {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
       {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
+      {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, 'A'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -197,6 +202,8 @@ Options parse_options(int argc, char** argv) {
       case 'Y': o.plan_world = (int)parse_long(name, optarg, 1, 1 << 24); break;
       case 'z': o.memory_limit_gib = parse_float(name, optarg, 1e-6f, 1e9f); break;
       case 'q': o.bench = 1; break;
+      case 'g': o.predict = optarg; break;
+      case 'A': o.predict_sweep = 1; break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
@@ -214,8 +221,10 @@ Options parse_options(int argc, char** argv) {
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (!o.model) usage_error("%s", "--model is required");
-  if (!o.data && !o.plan) usage_error("%s", "--data is required");
-  if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
+  if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
+  if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
+  if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
+  if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
   if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
   return o;
