@@ -116,6 +116,7 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
     }
     p->compute_s = compute;
     p->comm_s = comm;
+    p->first_op = op0;
   }
   if (fs->trace) trace_close(fs->trace);
   fs->trace = NULL;

@@ -16,6 +16,7 @@ typedef struct {
   double plan_bytes;      // the memory plan of one GPU
   int fits;               // plan_bytes within the GPU's memory
   int accum;              // micro-steps per optimizer step
+  int first_op;           // the measured step's first entry in the op log (timeline_op)
 } Prediction;
 
 // Runs the trainer's step on the timeline for cluster c; -1 when --global-batch does not split.
