@@ -11,11 +11,11 @@
 // network. The two pipelines run at once, so the slower one sets the time; every step pays one
 // latency of its slowest hop. All-reduce is a reduce-scatter followed by an all-gather.
 //
-// Tree (NCCL's double binary tree for all-reduce across nodes; Sanders et al. 2009): the
-// buffer goes up and down trees of depth log2(N) across nodes and a chain inside each node;
-// each link carries the whole buffer once per direction, so time = bytes / slowest link plus
-// 2 x (log2 N network + (p-1) NVLink) latencies. All-reduce takes the faster of the two, as
-// NCCL's tuner picks.
+// Tree (NCCL's double binary tree for all-reduce across nodes; Sanders et al. 2009): NCCL
+// reports it at the full bandwidth of the ring (Jeaugey, "Massively Scale Your Deep Learning
+// Training with NCCL 2.4", NVIDIA blog 2019) with a latency logarithmic in the nodes: the ring's
+// bandwidth term plus 2 x (log2 N network + (p-1) NVLink steps) for the way up and down. NCCL's
+// tuner picks the faster; on a tie (one node) the ring.
 #include <math.h>
 
 #include "timeline/timeline.h"
@@ -35,19 +35,22 @@ static Placement place(const Cluster* c, Group g) {
   return pl;
 }
 
-// One ring pass (all-gather or reduce-scatter) of `bytes`.
-static double ring_pass(const Cluster* c, const Placement* pl, int n, double bytes) {
+// One ring pass without its latency: the bandwidth term.
+static double ring_volume(const Placement* pl, int n, double bytes) {
   double intra = (double)(n - 1) / n * bytes / pl->nvlink;
   double inter = pl->nodes > 1 ? (double)(pl->nodes - 1) / pl->nodes * bytes / pl->net : 0.0;
-  double alpha = pl->nodes > 1 ? c->net.latency_s : c->net.intra_latency_s;
-  return (intra > inter ? intra : inter) + (n - 1) * alpha;
+  return intra > inter ? intra : inter;
 }
 
-static double tree_all_reduce(const Cluster* c, const Placement* pl, double bytes) {
-  double t = bytes / pl->nvlink;
-  if (pl->nodes > 1 && bytes / pl->net > t) t = bytes / pl->net;
+static double tree_all_reduce(const Cluster* c, const Placement* pl, int n, double bytes) {
   double depth = pl->nodes > 1 ? ceil(log2((double)pl->nodes)) : 0.0;
-  return t + 2 * (depth * c->net.latency_s + (pl->per_node - 1) * c->net.intra_latency_s);
+  return 2 * ring_volume(pl, n, bytes) + 2 * (depth * c->net.latency_s + (pl->per_node - 1) * c->net.intra_latency_s);
+}
+
+// One ring pass (all-gather or reduce-scatter) of `bytes`.
+static double ring_pass(const Cluster* c, const Placement* pl, int n, double bytes) {
+  double alpha = pl->nodes > 1 ? c->net.latency_s : c->net.intra_latency_s;
+  return ring_volume(pl, n, bytes) + (n - 1) * alpha;
 }
 
 CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g) {
@@ -62,7 +65,7 @@ CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g)
       r.seconds = ring_pass(c, &pl, g.n, bytes);
       break;
     case COLL_ALL_REDUCE: {
-      double ring = 2 * ring_pass(c, &pl, g.n, bytes), tree = tree_all_reduce(c, &pl, bytes);
+      double ring = 2 * ring_pass(c, &pl, g.n, bytes), tree = tree_all_reduce(c, &pl, g.n, bytes);
       r.seconds = ring;
       if (tree < ring) r.seconds = tree, r.algorithm = "tree";
       break;
