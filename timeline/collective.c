@@ -48,9 +48,11 @@ static double tree_all_reduce(const Cluster* c, const Placement* pl, int n, doub
 }
 
 // One ring pass (all-gather or reduce-scatter) of `bytes`.
+// Of its n-1 steps, the N-1 that cross to the next node pay the network's latency and the rest
+// NVLink's (NCCL's own latency model, src/graph/tuning.cc: inter-node steps apart).
 static double ring_pass(const Cluster* c, const Placement* pl, int n, double bytes) {
-  double alpha = pl->nodes > 1 ? c->net.latency_s : c->net.intra_latency_s;
-  return ring_volume(pl, n, bytes) + (n - 1) * alpha;
+  int inter = pl->nodes - 1, intra = n - 1 - inter;
+  return ring_volume(pl, n, bytes) + inter * c->net.latency_s + intra * c->net.intra_latency_s;
 }
 
 CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g) {

@@ -71,5 +71,36 @@ else
   echo "FAIL different calls are told apart: --prefetch none against both compared equal"
   fail=$((fail + 1))
 fi
+# --predict from the trainer: train_gpt_cpu hands it to predict_gpt (no data, no MPI needed).
+check_cli() {
+  local name=$1 want_rc=$2 pattern=$3
+  shift 3
+  "$@" > "$TMP/cli.out" 2>&1
+  local rc=$?
+  if [ $rc = "$want_rc" ] && grep -qE "$pattern" "$TMP/cli.out"; then
+    echo "ok   $name"
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name (rc $rc, want $want_rc, pattern '$pattern'):"
+    tail -3 "$TMP/cli.out"
+    fail=$((fail + 1))
+  fi
+}
+check_cli "train_gpt_cpu --predict runs the prediction" 0 "^predict_tflops_per_gpu [0-9.]+$" \
+  ./train_gpt_cpu --model gpt2-124m --batch 8 --predict h100-sxm --world 16
+check_cli "train_gpt_cpu --predict-sweep ranks configurations" 0 "^\|    1 \| " \
+  ./train_gpt_cpu --model gpt:L=2,C=64,H=4,V=256,T=16 --batch 2 --predict a100-40gb --world 16 --predict-sweep
+check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
+  ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
+check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
+check_cli "--predict --trace writes a Chrome trace" 0 "trace: " ./predict_gpt --model gpt2-124m --predict h200 \
+  --world 8 --trace "$TMP/trace.json"
+if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert any(e.get('name','').startswith('reduce-scatter') for e in d['traceEvents'])" "$TMP/trace.json" 2> /dev/null; then
+  echo "ok   the trace is JSON with reduce-scatter spans"
+  pass=$((pass + 1))
+else
+  echo "FAIL the trace is not JSON with reduce-scatter spans"
+  fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]

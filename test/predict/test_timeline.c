@@ -31,9 +31,10 @@ static void test_collectives(void) {
   expect_time("ring all-gather, 4 ranks on one node", r.seconds, 3e-3 + 3e-6);
   EXPECT("  ... spans 1 node, 4 ranks on it", r.nodes == 1 && r.per_node == 4, "nodes %d per node %d", r.nodes, r.per_node);
   // 16 ranks on 4 nodes: NVLink 15/16 x 400e6/100e9 = 3.75 ms; network 3/4 x 400e6 / 40e9 =
-  // 7.5 ms (one group per node: all 40 GB/s); the slower, + 15 network steps of 10 us.
+  // 7.5 ms (one group per node: all 40 GB/s); the slower, + 3 steps across nodes of 10 us and
+  // 12 inside them of 1 us.
   r = collective_cost(&c, COLL_REDUCE_SCATTER, 400e6, (Group){16, 1});
-  expect_time("ring reduce-scatter, 16 ranks on 4 nodes", r.seconds, 7.5e-3 + 15 * 10e-6);
+  expect_time("ring reduce-scatter, 16 ranks on 4 nodes", r.seconds, 7.5e-3 + 3 * 10e-6 + 12 * 1e-6);
   // A replica group (stride 4 = one rank per node, 4 nodes): the 4 groups of a node share its
   // network, 10 GB/s each. All-reduce of 100 MB: ring 2 x (3/4 x 100e6/10e9 + 3 x 10 us) =
   // 15.06 ms; tree: the same 15 ms of bandwidth + 2 x (log2(4) x 10 us) = 15.04 ms: the tree.
@@ -41,7 +42,7 @@ static void test_collectives(void) {
   expect_time("all-reduce across nodes: tree", r.seconds, 15e-3 + 40e-6);
   EXPECT("  ... picks the tree", !strcmp(r.algorithm, "tree"), "picked %s", r.algorithm);
   // A 4 KB all-reduce on 16 ranks (4 nodes): bandwidth 2 x 3/4 x 4096/40e9; ring latency
-  // 2 x 15 x 10 us = 300 us, tree 2 x (2 x 10 us + 3 x 1 us) = 46 us.
+  // 2 x (3 x 10 us + 12 x 1 us) = 84 us, tree 2 x (2 x 10 us + 3 x 1 us) = 46 us.
   r = collective_cost(&c, COLL_ALL_REDUCE, 4096, (Group){16, 1});
   expect_time("all-reduce, small, 16 ranks: tree latency", r.seconds, 2 * 0.75 * 4096 / 40e9 + 2 * (2 * 10e-6 + 3 * 1e-6));
   // Hybrid shard group of 2 (stride 1): one node, NVLink only: 1/2 x 1e6 / 100e9 + 1 us.
@@ -146,9 +147,9 @@ static void test_toy_timeline(void) {
   find(&p, STREAM_REDUCE_SCATTER, "add_f32", add, 8);
   // A block of C=64 holds 49,984 elements, padded to 50,176 (a multiple of 8 x 128): 100,352
   // bf16 bytes. Ring on 8 ranks, 2 nodes: NVLink 7/8 x 100352/100e9 = 0.878 us, network
-  // 1/2 x 100352/40e9 = 1.2544 us; + 7 x 10 us.
+  // 1/2 x 100352/40e9 = 1.2544 us; + 1 step across nodes (10 us) + 6 inside them (1 us).
   expect_time("toy: block.0's all-gather takes the hand-computed ring time", ag[1]->end - ag[1]->start,
-              0.5 * 100352 / 40e9 + 7 * 10e-6);
+              0.5 * 100352 / 40e9 + 10e-6 + 6e-6);
   EXPECT("toy: root's all-gather overlaps no kernel (compute waits for it)", !any_compute_overlap(&p, ag[0]), "it does");
   TimelineOp u1 = unshard_span(&p, 1), u2 = unshard_span(&p, 2);
   EXPECT("toy: block.0's unshard (cast + all-gather) overlaps the embedding", overlaps(&u1, embed[0]), "it does not");
