@@ -8,6 +8,7 @@
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   communication (MPI / NCCL)                   fsdp/comm.h
+//   the schedule on modelled clocks (--predict)  timeline/timeline.h
 // fsdp/README.md explains each concept and the paper section it comes from.
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H

@@ -111,6 +111,7 @@ int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size
   out->net = *net;
   out->host = host;
   out->world = world;
+  out->alloc_retry_s = 0.0;
   return 0;
 }
 

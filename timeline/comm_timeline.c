@@ -77,6 +77,14 @@ static void collective(Comm* c, CollKind kind, const void* buf, double bytes, co
 
 void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {
   timeline_call(__func__);
+  const Cluster* cl = timeline_cluster();
+  if (cl->alloc_retry_s > 0 && timeline_is_device(buf)) {
+    // The allocator's retry before the unsharded buffer exists: cudaFree of the cache waits
+    // for the device, then cudaMalloc holds the host (FSDP paper section 4; the AWS post's
+    // Trace3 measured single cudaMalloc calls of hundreds of milliseconds).
+    timeline_synchronize();
+    timeline_host_wait(cl->alloc_retry_s);
+  }
   collective(c, COLL_ALL_GATHER, buf, (double)c->group.n * count * dtype_size(t), "all-gather");
 }
 void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {

@@ -20,7 +20,6 @@
 #include "timeline/timeline.h"
 
 #define NSTREAMS 3
-#define MAX_OPS (1 << 20)
 #define MAX_REGIONS 64
 
 struct DeviceEvent {
@@ -32,7 +31,7 @@ static Cluster cluster;
 static int configured = 0;
 static double clock_of[NSTREAMS], host_clock, net_free, stalled, stalled_read;
 static TimelineOp* ops;
-static int nops;
+static int nops, cap_ops;
 static double marks[DEVICE_MAX_MARKS];
 static int nmarks;
 static struct {
@@ -75,6 +74,15 @@ void timeline_call(const char* name) {
 
 static double max2(double a, double b) { return a > b ? a : b; }
 
+static void log_op(const char* what, StreamId s, double start, double end) {
+  if (nops == cap_ops) {
+    cap_ops = cap_ops ? 2 * cap_ops : 4096;
+    ops = realloc(ops, (size_t)cap_ops * sizeof(TimelineOp));
+    if (!ops) fatal("timeline: out of host memory for the op log (%d operations)", nops);
+  }
+  ops[nops++] = (TimelineOp){what, s, start, end};
+}
+
 double timeline_issue(StreamId s, double seconds, const char* what, int net) {
   const Cluster* c = timeline_cluster();
   double start = max2(clock_of[s], host_clock);
@@ -83,12 +91,12 @@ double timeline_issue(StreamId s, double seconds, const char* what, int net) {
   clock_of[s] = end;
   if (net) net_free = end;
   host_clock += c->host.launch_s;
-  if (!ops) ops = xmalloc(MAX_OPS * sizeof(TimelineOp), "timeline op log");
-  if (nops < MAX_OPS) ops[nops++] = (TimelineOp){what, s, start, end};
+  log_op(what, s, start, end);
   return start;
 }
 
 double timeline_stream_clock(StreamId s) { return clock_of[s]; }
+void timeline_host_wait(double seconds) { host_clock += seconds; }
 double timeline_host_clock(void) { return host_clock; }
 double timeline_compute_stalled(void) { return stalled; }
 int timeline_nops(void) { return nops; }
@@ -227,8 +235,7 @@ static void sync_copy(size_t bytes, const char* what) {
   const Cluster* c = timeline_cluster();
   double start = stream_point(STREAM_COMPUTE);
   double end = start + c->host.sync_copy_s + (double)bytes / c->host.pcie_bytes_s;
-  if (!ops) ops = xmalloc(MAX_OPS * sizeof(TimelineOp), "timeline op log");
-  if (nops < MAX_OPS) ops[nops++] = (TimelineOp){what, STREAM_COMPUTE, start, end};
+  log_op(what, STREAM_COMPUTE, start, end);
   clock_of[STREAM_COMPUTE] = host_clock = end;
 }
 

@@ -149,10 +149,10 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   char strat[32];
   strategy_name(&o->fsdp, strat, sizeof strat);
   int t5 = cfg->kind == MODEL_T5;
-  printf("predict | %s | %d x %s | network %s (%d GPUs per node, %.0f GB/s per node) | %s | batch %d | %s %d%s",
-         cfg->name, c->world, c->gpu.name, c->net.name, c->net.gpus_per_node, c->net.node_bytes_s / 1e9, strat, o->batch,
-         t5 ? "decoder" : "seq", t5 ? o->dec_len : (o->seq ? o->seq : cfg->T), t5 ? "" : "");
-  if (t5) printf(" encoder %d", o->enc_len);
+  printf("predict | %s | %d x %s | network %s (%d GPUs per node, %.0f GB/s per node) | %s | batch %d", cfg->name,
+         c->world, c->gpu.name, c->net.name, c->net.gpus_per_node, c->net.node_bytes_s / 1e9, strat, o->batch);
+  if (t5) printf(" | encoder %d decoder %d", o->enc_len, o->dec_len);
+  else printf(" | seq %d", o->seq ? o->seq : cfg->T);
   printf(" | accum %d\n", p->accum);
   printf("| %-40s | %14s |\n", "predicted", "value");
   printf("| %-40s | %14.2f |\n", "step time (ms)", p->step_s * 1e3);
@@ -167,6 +167,8 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   char label[64];
   snprintf(label, sizeof label, "TFLOPS per GPU (%s formula)", predict_seed_formula(cfg));
   printf("| %-40s | %14.2f |\n", label, p->seed_tflops);
+  if (c->alloc_retry_s > 0)
+    printf("note: with an allocator retry of %.0f ms before each all-gather (not fsdp.c's allocator)\n", c->alloc_retry_s * 1e3);
   if (!p->fits)
     printf("note: the plan needs %.2f GiB per GPU, more than the %s's %.0f GiB: the run would not start (the time is "
            "predicted as if it did)\n", p->plan_bytes / 1073741824.0, c->gpu.name, c->gpu.memory_bytes / 1073741824.0);

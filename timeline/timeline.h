@@ -60,6 +60,10 @@ typedef struct {
   NetSpec net;
   HostSpec host;
   int world;
+  // Another framework's allocator, for comparison (--predict-alloc-retry MS): a caching
+  // allocator at its memory limit frees its cache (cudaFree synchronizes the device) and calls
+  // cudaMalloc before each unit's all-gather. fsdp.c allocates once; 0 models fsdp.c.
+  double alloc_retry_s;
 } Cluster;
 
 const GpuSpec* catalogue_gpu(const char* name);
@@ -97,6 +101,8 @@ double timeline_issue(StreamId s, double seconds, const char* what, int net);
 double timeline_stream_clock(StreamId s);
 // The host waits for every stream (device_synchronize without the call log).
 void timeline_synchronize(void);
+// The host is busy for `seconds` (a blocking call of another framework: cudaMalloc).
+void timeline_host_wait(double seconds);
 double timeline_host_clock(void);
 // Exposed waiting of the compute stream since timeline_reset.
 double timeline_compute_stalled(void);

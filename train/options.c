@@ -71,6 +71,8 @@ static void print_help(void) {
       "                        --data needed): GPU a100-40gb | a100-80gb | h100-sxm | h200, NET efa400 |\n"
       "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline\n"
       "  --predict-sweep       with --predict: rank strategies, limits, prefetch and batch sizes\n"
+      "  --predict-alloc-retry MS   with --predict: add a caching allocator's retry (device sync +\n"
+      "                        MS of cudaMalloc) before each all-gather, as PyTorch at its memory limit\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
@@ -142,6 +144,7 @@ Options parse_options(int argc, char** argv) {
       {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
       {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
       {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, 'A'},
+      {"predict-alloc-retry", required_argument, 0, 'M'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -204,6 +207,7 @@ Options parse_options(int argc, char** argv) {
       case 'q': o.bench = 1; break;
       case 'g': o.predict = optarg; break;
       case 'A': o.predict_sweep = 1; break;
+      case 'M': o.predict_alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
@@ -223,6 +227,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.model) usage_error("%s", "--model is required");
   if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
+  if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");
   if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
   if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");

@@ -34,6 +34,7 @@ typedef struct {
   double comm_timeout;              // --comm-timeout seconds
   const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)
   int predict_sweep;                // --predict-sweep
+  double predict_alloc_retry_ms;    // --predict-alloc-retry MS: model another allocator's retries
   FSDPOptions fsdp;
 } Options;
 

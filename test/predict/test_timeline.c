@@ -175,6 +175,14 @@ static void test_toy_timeline(void) {
          nag == 5 ? ag[4]->start : -1, nrs == 3 ? rs[0]->end : -1);
   EXPECT("toy, no backward prefetch: the step is longer", p.step_s > step_prefetch, "%g s against %g s", p.step_s,
          step_prefetch);
+
+  // Another allocator's retry (1 ms, after a device synchronization) before each of the step's
+  // 5 all-gathers: the host, and so every stream, loses at least 5 ms.
+  o = options("");
+  c.alloc_retry_s = 1e-3;
+  predict_run(&o, &c, &cfg, NULL, &p);
+  EXPECT("toy, allocator retries: the step is longer by at least 5 x 1 ms", p.step_s >= step_prefetch + 5e-3,
+         "%g s against %g s", p.step_s, step_prefetch);
 }
 
 int main(void) {
