@@ -100,7 +100,8 @@ def main():
     s3 = {w: p("t5-3b", eth, w, "--batch 32") for w in (8, 512)}
     ratio_row("IBM post", "T5-3B scaling, 512 vs 8 GPUs", 0.95, s3[512], s3[8], "batch 32 (largest plan that fits 8 GPUs)")
     s11 = {w: p("t5-11b", eth, w, "--batch 20") for w in (8, 512)}
-    ratio_row("IBM post", "T5-11B, batch 20, scaling 512 vs 8", 0.20, s11[512], s11[8])
+    ratio_row("IBM post", "T5-11B, batch 20, scaling 512 vs 8", 0.20, s11[512], s11[8],
+              "the post does not say at how many GPUs; 512 assumed")
     s50 = {w: p("t5-11b", eth, w, "--batch 50 --limit-all-gathers 2") for w in (8, 256, 512)}
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 256 vs 8", 0.90, s50[256], s50[8])
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 512 vs 8", 0.80, s50[512], s50[8])
