@@ -95,11 +95,15 @@ check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100
 check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
 check_cli "--predict --trace writes a Chrome trace" 0 "trace: " ./predict_gpt --model gpt2-124m --predict h200 \
   --world 8 --trace "$TMP/trace.json"
-if python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert any(e.get('name','').startswith('reduce-scatter') for e in d['traceEvents'])" "$TMP/trace.json" 2> /dev/null; then
-  echo "ok   the trace is JSON with reduce-scatter spans"
+if python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))['traceEvents']
+assert any(e.get('name', '').startswith('reduce-scatter block') and e.get('tid') == 2 for e in ev)
+assert any(e.get('name') == 'matmul_forward' and e.get('tid') == 3 for e in ev)" "$TMP/trace.json" 2> /dev/null; then
+  echo "ok   the trace is JSON with unit spans (reduce-scatter) and kernel tracks (matmul_forward)"
   pass=$((pass + 1))
 else
-  echo "FAIL the trace is not JSON with reduce-scatter spans"
+  echo "FAIL the trace is not JSON with unit spans and kernel tracks"
   fail=$((fail + 1))
 fi
 echo "$pass passed, $fail failed"
