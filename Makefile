@@ -180,7 +180,7 @@ test:
 	@bash test/setup.sh
 	@$(MAKE) --no-print-directory test-suite
 
-test-suite: test-bins sim-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
+test-suite: test-bins sim-bins predict-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
 	bash test/run_tests.sh
 
 # ---- GPU tests (run on a machine with a GPU) ----------------------------------------
@@ -292,6 +292,39 @@ sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim) train_gpt_cpu
 test-sim: sim-bins
 	bash test/cudasim/run_sim_tests.sh
 
+# ---- prediction binary (timeline/timeline.h) ----------------------------------------
+# predict_gpt: the same layers/, fsdp/ (without its device, comm and initialization files),
+# data/ and train/ code on the timeline backend (timeline/*.c), which computes nothing and
+# advances modelled clocks. Built like the CUDA trainer's host code (-DFSDP_CUDA: act_t is bf16
+# bits, so the memory plan is train_gpt's), single-process (-DNO_MPI). The trainers re-execute
+# it for --predict (train/predict_exec.c).
+PREDICT_LIB_SRCS := $(filter-out timeline/predict_main.c,$(wildcard timeline/*.c)) \
+                    $(filter-out fsdp/device_% fsdp/comm_% fsdp/init.c,$(wildcard fsdp/*.c)) \
+                    $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c)
+PREDICT_LIB_OBJS := $(patsubst %.c,$(BUILD)/predict/%.o,$(PREDICT_LIB_SRCS))
+CFLAGS_PREDICT := -O2 -std=c11 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -I. -D_GNU_SOURCE \
+  -DFSDP_CUDA -DNO_MPI
+PREDICT_HEADERS := $(HEADERS) $(wildcard timeline/*.h)
+$(BUILD)/predict/%.o: %.c $(PREDICT_HEADERS)
+	@mkdir -p $(dir $@)
+	$(or $(CC),cc) $(CFLAGS_PREDICT) -c $< -o $@
+predict_gpt: $(BUILD)/predict/timeline/predict_main.o $(PREDICT_LIB_OBJS)
+	$(or $(CC),cc) $^ -o $@ -lm
+# The timeline's own tests (collective models, a toy model's timeline against a hand-drawn one).
+$(BUILD)/predict/test_timeline: test/predict/test_timeline.c $(PREDICT_LIB_OBJS) $(PREDICT_HEADERS) test/test.h
+	$(or $(CC),cc) $(CFLAGS_PREDICT) $< $(PREDICT_LIB_OBJS) -o $@ -lm
+# train_gpt_cpu with its kernels, device and communication entry points logged by name
+# (test/predict/call_log.c, -finstrument-functions), to compare call sequences with predict_gpt.
+CALLS_INSTRUMENTED := $(wildcard kernels/cpu/*.c) fsdp/device_cpu.c fsdp/comm_mpi.c
+CALLS_OBJS := $(patsubst %.c,$(BUILD)/calls/%.o,$(CALLS_INSTRUMENTED)) \
+              $(filter-out $(patsubst %.c,$(BUILD)/cpu/%.o,$(CALLS_INSTRUMENTED)),$(CPU_LIB_OBJS))
+$(BUILD)/calls/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC_CPU) $(CFLAGS_CPU) -finstrument-functions -c $< -o $@
+$(BUILD)/calls/train_gpt_cpu: $(BUILD)/cpu/train_gpt.o $(CALLS_OBJS) test/predict/call_log.c
+	$(CC_CPU) $(CFLAGS_CPU) -rdynamic $(BUILD)/cpu/train_gpt.o $(CALLS_OBJS) test/predict/call_log.c -o $@ $(LDLIBS_CPU) -ldl
+predict-bins: predict_gpt $(BUILD)/predict/test_timeline $(BUILD)/calls/train_gpt_cpu
+
 # ---- built-in dataset: synthetic addition problems as byte tokens -------------------
 $(BUILD)/make_addition: scripts/make_addition.c data/shard.c data/shard.h
 	@mkdir -p $(BUILD)
@@ -315,6 +348,6 @@ print-run-args:
 	@echo $(RUN_ARGS)
 
 clean:
-	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim
+	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim predict_gpt
 
-.PHONY: test test-suite test-bins test-gpu test-sim sim-bins train_gpt_sim cuda-config cuda-skip-note run print-run-args clean
+.PHONY: predict-bins test test-suite test-bins test-gpu test-sim sim-bins train_gpt_sim cuda-config cuda-skip-note run print-run-args clean

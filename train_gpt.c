@@ -18,6 +18,7 @@
 #include "train/train.h"
 
 int main(int argc, char** argv) {
+  predict_exec_if_asked(argc, argv);  // --predict: the timeline backend's binary (timeline/)
   dist_init(&argc, &argv);
   Options o = parse_options(argc, argv);
   int W = dist_world(), rank = dist_rank();

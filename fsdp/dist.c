@@ -15,7 +15,7 @@
 #include <omp.h>
 #endif
 
-static int g_rank = 0, g_world = 1, g_local_rank = 0, g_local_world = 1;
+static int g_rank = 0, g_world = 1, g_local_rank = 0;
 static int g_node = 0;  // the world rank of this node's local rank 0: an id of the node
 #ifndef NO_MPI
 static int g_mpi = 0;
@@ -66,16 +66,20 @@ static void check_launcher_matches_mpi(void) {
 }
 #endif
 
+#ifndef NO_MPI
 // Ranks sharing a node share its cores: without OMP_NUM_THREADS, each rank takes its share
 // (at least one thread) instead of every rank starting one thread per core.
-static void share_cores(void) {
+static void share_cores(int local_world) {
 #ifdef _OPENMP
-  if (g_local_world > 1 && !getenv("OMP_NUM_THREADS")) {
-    int share = omp_get_num_procs() / g_local_world;
+  if (local_world > 1 && !getenv("OMP_NUM_THREADS")) {
+    int share = omp_get_num_procs() / local_world;
     omp_set_num_threads(share > 0 ? share : 1);
   }
+#else
+  (void)local_world;
 #endif
 }
+#endif
 
 int dist_threads(void) {
 #ifdef _OPENMP
@@ -100,8 +104,9 @@ void dist_init(int* argc, char*** argv) {
   // The rank on this node (it picks the GPU): ranks that share memory form one node.
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
+  int local_world = 1;
   MPI_Comm_rank(node, &g_local_rank);
-  MPI_Comm_size(node, &g_local_world);
+  MPI_Comm_size(node, &local_world);
   g_node = g_rank;
   MPI_Bcast(&g_node, 1, MPI_INT, 0, node);
   MPI_Comm_free(&node);
@@ -118,7 +123,7 @@ void dist_init(int* argc, char*** argv) {
 #else
   check_launcher_matches_mpi();
 #endif
-  share_cores();
+  share_cores(local_world);
 #else
   (void)argc;
   (void)argv;

@@ -8,6 +8,7 @@
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   communication (MPI / NCCL)                   fsdp/comm.h
+//   the schedule on modelled clocks (--predict)  timeline/timeline.h
 // fsdp/README.md explains each concept and the paper section it comes from.
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
@@ -129,6 +130,7 @@ typedef struct {
   float** grad_slots;
   int* grad_slot_owner;
   int* grad_slot_last;              // the unit whose reduction last read each buffer (-1: none)
+  int grad_slot_next;               // where the round-robin search for a free buffer starts
   float* root_grads;
   act_t* reduce_staging;            // --reduce-dtype bf16: the gradient of one unit in bf16
   // step state

@@ -130,10 +130,16 @@ static void borrow_grad_buffer(FSDP* fs, int u) {
     U->grad_slot = u - 1;
     U->full_grads = fs->grad_slots[u - 1];
   } else {
+    // Round robin from the buffer after the last one borrowed: the buffer the previous unit
+    // just returned is still being read by its reduce-scatter, and taking it would make this
+    // unit's backward wait for that reduction (one buffer in effect).
     int s = -1;
-    for (int i = 0; i < fs->ngrad_slots && s < 0; i++)
-      if (fs->grad_slot_owner[i] < 0) s = i;
+    for (int i = 0; i < fs->ngrad_slots && s < 0; i++) {
+      int c = (fs->grad_slot_next + i) % fs->ngrad_slots;
+      if (fs->grad_slot_owner[c] < 0) s = c;
+    }
     if (s < 0) fatal("schedule: no free gradient buffer for %s; this is a bug", U->name);
+    fs->grad_slot_next = (s + 1) % fs->ngrad_slots;
     fs->grad_slot_owner[s] = u;
     last_reader = fs->grad_slot_last[s];
     fs->grad_slot_last[s] = u;

@@ -13,6 +13,9 @@ source test/suite.sh
 for t in build/test/test_*; do
   part "$(basename "$t")" "$t"
 done
+part "timeline models" build/predict/test_timeline
+part "timeline call sequence" bash test/predict/test_calls.sh
+part "prediction table" bash test/predict/test_table.sh
 part "pytorch reference (GPT)" /usr/bin/python3 test/ref_gpt.py
 part "pytorch reference (T5)" /usr/bin/python3 test/ref_t5.py
 part "command line" bash test/test_cli.sh

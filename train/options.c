@@ -73,12 +73,18 @@ static void print_help(void) {
       "                        (default 0) at STEP, to see the guard above work\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
-      "  --world N             plan for N ranks (default: the ranks of this run)\n"
+      "  --world N             plan (or predict) for N ranks (default: the ranks of this run)\n"
       "  --memory-limit GIB    refuse plans above GIB per rank (default: free device memory)\n"
       "  --bench               time --steps steps after --bench-warmup (default 2) untimed ones;\n"
       "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
       "  --bench-json FILE     write the benchmark results as JSON\n"
       "  --peak                measure this device's achievable matmul rate for MFU\n"
+      "  --predict GPU[:NET]   predict step time and TFLOPS per GPU on --world N GPUs without them (no\n"
+      "                        --data needed): GPU a100-40gb | a100-80gb | h100-sxm | h200, NET efa400 |\n"
+      "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline\n"
+      "  --predict-sweep       with --predict: rank strategies, limits, prefetch and batch sizes\n"
+      "  --predict-alloc-retry MS   with --predict: add a caching allocator's retry (device sync +\n"
+      "                        MS of cudaMalloc) before each all-gather, as PyTorch at its memory limit\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
@@ -118,6 +124,9 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
   return v;
 }
 
+// Options without a one-letter code of their own (getopt_long returns these values).
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY };
+
 Options parse_options(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
@@ -151,6 +160,8 @@ Options parse_options(int argc, char** argv) {
       {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
       {"keep-checkpoints", required_argument, 0, 'C'}, {"max-bad-steps", required_argument, 0, 'M'},
       {"inject-nonfinite", required_argument, 0, 'F'}, {"recompute", required_argument, 0, 'A'},
+      {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
+      {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -228,6 +239,9 @@ Options parse_options(int argc, char** argv) {
       case 'Y': o.plan_world = (int)parse_long(name, optarg, 1, 1 << 24); break;
       case 'z': o.memory_limit_gib = parse_float(name, optarg, 1e-6f, 1e9f); break;
       case 'q': o.bench = 1; break;
+      case 'g': o.predict = optarg; break;
+      case OPT_PREDICT_SWEEP: o.predict_sweep = 1; break;
+      case OPT_PREDICT_ALLOC_RETRY: o.predict_alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
@@ -245,8 +259,11 @@ Options parse_options(int argc, char** argv) {
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (!o.model) usage_error("%s", "--model is required");
-  if (!o.data && !o.plan) usage_error("%s", "--data is required");
-  if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
+  if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
+  if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
+  if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");
+  if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
+  if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
   if (o.keep_checkpoints && !o.save_dir) usage_error("%s", "--keep-checkpoints needs --save DIR");
   if (o.global_batch && o.accum_given)

@@ -36,6 +36,9 @@ typedef struct {
   int accum_given;                  // --accum was on the command line
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
+  const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)
+  int predict_sweep;                // --predict-sweep
+  double predict_alloc_retry_ms;    // --predict-alloc-retry MS: model another allocator's retries
   FSDPOptions fsdp;
 } Options;
 
@@ -43,6 +46,10 @@ extern const char* USAGE;
 Options parse_options(int argc, char** argv);
 // Prints "error: <fmt % arg>" and the usage line on rank 0, and exits 2 on every rank.
 void usage_error(const char* fmt, const char* arg) __attribute__((noreturn));
+
+// --predict or --predict-sweep in argv: re-executes predict_gpt (the timeline backend's binary)
+// with the same arguments; returns otherwise (train/predict_exec.c).
+void predict_exec_if_asked(int argc, char** argv);
 
 // ---- output paths (train/outputs.c) -----------------------------------------------
 // Collective, at start-up: every file and directory the run will write can be written (else

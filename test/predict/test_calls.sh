@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# test_calls.sh: the timeline backend runs the trainer's step call for call. For each
+# configuration, train_gpt_cpu (built with its entry points logged: test/predict/call_log.c)
+# trains 3 steps and predict_gpt predicts the same run; the sequences of kernels.h, device.h and
+# comm.h calls inside each step (device_step_begin .. device_step_end) must be identical on
+# rank 0. A mismatch prints the first lines that differ.
+set -u
+cd "$(dirname "$0")/../.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+CPU=build/calls/train_gpt_cpu
+PRED=./predict_gpt
+DATA='data/addition/train_*.bin'
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+
+steps_of() { awk '/^device_step_begin$/{on=1} on{print} /^device_step_end$/{on=0}' "$1"; }
+
+# compare NAME WORLD CPU_OPTIONS -- PREDICT_OPTIONS (the same options unless given apart)
+run_pair() {
+  local world=$1 cpu_opts=$2 pred_opts=$3
+  rm -f "$TMP"/cpu.log* "$TMP"/tl.log
+  if [ "$world" = 1 ]; then
+    FSDP_CALL_LOG=$TMP/cpu.log $CPU $cpu_opts --data "$DATA" --steps 3 > "$TMP/cpu.out" 2>&1 || return 2
+    cp "$TMP/cpu.log" "$TMP/cpu.log.rank0"
+  else
+    FSDP_CALL_LOG=$TMP/cpu.log mpirun --oversubscribe -np "$world" $CPU $cpu_opts --data "$DATA" --steps 3 \
+      > "$TMP/cpu.out" 2>&1 || return 2
+  fi
+  FSDP_CALL_LOG=$TMP/tl.log $PRED $pred_opts --predict h100-sxm --world "$world" > "$TMP/tl.out" 2>&1 || return 3
+  steps_of "$TMP/cpu.log.rank0" > "$TMP/a"
+  steps_of "$TMP/tl.log" > "$TMP/b"
+  [ -s "$TMP/a" ] || return 4
+  cmp -s "$TMP/a" "$TMP/b"
+}
+
+same() {
+  local name=$1 world=$2 opts=$3
+  run_pair "$world" "$opts" "$opts"
+  local rc=$?
+  if [ $rc = 0 ]; then
+    echo "ok   same calls: $name ($(wc -l < "$TMP/a") calls in 3 steps)"
+    pass=$((pass + 1))
+  else
+    echo "FAIL same calls: $name (rc $rc)"
+    [ $rc = 2 ] && tail -5 "$TMP/cpu.out"
+    [ $rc = 3 ] && tail -5 "$TMP/tl.out"
+    [ $rc = 1 ] && diff "$TMP/a" "$TMP/b" | head -10
+    fail=$((fail + 1))
+  fi
+}
+
+GPT="--model gpt:L=2,C=96,H=4,V=256,T=10 --batch 4 --seq 10"
+T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --batch 2 --enc-len 40 --dec-len 12"
+T5G="--model t5v1.1:L=1,M=2,C=40,H=3,D=12,F=56,V=509 --batch 2 --enc-len 40 --dec-len 12"
+same "GPT, 1 rank" 1 "$GPT"
+same "GPT, 2 ranks, full shard, 2 micro-steps" 2 "$GPT --accum 2"
+same "GPT, 2 ranks, grad-op, no prefetch, limit 1" 2 "$GPT --shard grad-op --prefetch none --limit-all-gathers 1"
+same "GPT, 3 ranks, no-sync accumulation" 3 "$GPT --accum 2 --no-sync-accum"
+same "GPT, 2 ranks, DDP (none), forward prefetch only" 2 "$GPT --shard none --prefetch forward"
+same "T5, 2 ranks, hybrid:1" 2 "$T5 --shard hybrid:1"
+same "T5 v1.1, 1 rank, 2 micro-steps" 1 "$T5G --accum 2"
+
+# The comparison can fail: another prefetch setting issues the all-gathers elsewhere.
+run_pair 2 "$GPT --prefetch none" "$GPT"
+if [ $? = 1 ]; then
+  echo "ok   different calls are told apart: --prefetch none against both"
+  pass=$((pass + 1))
+else
+  echo "FAIL different calls are told apart: --prefetch none against both compared equal"
+  fail=$((fail + 1))
+fi
+# --predict from the trainer: train_gpt_cpu hands it to predict_gpt (no data, no MPI needed).
+check_cli() {
+  local name=$1 want_rc=$2 pattern=$3
+  shift 3
+  "$@" > "$TMP/cli.out" 2>&1
+  local rc=$?
+  if [ $rc = "$want_rc" ] && grep -qE "$pattern" "$TMP/cli.out"; then
+    echo "ok   $name"
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name (rc $rc, want $want_rc, pattern '$pattern'):"
+    tail -3 "$TMP/cli.out"
+    fail=$((fail + 1))
+  fi
+}
+check_cli "train_gpt_cpu --predict runs the prediction" 0 "^predict_tflops_per_gpu [0-9.]+$" \
+  ./train_gpt_cpu --model gpt2-124m --batch 8 --predict h100-sxm --world 16
+check_cli "train_gpt_cpu --predict-sweep ranks configurations" 0 "^\|    1 \| " \
+  ./train_gpt_cpu --model gpt:L=2,C=64,H=4,V=256,T=16 --batch 2 --predict a100-40gb --world 16 --predict-sweep
+check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
+  ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
+check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
+check_cli "--predict --trace writes a Chrome trace" 0 "trace: " ./predict_gpt --model gpt2-124m --predict h200 \
+  --world 8 --trace "$TMP/trace.json"
+if python3 -c "
+import json, sys
+ev = json.load(open(sys.argv[1]))['traceEvents']
+assert any(e.get('name', '').startswith('reduce-scatter block') and e.get('tid') == 2 for e in ev)
+assert any(e.get('name') == 'matmul_forward' and e.get('tid') == 3 for e in ev)" "$TMP/trace.json" 2> /dev/null; then
+  echo "ok   the trace is JSON with unit spans (reduce-scatter) and kernel tracks (matmul_forward)"
+  pass=$((pass + 1))
+else
+  echo "FAIL the trace is not JSON with unit spans and kernel tracks"
+  fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

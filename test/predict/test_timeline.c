@@ -1,0 +1,193 @@
+// test_timeline.c: the timeline backend's models against times computed by hand, and a toy
+// model's predicted step against the timeline drawn by hand for its schedule.
+//
+// Every case uses a made-up cluster with round numbers (not the catalogue), so the expected
+// times below are short hand computations, written out beside each check.
+#include <getopt.h>
+
+#include "test/test.h"
+#include "timeline/predict.h"
+
+// 4 GPUs per node; NVLink 100 GB/s per GPU, network 40 GB/s per node; alphas 10 us (network),
+// 1 us (NVLink); all efficiencies 1; compute 100 TFLOPS, memory 1 TB/s; no launch costs.
+static Cluster toy_cluster(int world) {
+  Cluster c;
+  memset(&c, 0, sizeof c);
+  c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy"};
+  c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6};
+  c.host = (HostSpec){0.0, 0.0, 1e12};
+  c.world = world;
+  return c;
+}
+
+static void expect_time(const char* name, double got, double want) {
+  EXPECT(name, rel_err(got, want, 1e-12) < 1e-9, "got %.9g s, want %.9g s", got, want);
+}
+
+static void test_collectives(void) {
+  Cluster c = toy_cluster(16);
+  // All-gather of 400 MB inside one node (4 ranks): 3/4 x 400e6 / 100e9 = 3 ms, + 3 x 1 us.
+  CollCost r = collective_cost(&c, COLL_ALL_GATHER, 400e6, (Group){4, 1});
+  expect_time("ring all-gather, 4 ranks on one node", r.seconds, 3e-3 + 3e-6);
+  EXPECT("  ... spans 1 node, 4 ranks on it", r.nodes == 1 && r.per_node == 4, "nodes %d per node %d", r.nodes, r.per_node);
+  // 16 ranks on 4 nodes: NVLink 15/16 x 400e6/100e9 = 3.75 ms; network 3/4 x 400e6 / 40e9 =
+  // 7.5 ms (one group per node: all 40 GB/s); the slower, + 3 steps across nodes of 10 us and
+  // 12 inside them of 1 us.
+  r = collective_cost(&c, COLL_REDUCE_SCATTER, 400e6, (Group){16, 1});
+  expect_time("ring reduce-scatter, 16 ranks on 4 nodes", r.seconds, 7.5e-3 + 3 * 10e-6 + 12 * 1e-6);
+  // A replica group (stride 4 = one rank per node, 4 nodes): the 4 groups of a node share its
+  // network, 10 GB/s each. All-reduce of 100 MB: ring 2 x (3/4 x 100e6/10e9 + 3 x 10 us) =
+  // 15.06 ms; tree: the same 15 ms of bandwidth + 2 x (log2(4) x 10 us) = 15.04 ms: the tree.
+  r = collective_cost(&c, COLL_ALL_REDUCE, 100e6, (Group){4, 4});
+  expect_time("all-reduce across nodes: tree", r.seconds, 15e-3 + 40e-6);
+  EXPECT("  ... picks the tree", !strcmp(r.algorithm, "tree"), "picked %s", r.algorithm);
+  // A 4 KB all-reduce on 16 ranks (4 nodes): bandwidth 2 x 3/4 x 4096/40e9; ring latency
+  // 2 x (3 x 10 us + 12 x 1 us) = 84 us, tree 2 x (2 x 10 us + 3 x 1 us) = 46 us.
+  r = collective_cost(&c, COLL_ALL_REDUCE, 4096, (Group){16, 1});
+  expect_time("all-reduce, small, 16 ranks: tree latency", r.seconds, 2 * 0.75 * 4096 / 40e9 + 2 * (2 * 10e-6 + 3 * 1e-6));
+  // Hybrid shard group of 2 (stride 1): one node, NVLink only: 1/2 x 1e6 / 100e9 + 1 us.
+  r = collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){2, 1});
+  expect_time("all-gather, hybrid group of 2 inside a node", r.seconds, 0.5e6 / 100e9 + 1e-6);
+  // Inside one node the two tie (2 x (3/4 x 400e6/100e9 + 3 x 1 us) = 6.006 ms): the ring.
+  r = collective_cost(&c, COLL_ALL_REDUCE, 400e6, (Group){4, 1});
+  expect_time("all-reduce inside a node", r.seconds, 6e-3 + 6e-6);
+  EXPECT("  ... picks the ring", !strcmp(r.algorithm, "ring"), "picked %s", r.algorithm);
+  r = collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){1, 1});
+  EXPECT("a group of one rank takes no time", r.seconds == 0 && !strcmp(r.algorithm, "none"), "%g s, %s", r.seconds, r.algorithm);
+}
+
+static void test_catalogue(void) {
+  Cluster c;
+  char err[512];
+  EXPECT("catalogue: a100-80gb defaults to the FSDP paper's RoCE",
+         !catalogue_cluster("a100-80gb", 8, &c, err, sizeof err) && !strcmp(c.net.name, "roce"), "%s", err);
+  EXPECT("catalogue: h100-sxm:eth120 picks the named network",
+         !catalogue_cluster("h100-sxm:eth120", 8, &c, err, sizeof err) && !strcmp(c.net.name, "eth120") && c.gpu.peak_flops == 989e12,
+         "%s", err);
+  EXPECT("catalogue: an unknown GPU is refused, naming the choices",
+         catalogue_cluster("v100", 8, &c, err, sizeof err) && strstr(err, "a100-40gb"), "%s", err);
+  EXPECT("catalogue: an unknown network is refused, naming the choices",
+         catalogue_cluster("h200:slingshot", 8, &c, err, sizeof err) && strstr(err, "ib3200"), "%s", err);
+}
+
+static Options options(const char* extra) {
+  static char buf[512];
+  static char* argv[32];
+  snprintf(buf, sizeof buf, "test --model gpt:L=2,C=64,H=4,V=256,T=16 --batch 2 --seq 16 --predict toy --world 8 %s", extra);
+  int argc = 0;
+  for (char* t = strtok(buf, " "); t && argc < 31; t = strtok(NULL, " ")) argv[argc++] = t;
+  argv[argc] = NULL;
+  optind = 0;  // parse_options is called once per case
+  return parse_options(argc, argv);
+}
+
+// The measured step's ops of one stream and name, in issue order.
+static int find(const Prediction* p, StreamId s, const char* what, const TimelineOp** out, int max) {
+  int n = 0;
+  for (int i = p->first_op; i < timeline_nops() && n < max; i++) {
+    const TimelineOp* op = timeline_op(i);
+    if (op->stream == s && !strcmp(op->what, what)) out[n++] = op;
+  }
+  return n;
+}
+
+static int overlaps(const TimelineOp* a, const TimelineOp* b) { return a->start < b->end && b->start < a->end; }
+
+// An unshard as the schedule issues it on the all-gather stream: the cast of the shard into the
+// slot, then the all-gather; its span covers both (as --trace draws it).
+static TimelineOp unshard_span(const Prediction* p, int k) {
+  const TimelineOp *cast[8], *ag[8];
+  int nc = find(p, STREAM_ALL_GATHER, "cast_f32_to_act", cast, 8), na = find(p, STREAM_ALL_GATHER, "all-gather", ag, 8);
+  if (k >= nc || k >= na) return (TimelineOp){"missing", STREAM_ALL_GATHER, -1, -1};
+  return (TimelineOp){"unshard", STREAM_ALL_GATHER, cast[k]->start, ag[k]->end};
+}
+
+// Does any compute-stream op of the measured step overlap op c?
+static int any_compute_overlap(const Prediction* p, const TimelineOp* c) {
+  for (int i = p->first_op; i < timeline_nops(); i++) {
+    const TimelineOp* op = timeline_op(i);
+    if (op->stream == STREAM_COMPUTE && op->end > op->start && overlaps(op, c)) return 1;
+  }
+  return 0;
+}
+
+// The toy GPT (2 blocks, C=64), full shard over 8 ranks on 2 nodes of 4, drawn by hand:
+//
+//   all-gather  | root |block.0|block.1|          |block.1|block.0|
+//   compute     |  wait|embed  |block.0 fwd|block.1 fwd|head bwd|block.1 bwd|block.0 bwd|embed bwd|wait|norm, adamw
+//   reduce-scat |                                                |block.1     |block.0    |root|
+//
+// forward: block.0's all-gather is prefetched at the root's pre-forward (it runs beside the
+// embedding), block.1's beside block.0's first kernels; backward: block.1's all-gather beside the
+// lm_head's backward, block.0's issued before block.1's reduce-scatter, so the network carries
+// it first and the reduce-scatter follows it at once; block.1's reduce-scatter runs beside
+// block.0's backward; the root's reduce-scatter overlaps no kernel (the norm waits for it).
+// Without backward prefetch, block.0's all-gather is issued after block.1's reduce-scatter and
+// queues behind it on the network.
+static void test_toy_timeline(void) {
+  ModelConfig cfg;
+  char err[256];
+  Options o = options("");
+  if (model_config_parse(o.model, &cfg, err, sizeof err)) {
+    EXPECT("toy model parses", 0, "%s", err);
+    return;
+  }
+  Cluster c = toy_cluster(8);
+  Prediction p;
+  predict_run(&o, &c, &cfg, NULL, &p);
+  const TimelineOp *ag[8], *rs[8], *embed[2], *ln[8], *mmb[16], *sumsq[4], *add[8];
+  int nag = find(&p, STREAM_ALL_GATHER, "all-gather", ag, 8), nrs = find(&p, STREAM_REDUCE_SCATTER, "reduce-scatter", rs, 8);
+  EXPECT("toy: 5 all-gathers (root, block.0, block.1; block.1, block.0) and 3 reduce-scatters", nag == 5 && nrs == 3,
+         "%d all-gathers, %d reduce-scatters", nag, nrs);
+  if (nag != 5 || nrs != 3) return;
+  find(&p, STREAM_COMPUTE, "embedding_forward", embed, 2);
+  find(&p, STREAM_COMPUTE, "layernorm_forward", ln, 8);
+  int nmmb = find(&p, STREAM_COMPUTE, "matmul_backward", mmb, 16);
+  find(&p, STREAM_COMPUTE, "block_sumsq", sumsq, 4);
+  find(&p, STREAM_REDUCE_SCATTER, "add_f32", add, 8);
+  // A block of C=64 holds 49,984 elements, padded to 50,176 (a multiple of 8 x 128): 100,352
+  // bf16 bytes. Ring on 8 ranks, 2 nodes: NVLink 7/8 x 100352/100e9 = 0.878 us, network
+  // 1/2 x 100352/40e9 = 1.2544 us; + 1 step across nodes (10 us) + 6 inside them (1 us).
+  expect_time("toy: block.0's all-gather takes the hand-computed ring time", ag[1]->end - ag[1]->start,
+              0.5 * 100352 / 40e9 + 10e-6 + 6e-6);
+  EXPECT("toy: root's all-gather overlaps no kernel (compute waits for it)", !any_compute_overlap(&p, ag[0]), "it does");
+  TimelineOp u1 = unshard_span(&p, 1), u2 = unshard_span(&p, 2);
+  EXPECT("toy: block.0's unshard (cast + all-gather) overlaps the embedding", overlaps(&u1, embed[0]), "it does not");
+  EXPECT("toy: block.1's unshard overlaps block.0's first layernorm", overlaps(&u2, ln[0]), "it does not");
+  EXPECT("toy: block.1's backward all-gather overlaps the lm_head's matmul_backward", nmmb == 9 && overlaps(ag[3], mmb[0]),
+         "%d matmul_backward", nmmb);
+  EXPECT("toy: block.0's backward all-gather goes first; block.1's reduce-scatter follows it on the network",
+         ag[4]->start < rs[0]->start && fabs(rs[0]->start - ag[4]->end) < 1e-15, "all-gather [%g, %g], reduce-scatter from %g",
+         ag[4]->start, ag[4]->end, rs[0]->start);
+  EXPECT("toy: block.1's reduce-scatter overlaps block.0's first matmul_backward", nmmb == 9 && overlaps(rs[0], mmb[5]),
+         "it does not");
+  EXPECT("toy: root's reduce-scatter overlaps no kernel; the norm starts after its accumulation",
+         !any_compute_overlap(&p, rs[2]) && sumsq[0]->start >= add[2]->end, "norm at %g, accumulation ends %g",
+         sumsq[0]->start, add[2]->end);
+  double step_prefetch = p.step_s;
+
+  o = options("--prefetch forward");
+  predict_run(&o, &c, &cfg, NULL, &p);
+  nag = find(&p, STREAM_ALL_GATHER, "all-gather", ag, 8);
+  nrs = find(&p, STREAM_REDUCE_SCATTER, "reduce-scatter", rs, 8);
+  EXPECT("toy, no backward prefetch: block.0's all-gather queues behind block.1's reduce-scatter",
+         nag == 5 && nrs == 3 && fabs(ag[4]->start - rs[0]->end) < 1e-15, "all-gather from %g, reduce-scatter ends %g",
+         nag == 5 ? ag[4]->start : -1, nrs == 3 ? rs[0]->end : -1);
+  EXPECT("toy, no backward prefetch: the step is longer", p.step_s > step_prefetch, "%g s against %g s", p.step_s,
+         step_prefetch);
+
+  // Another allocator's retry (1 ms, after a device synchronization) before each of the step's
+  // 5 all-gathers: the host, and so every stream, loses at least 5 ms.
+  o = options("");
+  c.alloc_retry_s = 1e-3;
+  predict_run(&o, &c, &cfg, NULL, &p);
+  EXPECT("toy, allocator retries: the step is longer by at least 5 x 1 ms", p.step_s >= step_prefetch + 5e-3,
+         "%g s against %g s", p.step_s, step_prefetch);
+}
+
+int main(void) {
+  test_collectives();
+  test_catalogue();
+  test_toy_timeline();
+  return test_summary();
+}

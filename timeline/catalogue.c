@@ -1,0 +1,124 @@
+// catalogue.c: the GPUs and networks a prediction can run on, each constant with its source.
+//
+// Rates are datasheet figures; efficiencies are the fractions of them that published
+// microbenchmarks reach, never values chosen to match a training result. Where no published
+// measurement was at hand, the comment says "assumed" and why the value is plausible; the
+// prediction README lists those as the first suspects when a prediction is off.
+#include <stdio.h>
+#include <string.h>
+
+#include "timeline/timeline.h"
+
+#define GiB 1073741824.0
+
+// Sources:
+//  [A100]  NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOPS dense BF16; HBM2 1,555 GB/s (40GB)
+//          and HBM2e 2,039 GB/s (80GB SXM); NVLink 600 GB/s per GPU (both directions together).
+//  [H100]  NVIDIA H100 datasheet (SXM5): 989 TFLOPS dense BF16 (1,979 with sparsity); HBM3
+//          3.35 TB/s, 80GB; NVLink 900 GB/s per GPU (both directions together).
+//  [H200]  NVIDIA H200 datasheet (SXM): same compute as H100; HBM3e 4.8 TB/s, 141GB.
+//  [MAMF]  S. Bekman, ml-engineering, compute/accelerator, "Maximum Achievable Matmul FLOPS"
+//          table (BF16 matmul, best shape): A100 SXM 267.9 of 312 (85.9%), H100 SXM 792.1 of
+//          989 (80.1%), H100/H200 SXM 794.5 of 989 (80.3%).
+//  [FA2]   T. Dao, FlashAttention-2 (2023), section 4: 50-73% of the A100's peak in the
+//          forward pass, less in the backward; we take the low end, 0.50.
+//  [FA3]   Shah et al., FlashAttention-3 (2024), abstract: FlashAttention-2 reaches 35% of the
+//          H100's peak. Our attention kernel is FlashAttention-2-style, so 0.35 on Hopper.
+//  [HBM]   Streaming copy / triad benchmarks reach roughly 90% of the datasheet bandwidth on
+//          A100 and H100 (e.g. BabelStream reports); assumed 0.90 for every GPU.
+//  [NCCL]  NCCL all_reduce_perf bus bandwidth inside a DGX node is about 80% of the NVLink
+//          per-direction rate (DGX A100: ~230-240 of 300 GB/s); assumed 0.80.
+//  [LAUNCH] NVIDIA developer blog, "Getting Started with CUDA Graphs" (2019): a few
+//          microseconds per launch of a short kernel on the host, and 1-2 us of gap between
+//          dependent kernels on the device.
+static const GpuSpec gpus[] = {
+    {"a100-40gb", "timeline A100-SXM4-40GB", 312e12 /*[A100]*/, 0.859 /*[MAMF]*/, 0.50 /*[FA2]*/,
+     1555e9 /*[A100]*/, 0.90 /*[HBM]*/, 40 * GiB, 300e9 /*[A100] 600 GB/s / 2*/, 0.80 /*[NCCL]*/,
+     2e-6 /*[LAUNCH]*/, "efa400"},
+    {"a100-80gb", "timeline A100-SXM4-80GB", 312e12 /*[A100]*/, 0.859 /*[MAMF]*/, 0.50 /*[FA2]*/,
+     2039e9 /*[A100]*/, 0.90 /*[HBM]*/, 80 * GiB, 300e9 /*[A100]*/, 0.80 /*[NCCL]*/,
+     2e-6 /*[LAUNCH]*/, "roce"},
+    {"h100-sxm", "timeline H100-SXM5-80GB", 989e12 /*[H100]*/, 0.801 /*[MAMF]*/, 0.35 /*[FA3]*/,
+     3350e9 /*[H100]*/, 0.90 /*[HBM]*/, 80 * GiB, 450e9 /*[H100] 900 GB/s / 2*/, 0.80 /*[NCCL]*/,
+     2e-6 /*[LAUNCH]*/, "ib3200"},
+    {"h200", "timeline H200-SXM-141GB", 989e12 /*[H200]*/, 0.803 /*[MAMF]*/, 0.35 /*[FA3]*/,
+     4800e9 /*[H200]*/, 0.90 /*[HBM]*/, 141e9, 450e9 /*[H100]*/, 0.80 /*[NCCL]*/,
+     2e-6 /*[LAUNCH]*/, "ib3200"},
+};
+
+// Sources:
+//  [AWS]   the AWS 175B/1T post (seeds): p4d.24xlarge, 8 A100-40GB, 4 EFA interfaces of
+//          100 Gb/s = 400 Gb/s = 50 GB/s per node.
+//  [FSDP]  the FSDP paper (seeds), section 5: A100-80GB nodes on a 2 Tb/s RoCE network
+//          = 250 GB/s per node.
+//  [IBM]   the IBM T5 post (seeds): 2 x 100 Gb/s Ethernet, 120 Gb/s usable = 15 GB/s per
+//          node, TCP/IP (SR-IOV); NVLink 600 GB/s card to card.
+//  [NDR]   current H100/H200 nodes (e.g. DGX H100): 8 ConnectX-7 NDR 400 Gb/s ports,
+//          3.2 Tb/s = 400 GB/s per node.
+//  [BUSBW] NCCL's bus bandwidth over InfiniBand/RoCE in nccl-tests reports is typically
+//          80-90% of line rate; assumed 0.80 for RDMA networks. TCP sockets: the IBM post's
+//          "usable" 120 Gb/s is already a measured rate, so 1.0 of it.
+//  [LAT]   one step of a ring: a network message, ~5 us over RDMA (IB/RoCE verbs latency
+//          of a few us plus NCCL's proxy), ~15 us over EFA's SRD, ~30 us over kernel TCP;
+//          ~1 us over NVLink. Order-of-magnitude figures from vendor latency specs; assumed.
+static const NetSpec nets[] = {
+    {"efa400", 8, 50e9 /*[AWS]*/, 0.80 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
+    {"roce", 8, 250e9 /*[FSDP]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
+    {"eth120", 8, 15e9 /*[IBM]*/, 1.00 /*[BUSBW]*/, 30e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
+    {"ib3200", 8, 400e9 /*[NDR]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
+};
+
+// [LAUNCH] for the host's issue cost; [PCIE] PCIe 4.0 x16: 32 GB/s per direction, ~25 GB/s
+// reached by pinned copies (assumed 0.8 of it); a synchronous small copy ~10 us ([LAUNCH]).
+static const HostSpec host = {4e-6, 10e-6, 25e9};
+
+const GpuSpec* catalogue_gpu(const char* name) {
+  for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++)
+    if (!strcmp(gpus[i].name, name)) return &gpus[i];
+  return NULL;
+}
+
+const NetSpec* catalogue_net(const char* name) {
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++)
+    if (!strcmp(nets[i].name, name)) return &nets[i];
+  return NULL;
+}
+
+int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size_t errlen) {
+  char gpu[64];
+  const char* colon = strchr(spec, ':');
+  size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (n >= sizeof gpu) n = sizeof gpu - 1;
+  memcpy(gpu, spec, n);
+  gpu[n] = 0;
+  const GpuSpec* g = catalogue_gpu(gpu);
+  if (!g) {
+    snprintf(err, errlen, "--predict: unknown GPU '%s'; choose one of a100-40gb, a100-80gb, h100-sxm, h200 "
+                          "(optionally :NETWORK, one of efa400, roce, eth120, ib3200)", gpu);
+    return -1;
+  }
+  const char* netname = colon ? colon + 1 : g->network;
+  const NetSpec* net = catalogue_net(netname);
+  if (!net) {
+    snprintf(err, errlen, "--predict: unknown network '%s'; choose one of efa400, roce, eth120, ib3200", netname);
+    return -1;
+  }
+  if (world < 1) {
+    snprintf(err, errlen, "--predict needs --world N (the number of GPUs), N >= 1");
+    return -1;
+  }
+  out->gpu = *g;
+  out->net = *net;
+  out->host = host;
+  out->world = world;
+  out->alloc_retry_s = 0.0;
+  return 0;
+}
+
+void catalogue_print(FILE* f) {
+  fprintf(f, "GPUs: ");
+  for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++) fprintf(f, "%s%s (network %s)", i ? ", " : "", gpus[i].name, gpus[i].network);
+  fprintf(f, "\nnetworks: ");
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) fprintf(f, "%s%s", i ? ", " : "", nets[i].name);
+  fprintf(f, "\n");
+}

@@ -1,0 +1,254 @@
+// device_timeline.c: the timeline's device (fsdp/device.h): three stream clocks, events that
+// carry a clock value, a host clock, and memory that is reserved but never touched.
+//
+// The host model: the training loop issues every kernel and collective (a few microseconds of
+// host time each, catalogue [LAUNCH]); work starts when its stream is free and the host has
+// issued it, so a GPU faster than its host waits for it. Copies of tokens in and of the loss out
+// are synchronous, as in device_cuda.c: the host waits for the compute stream there.
+//
+// Events: recording one on a stream stamps it with the time that stream reaches it; a wait moves
+// the waiting stream's clock up to the stamp. A wait on an event never recorded does nothing, as
+// in CUDA. A compute-stream wait measured with device_stream_wait_timed adds its stall to the
+// exposed communication.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fsdp/device.h"
+#include "fsdp/dist.h"
+#include "fsdp/fsdp.h"
+#include "timeline/timeline.h"
+
+#define NSTREAMS 3
+#define MAX_REGIONS 64
+
+struct DeviceEvent {
+  double t;
+  int recorded;
+};
+
+static Cluster cluster;
+static int configured = 0;
+static double clock_of[NSTREAMS], host_clock, net_free, stalled, stalled_read;
+static TimelineOp* ops;
+static int nops, cap_ops;
+static double marks[DEVICE_MAX_MARKS];
+static int nmarks;
+static struct {
+  void* base;
+  size_t bytes;
+} regions[MAX_REGIONS];
+static int nregions;
+
+void timeline_configure(const Cluster* c) {
+  cluster = *c;
+  configured = 1;
+  timeline_reset();
+}
+
+const Cluster* timeline_cluster(void) {
+  if (!configured) fatal("the timeline backend runs only under --predict GPU[:NETWORK] --world N");
+  return &cluster;
+}
+
+void timeline_reset(void) {
+  memset(clock_of, 0, sizeof clock_of);
+  host_clock = net_free = stalled = stalled_read = 0.0;
+  nops = nmarks = 0;
+}
+
+void timeline_call(const char* name) {
+  static FILE* log = NULL;
+  static int opened = 0;
+  if (!opened) {
+    opened = 1;
+    const char* path = getenv("FSDP_CALL_LOG");
+    if (path && *path && !(log = fopen(path, "w"))) fatal("FSDP_CALL_LOG: cannot open '%s' for writing", path);
+  }
+  if (log) {
+    fputs(name, log);
+    fputc('\n', log);
+    fflush(log);
+  }
+}
+
+static double max2(double a, double b) { return a > b ? a : b; }
+
+static void log_op(const char* what, StreamId s, double start, double end) {
+  if (nops == cap_ops) {
+    cap_ops = cap_ops ? 2 * cap_ops : 4096;
+    ops = realloc(ops, (size_t)cap_ops * sizeof(TimelineOp));
+    if (!ops) fatal("timeline: out of host memory for the op log (%d operations)", nops);
+  }
+  ops[nops++] = (TimelineOp){what, s, start, end};
+}
+
+double timeline_issue(StreamId s, double seconds, const char* what, int net) {
+  const Cluster* c = timeline_cluster();
+  double start = max2(clock_of[s], host_clock);
+  if (net) start = max2(start, net_free);
+  double end = start + seconds;
+  clock_of[s] = end;
+  if (net) net_free = end;
+  host_clock += c->host.launch_s;
+  log_op(what, s, start, end);
+  return start;
+}
+
+double timeline_stream_clock(StreamId s) { return clock_of[s]; }
+void timeline_host_wait(double seconds) { host_clock += seconds; }
+double timeline_host_clock(void) { return host_clock; }
+double timeline_compute_stalled(void) { return stalled; }
+int timeline_nops(void) { return nops; }
+const TimelineOp* timeline_op(int i) { return &ops[i]; }
+
+// Reserved address space for the plan: layers/ and fsdp/ carve pointers from it, and nothing
+// reads or writes it (kernels compute nothing, copies move nothing, the shards are not
+// initialized), so no page is ever committed, whatever the model's size.
+void* device_alloc_zeroed(size_t bytes, const char* what) {
+  timeline_call(__func__);
+  size_t len = bytes ? bytes : 1;
+  void* p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fatal("timeline: cannot reserve %zu bytes of address space for %s", bytes, what);
+  if (nregions == MAX_REGIONS) fatal("timeline: more than %d device allocations", MAX_REGIONS);
+  regions[nregions].base = p;
+  regions[nregions++].bytes = len;
+  return p;
+}
+
+void device_free(void* p) {
+  timeline_call(__func__);
+  for (int i = 0; i < nregions; i++)
+    if (regions[i].base == p) {
+      munmap(p, regions[i].bytes);
+      regions[i] = regions[--nregions];
+      return;
+    }
+}
+
+// Is p inside the reserved device memory? (Collectives on host values are synchronous.)
+int timeline_is_device(const void* p) {
+  for (int i = 0; i < nregions; i++)
+    if ((const char*)p >= (const char*)regions[i].base && (const char*)p < (const char*)regions[i].base + regions[i].bytes)
+      return 1;
+  return 0;
+}
+
+// The sharded initialization writes values; here the shards hold none (nothing is computed).
+void fsdp_init_shards(FSDP* fs, uint64_t seed) {
+  (void)fs;
+  (void)seed;
+}
+
+DeviceEvent* device_event_create(void) {
+  timeline_call(__func__);
+  return xcalloc(1, sizeof(DeviceEvent), "event");
+}
+
+// A stream reaches a point when its issued work is done and the host has issued the point.
+static double stream_point(StreamId s) { return max2(clock_of[s], host_clock); }
+
+void device_event_record(DeviceEvent* e, StreamId s) {
+  timeline_call(__func__);
+  e->t = stream_point(s);
+  e->recorded = 1;
+}
+
+static double wait(StreamId s, const DeviceEvent* e) {
+  if (!e->recorded) return 0.0;
+  double from = stream_point(s);
+  if (e->t <= from) return 0.0;
+  clock_of[s] = e->t;
+  return e->t - from;
+}
+
+void device_stream_wait(StreamId s, DeviceEvent* e) {
+  timeline_call(__func__);
+  wait(s, e);
+}
+
+void device_stream_wait_timed(StreamId s, DeviceEvent* e) {
+  timeline_call(__func__);
+  double w = wait(s, e);
+  if (s == STREAM_COMPUTE) stalled += w;
+}
+
+double device_waited_seconds(void) {
+  timeline_call(__func__);
+  double w = stalled - stalled_read;
+  stalled_read = stalled;
+  return w;
+}
+
+void timeline_synchronize(void) {
+  for (int s = 0; s < NSTREAMS; s++) host_clock = max2(host_clock, clock_of[s]);
+}
+
+void device_synchronize(void) {
+  timeline_call(__func__);
+  timeline_synchronize();
+}
+
+void device_step_begin(int step) {
+  timeline_call(__func__);
+  (void)step;
+}
+void device_step_end(int step) {
+  timeline_call(__func__);
+  (void)step;
+}
+
+int device_mark(StreamId s) {
+  timeline_call(__func__);
+  if (nmarks == DEVICE_MAX_MARKS) return -1;
+  marks[nmarks] = stream_point(s);
+  return nmarks++;
+}
+double device_mark_seconds(int mark) {
+  timeline_call(__func__);
+  return marks[mark];
+}
+void device_marks_release(void) {
+  timeline_call(__func__);
+  nmarks = 0;
+}
+
+void device_delay(StreamId s, double seconds) {
+  timeline_call(__func__);
+  timeline_issue(s, seconds > 0 ? seconds : 0.0, "delay", 0);
+}
+
+void* device_stream(StreamId s) {
+  timeline_call(__func__);
+  (void)s;
+  return NULL;
+}
+
+size_t device_free_bytes(void) {
+  timeline_call(__func__);
+  return (size_t)timeline_cluster()->gpu.memory_bytes;
+}
+
+// A synchronous copy on the compute stream (device_cuda.c): after the stream's work, and the
+// host waits for it. Only host memory is written (zeros: nothing was computed).
+static void sync_copy(size_t bytes, const char* what) {
+  const Cluster* c = timeline_cluster();
+  double start = stream_point(STREAM_COMPUTE);
+  double end = start + c->host.sync_copy_s + (double)bytes / c->host.pcie_bytes_s;
+  log_op(what, STREAM_COMPUTE, start, end);
+  clock_of[STREAM_COMPUTE] = host_clock = end;
+}
+
+void device_copy_to_host(void* dst, const void* src, size_t bytes) {
+  timeline_call(__func__);
+  (void)src;
+  if (!timeline_is_device(dst)) memset(dst, 0, bytes);
+  sync_copy(bytes, "copy to host");
+}
+
+void device_copy_to_device(void* dst, const void* src, size_t bytes) {
+  timeline_call(__func__);
+  (void)dst;
+  (void)src;
+  sync_copy(bytes, "copy to device");
+}

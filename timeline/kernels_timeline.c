@@ -1,0 +1,258 @@
+// kernels_timeline.c: kernels.h for the timeline: each call computes nothing and adds to its
+// stream the time the CUDA kernel would take, from the exact FLOPs and bytes of the call:
+//   max(FLOPs / (peak x matmul or attention efficiency), bytes / (HBM x efficiency)) + launch gap
+// (a roofline; catalogue.c cites each constant). Bytes are what the CUDA kernels read and write
+// once each: bf16 activations and parameters (act_t is bf16 bits in this build, as in
+// train_gpt), fp32 gradients, statistics and optimizer state.
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/position_bucket.h"
+#include "timeline/timeline.h"
+
+struct KernelCtx {
+  StreamId stream;
+};
+static KernelCtx contexts[3] = {{STREAM_COMPUTE}, {STREAM_ALL_GATHER}, {STREAM_REDUCE_SCATTER}};
+
+#define A ((double)sizeof(act_t))
+
+typedef enum { RATE_MATMUL, RATE_ATTENTION } Rate;
+
+// The duration of one kernel on this GPU.
+static double kernel_seconds(double flops, Rate rate, double bytes) {
+  const GpuSpec* g = &timeline_cluster()->gpu;
+  double eff = rate == RATE_MATMUL ? g->matmul_eff : g->attention_eff;
+  double compute = flops / (g->peak_flops * eff), memory = bytes / (g->hbm_bytes_s * g->hbm_eff);
+  return (compute > memory ? compute : memory) + g->launch_s;
+}
+
+static void run(KernelCtx* ctx, const char* what, double seconds) {
+  timeline_issue(ctx ? ctx->stream : STREAM_COMPUTE, seconds, what, 0);
+}
+
+// An elementwise or reduction kernel: bound by its bytes.
+static void streaming(KernelCtx* ctx, const char* what, double bytes) { run(ctx, what, kernel_seconds(0, RATE_MATMUL, bytes)); }
+
+KernelCtx* kernels_init(int device) {
+  timeline_call(__func__);
+  (void)device;
+  (void)timeline_cluster();  // refuses to start unconfigured
+  return &contexts[0];
+}
+void kernels_shutdown(KernelCtx* ctx) {
+  timeline_call(__func__);
+  (void)ctx;
+}
+KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream) {
+  timeline_call(__func__);
+  (void)ctx;
+  return &contexts[stream];
+}
+const char* kernels_backend(void) {
+  timeline_call(__func__);
+  return "timeline";
+}
+void kernels_device_name(KernelCtx* ctx, char* out, size_t len) {
+  timeline_call(__func__);
+  (void)ctx;
+  snprintf(out, len, "%s", timeline_cluster()->gpu.label);
+}
+
+void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tokens, const act_t* wte, const act_t* wpe,
+                       int N, int T, int C) {
+  timeline_call(__func__);
+  double NC = (double)N * C;
+  streaming(ctx, __func__, NC * A * (wpe ? 3 : 2) + 4.0 * N);
+}
+void embedding_backward(KernelCtx* ctx, float* dwte, float* dwpe, const act_t* dout, const int32_t* tokens, int N,
+                        int T, int C) {
+  timeline_call(__func__);
+  double NC = (double)N * C;
+  streaming(ctx, __func__, NC * (A + 8) + (dwpe ? NC * 8 : 0) + 4.0 * N);
+}
+
+void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, const act_t* x, const act_t* weight,
+                       const act_t* bias, int N, int C, float eps) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 2.0 * N * C * A + 8.0 * N + 2.0 * C * A);
+}
+void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* mean, float* rstd, const act_t* a,
+                                const act_t* b, const act_t* weight, const act_t* bias, int N, int C, float eps) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * N * C * A + 8.0 * N + 2.0 * C * A);
+}
+void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias, const act_t* dout, const act_t* x,
+                        const act_t* weight, const float* mean, const float* rstd, int N, int C) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * N * C * A + 8.0 * N + C * (A + 16.0));
+}
+void rmsnorm_forward(KernelCtx* ctx, act_t* out, float* rstd, const act_t* x, const act_t* weight, int N, int C,
+                     float eps) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 2.0 * N * C * A + 4.0 * N + C * A);
+}
+void residual_rmsnorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* rstd, const act_t* a,
+                              const act_t* b, const act_t* weight, int N, int C, float eps) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * N * C * A + 4.0 * N + C * A);
+}
+void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* dout, const act_t* x,
+                      const act_t* weight, const float* rstd, int N, int C) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * N * C * A + 4.0 * N + C * (A + 8.0));
+}
+
+// One GEMM out[M,Nn] = a[M,K] b[K,Nn]: 2MNK FLOPs, each operand read once, the output written.
+static double gemm_seconds(double M, double Nn, double K, double a_bytes, double b_bytes, double out_bytes) {
+  return kernel_seconds(2 * M * Nn * K, RATE_MATMUL, M * K * a_bytes + K * Nn * b_bytes + M * Nn * out_bytes);
+}
+
+void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight, const act_t* bias, int N,
+                    int C, int OC) {
+  timeline_call(__func__);
+  run(ctx, __func__, gemm_seconds(N, OC, C, A, A, A));
+}
+void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, const act_t* weight,
+                         const act_t* bias, int N, int C, int OC) {
+  timeline_call(__func__);
+  run(ctx, __func__, gemm_seconds(N, OC, C, A, A, 2 * A));  // the epilogue writes pre and out
+}
+// Two GEMMs: dinp = dout @ weight (when asked) and dweight += dout^T @ inp (fp32, read and
+// written), plus the bias gradient's column sums.
+void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout, const act_t* inp,
+                     const act_t* weight, int N, int C, int OC) {
+  timeline_call(__func__);
+  double t = gemm_seconds(OC, C, N, A, A, 8.0);
+  if (dinp) t += gemm_seconds(N, C, OC, A, A, A);
+  if (dbias) t += kernel_seconds(0, RATE_MATMUL, (double)N * OC * A + 8.0 * OC);
+  run(ctx, __func__, t);
+}
+
+void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 2.0 * n * A);
+}
+void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 3.0 * n * A);
+}
+void relu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 2.0 * n * A);
+}
+void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 3.0 * n * A);
+}
+void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 3.0 * N * F * A);
+}
+void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 5.0 * N * F * A);
+}
+
+// Query-key pairs a (causal) attention computes: the same count as layers/config.c's FLOPs.
+static double pairs(AttnShape s) {
+  if (!s.causal) return (double)s.Tq * s.Tk;
+  double p = 0;
+  for (int i = 0; i < s.Tq; i++) p += i + 1 < s.Tk ? i + 1 : s.Tk;
+  return p;
+}
+// Forward: scores and weighted values, 2 products of 2 x pairs x D per head. Backward
+// (FlashAttention-2): the scores again, then dV, dP, dQ, dK: 5 products, 2.5x the forward.
+static double attention_io(AttnShape s, int has_bias) {
+  double q = (double)s.B * s.Tq * s.H * s.D, kv = (double)s.B * s.Tk * s.H * s.D;
+  return (2 * q + 2 * kv) * A + 4.0 * s.B * s.H * s.Tq + (has_bias ? (double)s.H * s.Tq * s.Tk * A : 0);
+}
+void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,
+                       const act_t* pos_bias, AttnShape s) {
+  timeline_call(__func__);
+  double flops = 4.0 * s.B * s.H * s.D * pairs(s);
+  run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, attention_io(s, pos_bias != NULL)));
+}
+void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dpos_bias, const act_t* dout,
+                        const act_t* out, const float* lse, const act_t* q, const act_t* k, const act_t* v,
+                        const act_t* pos_bias, AttnShape s) {
+  timeline_call(__func__);
+  double flops = 2.5 * 4.0 * s.B * s.H * s.D * pairs(s);
+  double bytes = 2 * attention_io(s, pos_bias != NULL) + (dpos_bias ? 8.0 * s.H * s.Tq * s.Tk : 0);
+  run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, bytes));
+}
+
+void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits, const int32_t* targets, int N, int V,
+                                 int Vp, float dloss) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 2.0 * N * Vp * A + 8.0 * N);
+}
+void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature) {
+  timeline_call(__func__);
+  memset(probs, 0, (size_t)V * sizeof(float));  // a host output: uniform zeros, nothing computed
+  streaming(ctx, __func__, (double)V * (A + 4));
+}
+void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * N + 16);
+}
+
+int relative_position_bucket(int relative_position, int bidirectional, int num_buckets, int max_distance) {
+  timeline_call(__func__);
+  return position_bucket(relative_position, bidirectional, num_buckets, max_distance);
+}
+void relative_bias_forward(KernelCtx* ctx, act_t* bias, const act_t* table, int H, int Tq, int Tk, int bidirectional,
+                           int num_buckets, int max_distance) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, (double)H * Tq * Tk * A);
+}
+void relative_bias_backward(KernelCtx* ctx, float* dtable, const float* dbias, int H, int Tq, int Tk,
+                            int bidirectional, int num_buckets, int max_distance) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, (double)H * Tq * Tk * 4);
+}
+
+void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 3.0 * n * A);
+}
+void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 2.0 * n * A);
+}
+void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, n * A);
+}
+void fill_zero_f32(KernelCtx* ctx, float* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * n);
+}
+void scale_f32(KernelCtx* ctx, float* x, float s, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 8.0 * n);
+}
+void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 12.0 * n);
+}
+void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, n * (4 + A));
+}
+void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, n * (4 + A));
+}
+
+void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 4.0 * n + 8.0 * (n / NORM_BLOCK));
+}
+// AdamW reads p, g, m, v and writes p, m, v (fp32), and the bf16 copy when asked.
+void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v, size_t n,
+                  AdamWArgs a) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, n * (28.0 + (p_act ? A : 0)));
+}

@@ -1,0 +1,272 @@
+// predict.c: --predict and --predict-sweep: the trainer's step on the timeline backend, and
+// what it predicts.
+//
+// One process is rank 0 of a world of N ranks (--world N). The FSDP runtime is laid out for N
+// ranks (fsdp_init_plan, as --plan does) and given the timeline's communicators for its groups;
+// the model is planned and "allocated" (address space only, never touched); then the step of
+// train_gpt.c runs, call for call: the same micro-batch copies, forward and backward through
+// layers/ and fsdp/schedule.c, the loss all-reduce, the gradient norm and the sharded AdamW.
+// test/test_timeline.sh checks that this sequence of kernel, collective and event calls is the
+// one train_gpt_cpu makes. The step is run three times and the last one is measured (the first
+// has no previous optimizer step to wait for).
+#include "timeline/predict.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "timeline/timeline.h"
+
+#define PREDICT_STEPS 3
+
+// The seeds' own counts. Megatron-LM (Narayanan et al. 2021, eq. 3), which the FSDP paper and
+// the AWS post use for GPT: 96 B s l h^2 (1 + s/6h + V/16lh) per step of B sequences, counting
+// the recomputed forward of activation checkpointing (4 passes). The IBM post's appendix for T5
+// (layers/t5.c: t5_flops_ibm), also with recomputation, at s = the encoder length.
+double predict_seed_flops(const ModelConfig* c, double sequences, int T, int Te) {
+  if (c->kind == MODEL_T5) return t5_flops_ibm(c, (int)sequences, Te);
+  double s = T, h = c->C, l = c->L;
+  return 96.0 * sequences * s * l * h * h * (1 + s / (6 * h) + c->V / (16 * l * h));
+}
+
+const char* predict_seed_formula(const ModelConfig* c) {
+  return c->kind == MODEL_T5 ? "IBM T5 appendix" : "Megatron-LM";
+}
+
+// fsdp_init's groups for rank 0 (fsdp/layout.c): the shard group is F consecutive ranks (one
+// communicator for all-gathers, one for reduce-scatters), the replica group the W/F ranks F apart.
+static void bind_groups(FSDP* fs, KernelCtx* k) {
+  fs->kctx = k;
+  fs->kctx_gather = kernels_stream_ctx(k, STREAM_ALL_GATHER);
+  fs->kctx_reduce = kernels_stream_ctx(k, STREAM_REDUCE_SCATTER);
+  fs->world = comm_world();
+  fs->shard_group = timeline_comm_group(fs->F, 1, STREAM_REDUCE_SCATTER);
+  fs->gather_group = timeline_comm_group(fs->F, 1, STREAM_ALL_GATHER);
+  fs->replica_group = timeline_comm_group(fs->replicas, fs->F, STREAM_REDUCE_SCATTER);
+}
+
+// One optimizer step, as train_gpt.c's loop body issues it.
+static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, int t5, int index) {
+  device_step_begin(index + 1);
+  fsdp_begin_step(fs, A);
+  double global_tokens = (double)W * A * b->B * b->T;
+  if (t5) {
+    int64_t valid = 0;
+    for (int j = 0; j < A; j++) valid += batch_valid_targets(b);
+    comm_all_reduce(fs->world, &valid, 1, DT_I64);
+    global_tokens = (double)valid * W;  // every rank's micro-batches are alike here
+  }
+  for (int j = 0; j < A; j++) {
+    batch_to_model(b, m);
+    fsdp_begin_forward(fs, j, 1);
+    model_forward_accumulate(m, (float)(1.0 / global_tokens));
+    model_backward(m);
+  }
+  double loss_sum = model_take_loss(m);
+  comm_all_reduce(fs->world, &loss_sum, 1, DT_F64);
+  double norm = fsdp_grad_norm(fs);
+  AdamWArgs args = {.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
+                    .weight_decay = o->weight_decay, .grad_scale = fsdp_clip_scale(norm, o->grad_clip), .step = index + 1};
+  fsdp_adamw_step(fs, args);
+  device_synchronize();
+  device_step_end(index + 1);
+}
+
+// Below the unit spans of fsdp/trace.c, every kernel, copy and collective of the measured step
+// on three more tracks, one per stream, on the same clock.
+static void write_kernel_tracks(Trace* t, int first_op) {
+  static const char* names[] = {"compute kernels", "all-gather stream kernels", "reduce-scatter stream kernels"};
+  for (int i = 0; i < 3; i++)
+    fprintf(t->f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+            3 + i, names[i]);
+  for (int i = first_op; i < timeline_nops(); i++) {
+    const TimelineOp* op = timeline_op(i);
+    fprintf(t->f, ",\n{\"name\": \"%s\", \"cat\": \"kernel\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                  "\"dur\": %.3f}", op->what, 3 + (int)op->stream, (op->start - t->origin) * 1e6, (op->end - op->start) * 1e6);
+  }
+}
+
+int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, const char* trace_path, Prediction* p) {
+  memset(p, 0, sizeof *p);
+  timeline_configure(c);
+  int W = c->world, t5 = cfg->kind == MODEL_T5;
+  int B = o->batch, T = t5 ? o->dec_len : (o->seq ? o->seq : cfg->T), Te = t5 ? o->enc_len : 0;
+  int A = o->accum;
+  if (o->global_batch) {
+    if (o->global_batch % (B * W)) return -1;
+    A = o->global_batch / (B * W);
+  }
+  KernelCtx* k = kernels_init(0);
+  FSDP* fs = xcalloc(1, sizeof(FSDP), "prediction");
+  fsdp_init_plan(fs, model_num_units(cfg), o->fsdp, W);
+  bind_groups(fs, k);
+  Model model;
+  model_plan(&model, cfg, fs, B, T, Te);
+  p->plan_bytes = (double)fs->plan.total;
+  p->fits = p->plan_bytes <= c->gpu.memory_bytes;
+  model_allocate(&model, o->seed);
+
+  Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te};
+  batch.inputs = xcalloc((size_t)B * T, sizeof(int32_t), "batch");
+  batch.targets = xcalloc((size_t)B * T, sizeof(int32_t), "batch");
+  batch.enc = xcalloc((size_t)B * (Te ? Te : 1), sizeof(int32_t), "batch");
+  const char** unit_names = xcalloc(fs->nunits, sizeof(char*), "unit names");
+  for (int u = 0; u < fs->nunits; u++) unit_names[u] = fs->units[u].name;
+  double step_start = 0;
+  for (int s = 0; s < PREDICT_STEPS; s++) {
+    int last = s == PREDICT_STEPS - 1;
+    if (last && trace_path) fs->trace = trace_open(trace_path, 0, 1, unit_names);
+    (void)device_waited_seconds();
+    double t0 = timeline_host_clock(), compute = 0, comm = 0;
+    int op0 = timeline_nops();
+    step(fs, &model, &batch, o, A, W, t5, s);
+    p->step_s = timeline_host_clock() - t0;
+    p->exposed_comm_s = device_waited_seconds();
+    for (int i = op0; i < timeline_nops(); i++) {
+      const TimelineOp* op = timeline_op(i);
+      if (op->stream == STREAM_COMPUTE) compute += op->end - op->start;
+      else comm += op->end - op->start;
+    }
+    p->compute_s = compute;
+    p->comm_s = comm;
+    p->first_op = op0;
+    step_start = t0;
+  }
+  if (fs->trace) {
+    fs->trace->origin = step_start;  // time 0: the start of the measured step
+    trace_flush(fs->trace);
+    write_kernel_tracks(fs->trace, p->first_op);
+    trace_close(fs->trace);
+  }
+  fs->trace = NULL;
+
+  double M = (double)W * A, sequences = M * B;
+  p->accum = A;
+  p->tokens_per_s = sequences * T / p->step_s;
+  p->model_tflops = M * model_flops(cfg, B, T, Te) / W / p->step_s / 1e12;
+  p->mfu = p->model_tflops * 1e12 / c->gpu.peak_flops;
+  p->seed_tflops = predict_seed_flops(cfg, sequences, T, Te) / W / p->step_s / 1e12;
+  memplan_free(&fs->plan);
+  free(batch.inputs);
+  free(batch.targets);
+  free(batch.enc);
+  free(unit_names);
+  return 0;
+}
+
+static const char* prefetch_name(const FSDPOptions* f) {
+  if (f->prefetch_forward) return f->prefetch_backward ? "both" : "forward";
+  return f->prefetch_backward ? "backward" : "none";
+}
+
+static void strategy_name(const FSDPOptions* f, char* out, size_t len) {
+  if (f->strategy == SHARD_HYBRID) snprintf(out, len, "hybrid:%d", f->hybrid_factor);
+  else snprintf(out, len, "%s", fsdp_strategy_name(f->strategy));
+}
+
+void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, const Prediction* p) {
+  char strat[32];
+  strategy_name(&o->fsdp, strat, sizeof strat);
+  int t5 = cfg->kind == MODEL_T5;
+  printf("predict | %s | %d x %s | network %s (%d GPUs per node, %.0f GB/s per node) | %s | batch %d", cfg->name,
+         c->world, c->gpu.name, c->net.name, c->net.gpus_per_node, c->net.node_bytes_s / 1e9, strat, o->batch);
+  if (t5) printf(" | encoder %d decoder %d", o->enc_len, o->dec_len);
+  else printf(" | seq %d", o->seq ? o->seq : cfg->T);
+  printf(" | accum %d\n", p->accum);
+  printf("| %-40s | %14s |\n", "predicted", "value");
+  printf("| %-40s | %14.2f |\n", "step time (ms)", p->step_s * 1e3);
+  printf("| %-40s | %14.0f |\n", "tokens/s (all GPUs)", p->tokens_per_s);
+  printf("| %-40s | %14.2f |\n", "model TFLOPS per GPU (trainer's count)", p->model_tflops);
+  printf("| %-40s | %13.1f%% |\n", "MFU (dense bf16 peak)", 100 * p->mfu);
+  printf("| %-40s | %14.2f |\n", "exposed communication (ms)", p->exposed_comm_s * 1e3);
+  printf("| %-40s | %14.2f |\n", "compute stream busy (ms)", p->compute_s * 1e3);
+  printf("| %-40s | %14.2f |\n", "collectives, all streams (ms)", p->comm_s * 1e3);
+  printf("| %-40s | %14.2f |\n", "memory plan per GPU (GiB)", p->plan_bytes / 1073741824.0);
+  printf("| %-40s | %14s |\n", "fits the GPU's memory", p->fits ? "yes" : "NO");
+  char label[64];
+  snprintf(label, sizeof label, "TFLOPS per GPU (%s formula)", predict_seed_formula(cfg));
+  printf("| %-40s | %14.2f |\n", label, p->seed_tflops);
+  if (c->alloc_retry_s > 0)
+    printf("note: with an allocator retry of %.0f ms before each all-gather (not fsdp.c's allocator)\n", c->alloc_retry_s * 1e3);
+  if (!p->fits)
+    printf("note: the plan needs %.2f GiB per GPU, more than the %s's %.0f GiB: the run would not start (the time is "
+           "predicted as if it did)\n", p->plan_bytes / 1073741824.0, c->gpu.name, c->gpu.memory_bytes / 1073741824.0);
+  printf("predict_tflops_per_gpu %.2f\n", p->seed_tflops);
+}
+
+typedef struct {
+  FSDPOptions fsdp;
+  int batch;
+  Prediction p;
+} SweepRow;
+
+static int by_tflops(const void* a, const void* b) {
+  const SweepRow *x = a, *y = b;
+  if (x->p.fits != y->p.fits) return y->p.fits - x->p.fits;
+  return (x->p.seed_tflops < y->p.seed_tflops) - (x->p.seed_tflops > y->p.seed_tflops);
+}
+
+// --predict-sweep: the options a user tunes (strategy and hybrid factor, the all-gather limit,
+// prefetch, the micro-batch within the memory plan), each predicted, ranked by TFLOPS per GPU
+// among the plans that fit.
+int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, int show) {
+  int W = c->world, G = c->net.gpus_per_node;
+  FSDPOptions strategies[16];
+  int ns = 0;
+  FSDPOptions base = o->fsdp;
+  base.strategy = SHARD_FULL;
+  strategies[ns++] = base;
+  base.strategy = SHARD_GRAD_OP;
+  strategies[ns++] = base;
+  base.strategy = SHARD_NONE;
+  strategies[ns++] = base;
+  for (int f = G; f < W && ns < 16; f *= 2)
+    if (W % f == 0) {
+      base.strategy = SHARD_HYBRID;
+      base.hybrid_factor = f;
+      strategies[ns++] = base;
+    }
+  static const int limits[] = {1, 2, 4};
+  static const int prefetch[][2] = {{1, 1}, {1, 0}, {0, 1}, {0, 0}};
+  int cap = ns * 3 * 4 * 12, n = 0;
+  SweepRow* rows = xcalloc(cap, sizeof(SweepRow), "sweep");
+  for (int s = 0; s < ns; s++)
+    for (int l = 0; l < 3; l++) {
+      int reshards = strategies[s].strategy == SHARD_FULL || strategies[s].strategy == SHARD_HYBRID;
+      if (!reshards && l > 0) continue;  // the slot pool holds every block anyway
+      for (int pf = 0; pf < 4; pf++)
+        for (int b = 1; b <= 2048; b *= 2) {
+          Options v = *o;
+          v.fsdp = strategies[s];
+          v.fsdp.limit_all_gathers = limits[l];
+          v.fsdp.prefetch_forward = prefetch[pf][0];
+          v.fsdp.prefetch_backward = prefetch[pf][1];
+          v.batch = b;
+          v.global_batch = 0;
+          SweepRow* r = &rows[n];
+          if (predict_run(&v, c, cfg, NULL, &r->p)) continue;
+          r->fsdp = v.fsdp;
+          r->batch = b;
+          n++;
+          if (!r->p.fits) break;  // larger batches fit even less
+        }
+    }
+  qsort(rows, n, sizeof *rows, by_tflops);
+  printf("predict-sweep | %s | %d x %s on %s | %d configurations, ranked by TFLOPS per GPU (%s formula)\n", cfg->name, W,
+         c->gpu.name, c->net.name, n, predict_seed_formula(cfg));
+  printf("| %4s | %-10s | %5s | %-8s | %5s | %10s | %9s | %9s | %8s | %9s |\n", "rank", "shard", "limit", "prefetch",
+         "batch", "step (ms)", "exposed", "TFLOPS", "MFU", "mem GiB");
+  for (int i = 0; i < n && i < show; i++) {
+    char strat[32];
+    strategy_name(&rows[i].fsdp, strat, sizeof strat);
+    const Prediction* p = &rows[i].p;
+    printf("| %4d | %-10s | %5d | %-8s | %5d | %10.1f | %9.1f | %9.2f | %7.1f%% | %8.2f%s |\n", i + 1, strat,
+           rows[i].fsdp.limit_all_gathers, prefetch_name(&rows[i].fsdp), rows[i].batch, p->step_s * 1e3,
+           p->exposed_comm_s * 1e3, p->seed_tflops, 100 * p->mfu, p->plan_bytes / 1073741824.0, p->fits ? "" : " (too big)");
+  }
+  if (n > 0) printf("predict_tflops_per_gpu %.2f\n", rows[0].p.seed_tflops);
+  free(rows);
+  return n > 0 ? 0 : -1;
+}

@@ -1,0 +1,32 @@
+// predict_main.c: predict_gpt, the prediction binary: train_gpt's options on the timeline
+// backend. train_gpt and train_gpt_cpu hand --predict over to it (train/predict_exec.c).
+#include <stdio.h>
+#include <string.h>
+
+#include "fsdp/dist.h"
+#include "timeline/predict.h"
+
+int main(int argc, char** argv) {
+  Options o = parse_options(argc, argv);
+  if (!o.predict)
+    usage_error("%s", "predict_gpt predicts a training step: give --predict GPU[:NETWORK] --world N (and the trainer's options)");
+  char err[2048];
+  ModelConfig cfg;
+  if (model_config_parse(o.model, &cfg, err, sizeof err)) usage_error("%s", err);
+  int t5 = cfg.kind == MODEL_T5;
+  if (!t5 && o.seq > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o.model);
+  Cluster c;
+  if (catalogue_cluster(o.predict, o.plan_world, &c, err, sizeof err)) usage_error("%s", err);
+  c.alloc_retry_s = o.predict_alloc_retry_ms / 1e3;
+  if (o.global_batch && o.global_batch % (o.batch * c.world)) {
+    fprintf(stderr, "error: --global-batch %d cannot be split into micro-batches of --batch %d on %d GPUs: it must be a "
+                    "multiple of batch x GPUs = %d\n", o.global_batch, o.batch, c.world, o.batch * c.world);
+    return 2;
+  }
+  if (o.predict_sweep) return predict_sweep(&o, &c, &cfg, 20) ? 1 : 0;
+  Prediction p;
+  predict_run(&o, &c, &cfg, o.trace_path, &p);
+  predict_print(&o, &c, &cfg, &p);
+  if (o.trace_path) printf("trace: %s (the measured step, modelled times)\n", o.trace_path);
+  return 0;
+}

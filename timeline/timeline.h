@@ -1,0 +1,131 @@
+// timeline.h: the prediction backend. It runs the real training step (layers/, fsdp/schedule.c,
+// the optimizer) against a device that computes nothing: every kernel, copy and collective only
+// advances the clock of the stream it was issued on, by a modelled duration, and events carry
+// clock values between streams exactly as CUDA events carry completion. The step's length on
+// those clocks is the predicted step time of one rank of a world of any size, from one process.
+//
+// Concept -> home:
+//   GPU and network catalogue (cited constants)   timeline/catalogue.c
+//   collective cost models (ring, tree, 2 levels) timeline/collective.c
+//   stream clocks, events, the host model, memory timeline/device_timeline.c
+//   kernel costs from exact FLOPs and bytes       timeline/kernels_timeline.c
+//   communicators of a simulated world            timeline/comm_timeline.c
+//   --predict / --predict-sweep: run and report   timeline/predict.c, timeline/predict_main.c
+//   re-executing the prediction from a trainer    train/predict_exec.c
+//
+// It builds on --sim-world (fsdp/schedule.c), which keeps one rank and stretches each collective
+// to a ring's duration: here the rank is rank 0 of a symmetric world (every rank runs the same
+// schedule on same-sized shards), so its timeline is every rank's, and nothing else needs to run.
+#ifndef FSDP_TIMELINE_H
+#define FSDP_TIMELINE_H
+#include <stddef.h>
+#include <stdio.h>
+
+#include "fsdp/device.h"
+
+// ---- catalogue (timeline/catalogue.c) ---------------------------------------------------
+typedef struct {
+  const char* name;          // a100-40gb, a100-80gb, h100-sxm, h200
+  const char* label;         // what kernels_device_name reports
+  double peak_flops;         // dense bf16 tensor-core rate, FLOP/s (datasheet)
+  double matmul_eff;         // fraction of the peak a large bf16 GEMM reaches (measured)
+  double attention_eff;      // fraction of the peak fused attention reaches (measured)
+  double hbm_bytes_s;        // memory bandwidth, bytes/s (datasheet)
+  double hbm_eff;            // fraction of it a streaming kernel reaches (measured)
+  double memory_bytes;       // device memory a plan may use
+  double nvlink_bytes_s;     // per GPU, per direction, bytes/s (datasheet)
+  double nvlink_eff;         // fraction of it NCCL reaches inside a node (measured)
+  double launch_s;           // device-side gap between dependent kernels
+  const char* network;       // its default network
+} GpuSpec;
+
+typedef struct {
+  const char* name;          // efa400, roce, eth120, ib3200
+  int gpus_per_node;
+  double node_bytes_s;       // network bandwidth of one node, per direction, bytes/s
+  double net_eff;            // fraction of it NCCL's bus bandwidth reaches
+  double latency_s;          // one network step of a collective (alpha)
+  double intra_latency_s;    // one NVLink step (alpha)
+} NetSpec;
+
+// The host's cost of issuing work (cudaLaunchKernel, ncclGroupEnd) and of a synchronizing copy.
+typedef struct {
+  double launch_s;           // host time to issue one kernel or collective
+  double sync_copy_s;        // a small synchronous copy (tokens in, loss out), beyond the wait
+  double pcie_bytes_s;       // host <-> device copies
+} HostSpec;
+
+typedef struct {
+  GpuSpec gpu;
+  NetSpec net;
+  HostSpec host;
+  int world;
+  // Another framework's allocator, for comparison (--predict-alloc-retry MS): a caching
+  // allocator at its memory limit frees its cache (cudaFree synchronizes the device) and calls
+  // cudaMalloc before each unit's all-gather. fsdp.c allocates once; 0 models fsdp.c.
+  double alloc_retry_s;
+} Cluster;
+
+const GpuSpec* catalogue_gpu(const char* name);
+const NetSpec* catalogue_net(const char* name);
+// "GPU[:NETWORK]" -> cluster of `world` ranks; -1 with a message naming the choices.
+int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size_t errlen);
+void catalogue_print(FILE* f);
+
+// ---- collectives (timeline/collective.c) ------------------------------------------------
+typedef enum { COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE, COLL_BROADCAST } CollKind;
+// A communicator of n ranks, `stride` apart in world rank order (a shard group: stride 1; a
+// replica group: stride F), on nodes of gpus_per_node consecutive ranks.
+typedef struct {
+  int n, stride;
+} Group;
+typedef struct {
+  double seconds;
+  const char* algorithm;     // "ring", "tree" or "none"
+  int nodes;                 // nodes the group spans
+  int per_node;              // its ranks per node
+} CollCost;
+// bytes: the whole buffer (all-gather / reduce-scatter: n x the per-rank chunk; all-reduce and
+// broadcast: the buffer every rank holds).
+CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g);
+
+// ---- device, clocks and the op log (timeline/device_timeline.c) ---------------------------
+void timeline_configure(const Cluster* c);
+const Cluster* timeline_cluster(void);
+// Clears the clocks, the op log and the counters (before a new prediction in the same process).
+void timeline_reset(void);
+// Work of `seconds` on stream s, issued by the host now: it starts when both the stream and the
+// host have reached it. net: it also needs this rank's links (collectives share them). Returns
+// the start time.
+double timeline_issue(StreamId s, double seconds, const char* what, int net);
+double timeline_stream_clock(StreamId s);
+// The host waits for every stream (device_synchronize without the call log).
+void timeline_synchronize(void);
+// The host is busy for `seconds` (a blocking call of another framework: cudaMalloc).
+void timeline_host_wait(double seconds);
+double timeline_host_clock(void);
+// Exposed waiting of the compute stream since timeline_reset.
+double timeline_compute_stalled(void);
+// Is p inside the (reserved, untouched) device memory?
+int timeline_is_device(const void* p);
+
+// ---- communicators (timeline/comm_timeline.c) -------------------------------------------
+// A communicator of rank 0's groups: n ranks `stride` apart, issuing on stream s. comm_split
+// cannot build these (rank 0 alone does not know the other ranks' colors), so the prediction
+// makes the FSDP groups from the strategy, as fsdp_init's splits would.
+struct Comm* timeline_comm_group(int n, int stride, StreamId s);
+
+// Every operation, in issue order (tests draw the timeline from it).
+typedef struct {
+  const char* what;  // kernel or collective name
+  StreamId stream;
+  double start, end;
+} TimelineOp;
+int timeline_nops(void);
+const TimelineOp* timeline_op(int i);
+
+// The call log: with FSDP_CALL_LOG=FILE every kernels.h, device.h and comm.h entry point
+// called writes its name, one per line (the CPU build writes the same through
+// test/call_log.c), so a test can compare the two backends' call sequences.
+void timeline_call(const char* name);
+#endif
