@@ -146,6 +146,8 @@ int main(int argc, char** argv) {
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
   int bad_steps = 0;
+  LossScaler scaler;  // --loss-scale: 1 and static unless asked (fp32 and bf16 need none)
+  scaler_init(&scaler, o.loss_scale_dynamic ? 65536.0 : o.loss_scale, o.loss_scale_dynamic, o.loss_scale_window);
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
@@ -173,25 +175,30 @@ int main(int argc, char** argv) {
       batch_load(&batch, &train, (int64_t)step * M + (int64_t)j * W + rank);
       batch_to_model(&batch, &model);
       fsdp_begin_forward(&fs, j, 1);
-      model_forward_accumulate(&model, (float)(1.0 / global_tokens));
+      model_forward_accumulate(&model, (float)(scaler.scale / global_tokens));
       model_backward(&model);
     }
     loss_sum = model_take_loss(&model);  // the step's one read of its losses
     comm_all_reduce(fs.world, &loss_sum, 1, DT_F64);
     double loss = loss_sum / global_tokens;
     if (step + 1 == o.inject_step && rank == o.inject_rank) fsdp_poison_grad(&fs, o.inject_unit);
-    double norm = fsdp_grad_norm(&fs);
+    double scale = scaler.scale;              // this step's loss scale
+    double norm = fsdp_grad_norm(&fs) / scale;  // of the unscaled gradient (exact for powers of two)
     float lr = learning_rate(&schedule, step);
     // The guard: loss and norm are the same on every rank, so every rank skips together, before
     // a NaN or inf can reach the shards (and from them a checkpoint).
+    // A dynamic loss scale treats a non-finite gradient as an overflow: halve the scale, skip.
     int finite = isfinite(loss) && isfinite(norm);
+    int overflow = scaler.dynamic && isfinite(loss) && !isfinite(norm);
+    if (isfinite(loss)) scaler_update(&scaler, isfinite(norm));
     if (finite) {
-      AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps,
-                        .weight_decay = o.weight_decay, .grad_scale = fsdp_clip_scale(norm, o.grad_clip), .step = step + 1};
+      AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay,
+                        .grad_scale = (float)(fsdp_clip_scale(norm, o.grad_clip) / scale), .step = step + 1};
       fsdp_adamw_step(&fs, args);
     } else {
       fsdp_skip_step(&fs);
-      bad_steps++;
+      // Overflows are how a dynamic scale finds its level; they count only once it is at its floor.
+      if (!overflow || scale <= LOSS_SCALE_MIN) bad_steps++;
     }
     device_synchronize();
     device_step_end(step + 1);
@@ -205,6 +212,7 @@ int main(int argc, char** argv) {
     if (recompute_step > 0) log0(" | hw %.3g TFLOPS", (flops_step + recompute_step) / W / (ms / 1e3) / 1e12);
     if (peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / peak);
     if (!finite) log0(" | SKIPPED");
+    if (scaler.dynamic && finite && scaler.scale != scale) log0(" | loss scale %g -> %g", scale, scaler.scale);
     log0("\n");
     if (on_cpu && step == start_step) {
       size_t now = resident_bytes();
@@ -212,12 +220,16 @@ int main(int argc, char** argv) {
            fs.plan.total, now > resident_before ? now - resident_before : 0);
     }
     if (logf) {
-      fprintf(logf, "{\"step\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g, \"ms\": %.3f, "
-                    "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss, lr, norm, ms, tok_s, tflops);
+      // JSON has no NaN or Infinity: a non-finite loss or norm (a skipped step) is null.
+      char loss_s[32] = "null", norm_s[32] = "null";
+      if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.17g", loss);
+      if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
+      fprintf(logf, "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": %.3f, "
+                    "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss_s, lr, norm_s, ms, tok_s, tflops);
       if (peak > 0) fprintf(logf, "%.6g", tflops * 1e12 / peak);
       else fprintf(logf, "null");
-      fprintf(logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu%s}\n", comm_ms[step], fs.plan.total,
-              finite ? "" : ", \"skipped\": true");
+      fprintf(logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", comm_ms[step],
+              fs.plan.total, scale, finite ? "" : ", \"skipped\": true");
       if (fflush(logf) != 0 || ferror(logf)) fatal("--log %s: writing failed: %s", o.log_path, strerror(errno));
     }
     trace_flush(fs.trace);
@@ -225,8 +237,12 @@ int main(int argc, char** argv) {
       char where[160] = "";
       if (fs.nonfinite_unit >= 0)
         snprintf(where, sizeof where, "; the first unit whose gradient shard was non-finite: %s", fs.units[fs.nonfinite_unit].name);
-      log0("step %5d | non-finite %s%s: the update was skipped on every rank (%d of --max-bad-steps %d)\n", step + 1,
-           isfinite(loss) ? "gradient norm" : "loss", where, bad_steps, o.max_bad_steps);
+      if (overflow)
+        log0("step %5d | gradient overflow at loss scale %g%s: the update was skipped on every rank; the scale is now %g\n",
+             step + 1, scale, where, scaler.scale);
+      else
+        log0("step %5d | non-finite %s%s: the update was skipped on every rank (%d of --max-bad-steps %d)\n", step + 1,
+             isfinite(loss) ? "gradient norm" : "loss", where, bad_steps, o.max_bad_steps);
       if (bad_steps >= o.max_bad_steps) {
         if (rank == 0)
           fprintf(stderr, "error: stopping at step %d after %d steps with a non-finite loss or gradient%s; the "

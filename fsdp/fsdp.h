@@ -6,6 +6,8 @@
 //   slots, the four unshard/reshard points,      fsdp/schedule.c
 //   prefetch, gradient reduction
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
+//   skipped non-finite steps, loss scaling       fsdp/optimizer.c, fsdp/scaler.c
+//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c, fsdp/checkpoint_format.c
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   communication (MPI / NCCL)                   fsdp/comm.h
 //   the schedule on modelled clocks (--predict)  timeline/timeline.h
@@ -223,6 +225,20 @@ double fsdp_grad_norm(FSDP* fs);
 void fsdp_skip_step(FSDP* fs);
 // Fault injection for tests of the guard above: one NaN in this rank's gradient shard of unit u.
 void fsdp_poison_grad(FSDP* fs, int u);
+
+// ---- loss scaling (fsdp/scaler.c) ----------------------------------------------------
+// The loss gradient is multiplied by `scale`; dynamic: halved on a step whose gradient is not
+// finite (the step is skipped on every rank), doubled after `window` finite steps in a row.
+#define LOSS_SCALE_MIN 1.0
+#define LOSS_SCALE_MAX 16777216.0  // 2^24
+typedef struct {
+  double scale;
+  int dynamic, window, good;
+} LossScaler;
+void scaler_init(LossScaler* s, double scale, int dynamic, int window);
+// After the step's global norm: 1 when the step may update the parameters, 0 when it must be
+// skipped (finite = 0); adjusts a dynamic scale.
+int scaler_update(LossScaler* s, int finite);
 // The gradient scale of global-norm clipping, as torch.nn.utils.clip_grad_norm_:
 // clip / (norm + 1e-6) when that is below 1, else 1 (and 1 when clip <= 0: no clipping).
 float fsdp_clip_scale(double norm, float clip);

@@ -164,8 +164,12 @@ fi
 run nan1 $BIN $M $CONST --steps 3 --inject-nonfinite 3:0:2 --digest --save "$TMP/cknan" --log "$TMP/nan.jsonl"
 run two $BIN $M $CONST --steps 2 --digest
 [ $rc = 0 ] && has nan1 "step +3 \| non-finite gradient norm; the first unit whose gradient shard was non-finite: block.1" &&
-  [ "$(digest "$TMP/nan1.out")" = "$(digest "$TMP/two.out")" ] && grep -q '"skipped": true' "$TMP/nan.jsonl" &&
-  ok "a NaN gradient skips the update: parameters equal those of the step before, the unit is named, the log says so" ||
+  [ "$(digest "$TMP/nan1.out")" = "$(digest "$TMP/two.out")" ] &&
+  python3 -c "
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1])]  # strict JSON: a NaN norm is written as null
+sys.exit(0 if s[2]['skipped'] and s[2]['grad_norm'] is None else 1)" "$TMP/nan.jsonl" &&
+  ok "a NaN gradient skips the update: parameters equal those of the step before, the unit is named, the JSON log says so" ||
   bad "non-finite skip" "$(show nan1)"
 run two3 $MPIRUN -np 3 $BIN $M $CONST --steps 2 --digest
 run nan3 $MPIRUN -np 3 $BIN $M $CONST --steps 3 --inject-nonfinite 3:1:1 --digest
@@ -177,6 +181,46 @@ run nanhy $MPIRUN -np 4 $BIN $M $CONST --steps 3 --shard hybrid:2 --inject-nonfi
 run nanstop $BIN $M $CONST --steps 5 --inject-nonfinite 2:0 --max-bad-steps 1 --save "$TMP/cknan2" --save-every 1
 [ $rc = 1 ] && has nanstop "stopping at step 2 after 1 steps with a non-finite" && grep -q '"step": 1' "$TMP/cknan2/complete.json" &&
   ok "--max-bad-steps stops the run; the last checkpoint is the last good step" || bad "max bad steps" "exit $rc $(show nanstop)"
+
+# A skipped step leaves the AdamW state as it was too: the arrays of a checkpoint saved after the
+# skipped step 3 equal those saved after step 2, byte for byte (the step counter aside).
+run skip_ck $BIN $M $CONST --steps 3 --inject-nonfinite 3:0:1 --save "$TMP/ck_skip"
+run two_ck $BIN $M $CONST --steps 2 --save "$TMP/ck_two"
+cmp -s "$TMP/ck_skip/params.bin" "$TMP/ck_two/params.bin" && cmp -s "$TMP/ck_skip/adam_m.bin" "$TMP/ck_two/adam_m.bin" &&
+  cmp -s "$TMP/ck_skip/adam_v.bin" "$TMP/ck_two/adam_v.bin" &&
+  ok "a skipped step leaves parameters and both AdamW moments byte-identical" || bad "skipped step changed the state"
+
+# ---- loss scaling --------------------------------------------------------------------------
+# A power-of-two loss scale is exact: without overflow, the same bits as no scaler, on 1 rank
+# and on 3 with accumulation; a dynamic scale that grows every 2 steps too.
+LS="$M $CONST --steps 5 --accum 2 --digest"
+run ls_none $BIN $LS
+run ls_1024 $BIN $LS --loss-scale 1024
+run ls_dyn $BIN $LS --loss-scale dynamic --loss-scale-window 2
+run ls_none3 $MPIRUN -np 3 $BIN $LS
+run ls_dyn3 $MPIRUN -np 3 $BIN $LS --loss-scale dynamic --loss-scale-window 2
+d=$(digest "$TMP/ls_none.out")
+[ -n "$d" ] && [ "$(digest "$TMP/ls_1024.out")" = "$d" ] && [ "$(digest "$TMP/ls_dyn.out")" = "$d" ] &&
+  [ "$(digest "$TMP/ls_dyn3.out")" = "$(digest "$TMP/ls_none3.out")" ] &&
+  ok "loss scale 1024 and a dynamic scale give the bits of no scaler (1 rank, and 3 ranks with accumulation)" ||
+  bad "loss scaling changed the result" "$(digest "$TMP/ls_1024.out") $(digest "$TMP/ls_dyn.out") vs $d"
+has ls_dyn "step +2/5 .*loss scale 65536 -> 131072" && has ls_dyn "step +4/5 .*loss scale 131072 -> 262144" &&
+  ok "the dynamic scale doubles after --loss-scale-window finite steps" || bad "scale growth" "$(grep 'loss scale' "$TMP/ls_dyn.out")"
+# An overflow on one rank skips the step on every rank and halves the scale; the run then ends
+# with the bits of a run without a scaler that skipped the same step.
+run ls_over3 $MPIRUN -np 3 $BIN $LS --loss-scale dynamic --inject-nonfinite 3:2 --log "$TMP/ls_over3.jsonl"
+run ls_skip3 $MPIRUN -np 3 $BIN $LS --inject-nonfinite 3:2
+[ $rc = 0 ] && has ls_over3 "step +3 \| gradient overflow at loss scale 65536.*the scale is now 32768" &&
+  [ "$(digest "$TMP/ls_over3.out")" = "$(digest "$TMP/ls_skip3.out")" ] &&
+  python3 -c "
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if 'loss_scale' in l]
+sys.exit(0 if [x['loss_scale'] for x in s] == [65536, 65536, 65536, 32768, 32768] and s[2].get('skipped') else 1)" "$TMP/ls_over3.jsonl" &&
+  ok "an overflow on rank 2 of 3 skips the step everywhere, halves the scale, and changes nothing else" ||
+  bad "overflow" "$(show ls_over3)"
+run ls_bad $BIN $M --loss-scale 1e30
+[ $rc = 2 ] && has ls_bad "would overflow the gradients on the first step" && ok "a loss scale that would overflow is refused" ||
+  bad "--loss-scale 1e30" "$(show ls_bad)"
 
 # ---- data ---------------------------------------------------------------------------------
 cp data/addition/train_000.bin "$TMP/live.bin"

@@ -1,6 +1,7 @@
 // options.c: the command line of the trainer: defaults, --help, and strict parsing
 // (unknown or malformed options are refused with the usage line).
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,9 @@ static void print_help(void) {
       "faults\n"
       "  --max-bad-steps N     a step with a NaN/inf loss or gradient is skipped on every rank;\n"
       "                        stop at the N-th (default 3)\n"
+      "  --loss-scale S        multiply the loss gradient by S, a power of two (1 = none), or\n"
+      "                        'dynamic': from 65536, halved on overflow (the step skipped on\n"
+      "                        every rank), doubled after --loss-scale-window steps (2000)\n"
       "  --inject-nonfinite STEP:RANK[:UNIT]   testing: a NaN in RANK's gradient of UNIT\n"
       "                        (default 0) at STEP, to see the guard above work\n"
       "planning and benchmarks\n"
@@ -125,10 +129,10 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 // Options without a one-letter code of their own (getopt_long returns these values).
-enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY };
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW };
 
 Options parse_options(int argc, char** argv) {
-  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -162,6 +166,7 @@ Options parse_options(int argc, char** argv) {
       {"inject-nonfinite", required_argument, 0, 'F'}, {"recompute", required_argument, 0, 'A'},
       {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
       {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
+      {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -241,6 +246,23 @@ Options parse_options(int argc, char** argv) {
       case 'q': o.bench = 1; break;
       case 'g': o.predict = optarg; break;
       case OPT_PREDICT_SWEEP: o.predict_sweep = 1; break;
+      case OPT_LOSS_SCALE: {
+        if (!strcmp(optarg, "dynamic")) {
+          o.loss_scale_dynamic = 1;
+          break;
+        }
+        char* end;
+        double v = strtod(optarg, &end);
+        int e;
+        // A power of two keeps scaling exact; above 2^24 the first step's gradients would
+        // overflow (bf16 and fp32 keep 2^127 of range; gradients of large models reach 2^100).
+        if (!*optarg || *end || !(v >= LOSS_SCALE_MIN && v <= LOSS_SCALE_MAX) || frexp(v, &e) != 0.5)
+          usage_error("--loss-scale expects 'dynamic' or a power of two from 1 to 16777216 (2^24; larger scales "
+                      "would overflow the gradients on the first step), got '%s'", optarg);
+        o.loss_scale = v;
+        break;
+      }
+      case OPT_LOSS_SCALE_WINDOW: o.loss_scale_window = (int)parse_long(name, optarg, 1, 1 << 30); break;
       case OPT_PREDICT_ALLOC_RETRY: o.predict_alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;

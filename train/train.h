@@ -34,6 +34,8 @@ typedef struct {
   int max_bad_steps;                // --max-bad-steps N: stop at the N-th skipped non-finite step
   int inject_step, inject_rank, inject_unit;  // --inject-nonfinite STEP:RANK[:UNIT] (tests)
   int accum_given;                  // --accum was on the command line
+  double loss_scale;                // --loss-scale S (1: none) ...
+  int loss_scale_dynamic, loss_scale_window;  // ... or dynamic, doubled after the window
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
   const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)
