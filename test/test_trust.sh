@@ -218,6 +218,12 @@ s = [json.loads(l) for l in open(sys.argv[1]) if 'loss_scale' in l]
 sys.exit(0 if [x['loss_scale'] for x in s] == [65536, 65536, 65536, 32768, 32768] and s[2].get('skipped') else 1)" "$TMP/ls_over3.jsonl" &&
   ok "an overflow on rank 2 of 3 skips the step everywhere, halves the scale, and changes nothing else" ||
   bad "overflow" "$(show ls_over3)"
+# A checkpoint saved with one set of memory options resumes into a run with another.
+run opt_save $BIN $M $CONST --steps 3 --recompute block --loss-scale dynamic --save "$TMP/ck_opts"
+run opt_res $BIN $M $CONST --steps 5 --recompute selective --resume "$TMP/ck_opts" --digest
+[ $rc = 0 ] && [ "$(digest "$TMP/opt_res.out")" = "$(digest "$TMP/ref.out")" ] &&
+  ok "saved with --recompute block --loss-scale dynamic, resumed with --recompute selective: bit-identical" ||
+  bad "resume across options" "$(show opt_res)"
 run ls_bad $BIN $M --loss-scale 1e30
 [ $rc = 2 ] && has ls_bad "would overflow the gradients on the first step" && ok "a loss scale that would overflow is refused" ||
   bad "--loss-scale 1e30" "$(show ls_bad)"
