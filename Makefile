@@ -25,9 +25,9 @@ LDLIBS_CPU := -lm -fopenmp
 
 BUILD := build
 CPU_LIB_SRCS := $(wildcard kernels/cpu/*.c) $(filter-out %_nccl.c %_cuda.c,$(wildcard fsdp/*.c)) \
-                $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c)
+                $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
-HEADERS := $(wildcard kernels/*.h fsdp/*.h layers/*.h data/*.h train/*.h test/*.h)
+HEADERS := $(wildcard kernels/*.h fsdp/*.h layers/*.h data/*.h train/*.h test/*.h weights/*.h)
 
 $(BUILD)/cpu/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -110,7 +110,7 @@ LDLIBS_CUDA := $(CUBLASLT_SO) $(CUBLAS_SO) $(CUDART_SO) $(NCCL_LIBS) \
 CUDA_KERNEL_SRCS := $(wildcard kernels/cuda/*.cu)
 CUDA_KERNEL_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CUDA_KERNEL_SRCS))
 CUDA_HOST_SRCS := train_gpt.c $(filter-out $(CUDA_COMM_EXCLUDE),$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
-                  $(wildcard data/*.c) $(wildcard train/*.c)
+                  $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 CUDA_HOST_OBJS := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_HOST_SRCS))
 CUDA_HEADERS := $(HEADERS) $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h)
 
@@ -255,7 +255,7 @@ print-sim-host-objs:
 # layers/, data/, train/) on the simulator, NCCL over MPI (test/cudasim/nccl.cpp). Same options
 # as train_gpt; run it under mpirun for several ranks.
 SIM_HOST_SRCS := train_gpt.c $(filter-out %_cpu.c fsdp/comm_mpi.c,$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
-                 $(wildcard data/*.c) $(wildcard train/*.c)
+                 $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
 MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 $(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h

@@ -59,6 +59,11 @@ static void print_help(void) {
       "  --save DIR            save parameters and AdamW state at the end\n"
       "  --save-every N        also every N steps (to the same DIR)\n"
       "  --resume DIR          continue from a checkpoint: its step, weights and AdamW state\n"
+      "pretrained weights\n"
+      "  --init-from PATH      start from an llm.c GPT-2 .bin (fp32/bf16) or a Hugging Face\n"
+      "                        directory (config.json + model.safetensors, GPT-2 or T5); --model\n"
+      "                        may then be left out (taken from the weights)\n"
+      "  --export DIR          write DIR/config.json + model.safetensors for transformers at the end\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
       "  --world N             plan for N ranks (default: the ranks of this run)\n"
@@ -137,6 +142,7 @@ Options parse_options(int argc, char** argv) {
       {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
       {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
       {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
+      {"init-from", required_argument, 0, 'F'},   {"export", required_argument, 0, 'g'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -188,6 +194,8 @@ Options parse_options(int argc, char** argv) {
       case 'o': o.save_dir = optarg; break;
       case 'i': o.save_every = (int)parse_long(name, optarg, 1, 1 << 30); break;
       case 'r': o.resume_dir = optarg; break;
+      case 'F': o.init_from = optarg; break;
+      case 'g': o.export_dir = optarg; break;
       case 'O': o.comm_timeout = parse_float(name, optarg, 0.0f, 1e7f); break;
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
@@ -213,7 +221,8 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
-  if (!o.model) usage_error("%s", "--model is required");
+  if (!o.model && !o.init_from) usage_error("%s", "--model is required (or --init-from weights that say it)");
+  if (o.init_from && o.resume_dir) usage_error("%s", "--init-from and --resume both set the weights: give one");
   if (!o.data && !o.plan) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan) usage_error("%s", "--world is for --plan");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");

@@ -30,6 +30,8 @@ typedef struct {
   const char* save_dir;             // --save DIR: checkpoint at the end (and every --save-every)
   int save_every;
   const char* resume_dir;           // --resume DIR
+  const char* init_from;            // --init-from FILE|DIR: pretrained weights (weights/)
+  const char* export_dir;           // --export DIR: a Hugging Face directory at the end
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
   FSDPOptions fsdp;
