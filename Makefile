@@ -155,7 +155,7 @@ $(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 
-test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump
+test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump $(BUILD)/tool/weights_logits
 
 # CI has nvcc but no GPU: `make test` compiles the CUDA binary and GPU tests when it can.
 ifneq ($(NVCC),)
