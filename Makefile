@@ -36,6 +36,13 @@ $(BUILD)/cpu/%.o: %.c $(HEADERS)
 train_gpt_cpu: $(BUILD)/cpu/train_gpt.o $(CPU_LIB_OBJS)
 	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
 
+# Tools on trained models: generate_cpu (continuations) and export_weights_cpu (a checkpoint
+# to a Hugging Face directory).
+generate_cpu: $(BUILD)/cpu/generate.o $(CPU_LIB_OBJS)
+	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
+export_weights_cpu: $(BUILD)/cpu/export_weights.o $(CPU_LIB_OBJS)
+	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
+
 # ---- CUDA binary --------------------------------------------------------------------
 # kernels/cuda/*.cu with nvcc; the host C files (train_gpt.c, fsdp/ without *_cpu.c, layers/,
 # data/, train/) with the C compiler and -DFSDP_CUDA (act_t = bf16 bits).
@@ -155,7 +162,7 @@ $(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 
-test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump $(BUILD)/tool/weights_logits
+test-bins: $(TEST_BINS) train_gpt_cpu generate_cpu export_weights_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump $(BUILD)/tool/weights_logits
 
 # CI has nvcc but no GPU: `make test` compiles the CUDA binary and GPU tests when it can.
 ifneq ($(NVCC),)

@@ -8,7 +8,9 @@ For GPT-2, T5 v1.0 (ReLU, tied lm_head, H*D != C) and T5 v1.1 (gated-GELU, untie
   3. from_pretrained(OUT) must load with no missing or unexpected keys and hold exactly the
      original tensors;
   4. on the same tokens, transformers' logits and loss (labels as ours: GPT-2 shifts them, T5
-     ignores -100 where we ignore -1) against ours (build/tool/weights_logits on OUT).
+     ignores -100 where we ignore -1) against ours (build/tool/weights_logits on OUT);
+  5. greedy continuations of generate_cpu OUT against transformers' generate (exact ids; T5
+     both stop at its end id 1).
 Tolerance 1e-4, relative (max|ours - theirs| / max|theirs| for logits, |a - b| / |b| for the
 loss), the one of test/ref_gpt.py: both sides compute in fp32, in different orders (our
 matmuls and attention against torch's), which moves logits by ~1e-6 relative here; a wrong
@@ -145,6 +147,18 @@ def inner():
         lerr = abs(our_loss - float(o.loss)) / abs(float(o.loss))
         check(f"{name}: loss, ours vs transformers", lerr <= TOL,
               f"ours {our_loss:.6f} transformers {float(o.loss):.6f} rel {lerr:.2e}, tol {TOL:g}")
+        # Greedy generation: generate_cpu on the export against transformers' generate.
+        prompt = (tokens["enc_tokens"] if Te else tokens["tokens"])[0, :5].long()
+        r = subprocess.run([os.path.join(ROOT, "generate_cpu"), out, "--prompt-ids", " ".join(map(str, prompt.tolist())),
+                            "--tokens", "6", "--temperature", "0"], capture_output=True, text=True, env=env)
+        line = [l for l in r.stdout.splitlines() if l.startswith("ids:")]
+        ours_ids = [int(x) for x in line[0].split()[1:]] if line else None
+        with torch.no_grad():
+            g = loaded.generate(prompt[None], max_new_tokens=6, do_sample=False, num_beams=1, pad_token_id=0)[0].tolist()
+        theirs = g[1:] if Te else g[len(prompt):]  # T5: after the decoder start id 0; GPT: after the prompt
+        ok = ours_ids is not None and len(theirs) >= 1 and ours_ids[:len(theirs)] == theirs
+        check(f"{name}: greedy generation, generate_cpu vs transformers' generate", ok,
+              f"ours {ours_ids} transformers {theirs} {r.stderr.strip()[-200:]}")
 
     # GPT-2: targets are the next tokens (the last one ignored), as transformers shifts labels.
     B, T = 2, 16

@@ -11,6 +11,9 @@ a tied-model lm_head to be ignored), with its own safetensors writer, then check
   ranks      the params_digest of a load on 1, 2 and 3 ranks is the same
   export     --export D from 1 and 3 ranks: the same bytes; its tensors (read by this script's
              own safetensors reader) equal the weights written; --init-from D gives the same digest
+  tools      export_weights_cpu turns a checkpoint into the same model; generate_cpu gives the
+             same greedy tokens from the llm.c file, its checkpoint and its export on 1 and 2
+             ranks, top-k 1 is greedy, a seed repeats, a tokenizer file decodes
   refused    wrong magic, truncated tensors (llm.c, safetensors), a header that lies about its
              offsets (overlap, hole, size), a wrong shape, a missing and an extra tensor, a --model
              that differs: exit != 0, the message names the file and the tensor, and the --export
@@ -325,6 +328,46 @@ def main():
               f"extra {sorted(set(got) - set(tensors))[:3]} missing {sorted(set(tensors) - set(got))[:3]}")
         p = run(["--init-from", outs[1], "--data", data, "--steps", "0", "--batch", "1", "--digest"] + extra, 2)
         check(f"{name}: --init-from the export (2 ranks) gives the same digest", digest_of(p) == dg, p.stderr.strip()[-300:])
+
+    # A finished run's checkpoint to a Hugging Face directory (export_weights_cpu, 2 ranks).
+    ck, ck_out = os.path.join(tmp, "ck"), os.path.join(tmp, "ck_export")
+    # (one step at learning rate 0: a checkpoint holding the loaded weights unchanged)
+    p = run(["--init-from", f32, "--data", data, "--steps", "1", "--lr", "0", "--batch", "1", "--save", ck] + gpt_args)
+    q = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", os.path.join(ROOT, "export_weights_cpu"), ck, ck_out],
+                       capture_output=True, text=True, env=MPI_ENV)
+    p = run(["--init-from", ck_out, "--data", data, "--steps", "0", "--batch", "1", "--digest"] + gpt_args)
+    check("export_weights_cpu: checkpoint -> Hugging Face directory -> the same digest", digest_of(p) == digest,
+          (q.stderr + p.stderr).strip()[-300:])
+
+    # Generation: the same continuation from the llm.c file, its checkpoint and its export, on
+    # 1 and 2 ranks; top-k 1 is greedy; a seed repeats; a tokenizer file decodes the ids.
+    def generate(src, *args, ranks=1):
+        cmd = [os.path.join(ROOT, "generate_cpu"), src, "--prompt-ids", "5 17 3", "--tokens", "9"] + list(args)
+        if ranks > 1:
+            cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+        r = subprocess.run(cmd, capture_output=True, text=True, env=MPI_ENV)
+        m = re.search(r"^ids:(.*)$", r.stdout, re.M)
+        return (m.group(1).split() if m else None), r
+    greedy, r = generate(f32, "--temperature", "0")
+    check("generate: 9 greedy tokens from an llm.c file", greedy is not None and len(greedy) == 9, r.stderr.strip()[-300:])
+    same = [generate(s, "--temperature", "0", ranks=k)[0] for s, k in ((ck, 1), (ck_out, 1), (ck_out, 2))]
+    check("generate: the same greedy tokens from its checkpoint, its export, and on 2 ranks", all(g == greedy for g in same),
+          str(same))
+    check("generate: --top-k 1 samples the greedy tokens", generate(f32, "--temperature", "1.5", "--top-k", "1")[0] == greedy)
+    a, b = generate(f32, "--temperature", "2", "--seed", "5")[0], generate(f32, "--temperature", "2", "--seed", "5")[0]
+    c = generate(f32, "--temperature", "2", "--seed", "6")[0]
+    check("generate: a seed repeats its sample, another seed draws another", a == b and a != c, f"{a} {b} {c}")
+    tokf = os.path.join(tmp, "tokenizer.bin")
+    header = np.zeros(256, dtype=np.uint32)
+    header[:4] = [20240328, 2, V, V - 1]
+    with open(tokf, "wb") as f:
+        f.write(header.tobytes())
+        for i in range(V):
+            piece = f"<t{i}>".encode()
+            f.write(bytes([len(piece)]) + piece)
+    _, r = generate(f32, "--temperature", "0", "--tokenizer", tokf)
+    check("generate: a tokenizer file decodes the tokens", f"text: {''.join(f'<t{g}>' for g in greedy)}" in r.stdout,
+          r.stdout.strip()[-200:])
 
     # Refused files: the message names the file and the tensor; the run's --export is not made.
     def refused(label, path, needles, extra=gpt_args, model=None):

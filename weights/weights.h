@@ -5,6 +5,7 @@
 //   our parameters <-> GPT-2 / T5 / llm.c tensor names  weights/names.c
 //   --init-from: each rank reads its shard's bytes      weights/load.c
 //   --export: each rank writes its shard's bytes        weights/export.c
+//   a model from any of those or a checkpoint           weights/source.c
 //
 // Formats read: llm.c GPT-2 checkpoints (a 256 x int32 header, magic 20240326, version 3 fp32 or
 // 5 bf16, then the tensors in llm.c's order) and Hugging Face directories (config.json +
@@ -33,4 +34,10 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
 // model's current parameters: rank 0 writes the header, every rank its own byte ranges. Goes
 // through DIR.tmp, renamed when complete.
 void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
+
+// A model source for tools that run a trained model (generate, export_weights): an fsdp.c
+// checkpoint directory (meta.json, written by --save), a Hugging Face directory or an llm.c
+// .bin. model_source_config gives its model; model_source_load (collective) its weights.
+int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen);
+void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src);
 #endif
