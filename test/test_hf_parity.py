@@ -17,7 +17,13 @@ matmuls and attention against torch's), which moves logits by ~1e-6 relative her
 mapping (a missed transpose, q/k swapped, the v1.0 lm_head scale, wi_0/wi_1 swapped) moves
 them by 1e-2 or more.
 
-transformers and safetensors come from PyPI into a virtual environment build/hfenv that sees
+Tokenizers (scripts/prepare_text.py, scripts/generate.py): a SentencePiece model trained here
+on a small text: the shards hold sp.encode's ids and tokenizer.bin decodes them to sp.decode's
+text; tiktoken's gpt2 encoding: the decode table's pieces of the shard ids give back the text's
+bytes (its vocabulary is fetched once into build/tiktoken_cache); scripts/generate.py on a
+SentencePiece-vocabulary GPT-2 prints the decoded ids generate_cpu produced.
+
+transformers, safetensors, sentencepiece and tiktoken come from PyPI into a virtual environment build/hfenv that sees
 Debian's torch (--system-site-packages); transformers is pinned to 4.44.2, a release that
 still runs on Debian's torch 1.13. The environment is made here when it is missing; without a
 network this part FAILs with the command to run, it never passes silently.
@@ -30,12 +36,13 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(ROOT, "build", "hfenv")
-PIP_ARGS = ["transformers==4.44.2", "safetensors>=0.4"]
+PIP_ARGS = ["transformers==4.44.2", "safetensors>=0.4", "sentencepiece", "tiktoken"]
 TOL = 1e-4
 
 
 def has_transformers(python):
-    return subprocess.run([python, "-c", "import transformers, safetensors, torch"], capture_output=True).returncode == 0
+    return subprocess.run([python, "-c", "import transformers, safetensors, torch, sentencepiece, tiktoken"],
+                          capture_output=True).returncode == 0
 
 
 def bootstrap():
@@ -184,8 +191,120 @@ def inner():
         tg[1, -2:] = -1
         case(name, m, ["--enc-len", str(Te), "--dec-len", str(Td)], {"tokens": dec, "targets": tg, "enc_tokens": enc},
              B, Td, Te)
+    tokenizers(tmp, env, check)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
+
+
+def read_shards(d, split):
+    import numpy as np
+    ids = []
+    for fn in sorted(os.listdir(d)):
+        if fn.startswith(split + "_") and fn.endswith(".bin"):
+            raw = open(os.path.join(d, fn), "rb").read()
+            ids += np.frombuffer(raw[1024:], dtype=np.uint16).tolist()
+    return ids
+
+
+def read_table(path):
+    import struct
+    raw = open(path, "rb").read()
+    magic, version, n, eot = struct.unpack("<4I", raw[:16])
+    table, at = [], 1024
+    for _ in range(n):
+        k = raw[at]
+        table.append(raw[at + 1:at + 1 + k])
+        at += 1 + k
+    return magic, version, eot, table
+
+
+def tokenizers(tmp, env, check):
+    import sentencepiece
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    words = ["fully", "sharded", "data", "parallel", "units", "gather", "reduce", "scatter", "shard", "slot",
+             "prefetch", "optimizer", "naïve", "über"]
+    rng = torch.Generator().manual_seed(3)
+    lines = [" ".join(words[int(i)] for i in torch.randint(0, len(words), (12,), generator=rng)) for _ in range(300)]
+    text = "\n".join(lines) + "\n"
+    txt = os.path.join(tmp, "text.txt")
+    open(txt, "w", encoding="utf-8").write(text)
+    prefix = os.path.join(tmp, "sp")
+    sentencepiece.SentencePieceTrainer.train(input=txt, model_prefix=prefix, vocab_size=400, model_type="bpe",
+                                             byte_fallback=True, minloglevel=2)
+    sp = sentencepiece.SentencePieceProcessor(model_file=prefix + ".model")
+    out = os.path.join(tmp, "sp_shards")
+    prep = os.path.join(ROOT, "scripts", "prepare_text.py")
+    r = subprocess.run([sys.executable, prep, txt, out, "--tokenizer", "sentencepiece", "--sp-model", prefix + ".model",
+                        "--val-fraction", "0.1"], capture_output=True, text=True)
+    ids = read_shards(out, "train") + read_shards(out, "val")
+    check("prepare_text.py sentencepiece: the shards hold sp.encode's ids", r.returncode == 0 and ids == sp.encode(text),
+          r.stderr.strip()[-300:])
+    magic, version, eot, table = read_table(os.path.join(out, "tokenizer.bin"))
+    decoded = b"".join(table[i] for i in ids).decode("utf-8")
+    check("prepare_text.py sentencepiece: tokenizer.bin decodes the ids to sp.decode's text",
+          magic == 20240328 and version == 2 and eot == sp.eos_id() and decoded.lstrip(" ") == sp.decode(ids),
+          repr(decoded[:60]))
+
+    # tiktoken's gpt2. Its vocabulary files come from openaipublic.blob.core.windows.net, not
+    # PyPI: fetched once into build/tiktoken_cache where that host is reachable; where it is
+    # not, the check says so ("skip", counted neither way) and the same code path runs on a
+    # small byte-pair encoding with tiktoken's interface (below).
+    genv = dict(env, TIKTOKEN_CACHE_DIR=os.path.join(ROOT, "build", "tiktoken_cache"))
+    out2 = os.path.join(tmp, "gpt2_shards")
+    r = subprocess.run([sys.executable, prep, txt, out2, "--tokenizer", "gpt2"], capture_output=True, text=True, env=genv)
+    if r.returncode and "could not load the gpt2 encoding" in r.stderr:
+        print("skip prepare_text.py gpt2 with the real vocabulary: tiktoken cannot fetch it here (" +
+              r.stderr.strip()[-160:] + ")")
+    else:
+        ids2 = read_shards(out2, "train") + read_shards(out2, "val") if r.returncode == 0 else []
+        _, _, eot2, table2 = read_table(os.path.join(out2, "tokenizer.bin")) if r.returncode == 0 else (0, 0, 0, [])
+        check("prepare_text.py gpt2: tokenizer.bin's pieces of the shard ids give back the text's bytes",
+              r.returncode == 0 and b"".join(table2[i] for i in ids2) == text.encode("utf-8") and len(table2) == 50257
+              and eot2 == 50256, r.stderr.strip()[-300:])
+    # The gpt2 path on an encoding with tiktoken's interface: bytes 0..255, merges "th" 256,
+    # " s" 257, "ar" 258 applied left to right, end of text 259.
+    fake = os.path.join(tmp, "fake_tiktoken")
+    os.makedirs(fake)
+    open(os.path.join(fake, "tiktoken.py"), "w").write(
+        "MERGES = {b'th': 256, b' s': 257, b'ar': 258}\n"
+        "class Encoding:\n"
+        "    n_vocab, eot_token = 260, 259\n"
+        "    def encode_ordinary(self, text):\n"
+        "        b, out, i = text.encode('utf-8'), [], 0\n"
+        "        while i < len(b):\n"
+        "            if b[i:i + 2] in MERGES: out.append(MERGES[b[i:i + 2]]); i += 2\n"
+        "            else: out.append(b[i]); i += 1\n"
+        "        return out\n"
+        "    def decode_single_token_bytes(self, i):\n"
+        "        inv = {v: k for k, v in MERGES.items()}\n"
+        "        return bytes([i]) if i < 256 else inv.get(i, b'<|endoftext|>')\n"
+        "def get_encoding(name):\n"
+        "    assert name == 'gpt2'\n"
+        "    return Encoding()\n")
+    out3 = os.path.join(tmp, "bpe_shards")
+    r = subprocess.run([sys.executable, prep, txt, out3, "--tokenizer", "gpt2"], capture_output=True, text=True,
+                       env=dict(env, PYTHONPATH=fake))
+    ids3 = read_shards(out3, "train") + read_shards(out3, "val") if r.returncode == 0 else []
+    _, _, eot3, table3 = read_table(os.path.join(out3, "tokenizer.bin")) if r.returncode == 0 else (0, 0, 0, [])
+    merged = sum(1 for i in ids3 if i >= 256)
+    check("prepare_text.py gpt2 path (tiktoken's interface, a small BPE): merged ids in the shards, tokenizer.bin "
+          "gives back the text's bytes", r.returncode == 0 and merged > 100 and len(table3) == 260 and eot3 == 259 and
+          b"".join(table3[i] for i in ids3) == text.encode("utf-8"), f"{merged} merged ids; {r.stderr.strip()[-200:]}")
+
+    # scripts/generate.py on a GPT-2 with the SentencePiece vocabulary: text in, text out.
+    cfg = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=sp.get_piece_size(), n_positions=32)
+    src = os.path.join(tmp, "sp_gpt")
+    GPT2LMHeadModel(cfg).save_pretrained(src, safe_serialization=True)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "generate.py"), src, "sharded data",
+                        "--tokenizer", "sentencepiece", "--sp-model", prefix + ".model",
+                        "--binary", os.path.join(ROOT, "generate_cpu"), "--", "--tokens", "8", "--seed", "4"],
+                       capture_output=True, text=True, env=env)
+    got = dict(l.split(": ", 1) for l in r.stdout.splitlines() if ": " in l)
+    ids3 = [int(x) for x in got.get("ids", "").split()]
+    want = sp.decode([i for i in ids3 if i != sp.eos_id()])
+    check("scripts/generate.py: 8 new ids, printed as the SentencePiece text they decode to",
+          r.returncode == 0 and len(ids3) == 8 and got.get("continuation") == want, (r.stdout + r.stderr).strip()[-300:])
 
 
 if __name__ == "__main__":
