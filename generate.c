@@ -47,6 +47,18 @@ static void usage(const char* msg, const char* arg) {
   exit(2);
 }
 
+// One logit as a float: act_t is fp32 on the CPU backend and bf16 bits on CUDA.
+static float logit(act_t a) {
+#ifdef FSDP_CUDA
+  uint32_t bits = (uint32_t)a << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+#else
+  return a;
+#endif
+}
+
 static int cmp_desc(const void* a, const void* b) {
   float x = *(const float*)a, y = *(const float*)b;
   return x < y ? 1 : x > y ? -1 : 0;
@@ -59,7 +71,7 @@ static int next_token(const act_t* row, int V, float temperature, int top_k, flo
   if (temperature <= 0.0f) {
     int best = 0;
     for (int v = 1; v < V; v++)
-      if ((float)row[v] > (float)row[best]) best = v;
+      if (logit(row[v]) > logit(row[best])) best = v;
     return best;
   }
   softmax_row(NULL, probs, row, V, temperature);

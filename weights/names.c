@@ -140,9 +140,13 @@ int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* 
     return s && strstr(name, "attn.") && (!strcmp(s, ".bias") || !strcmp(s, ".masked_bias")) &&
            !strstr(name, "c_attn") && !strstr(name, "c_proj");
   }
+  // T5: the stacks' copies of the shared embedding, a tied lm_head, and a cross-attention
+  // position bias the original t5-small checkpoint carries but T5 never uses (transformers
+  // ignores it on load too).
   if (format == FMT_HF_T5)
     return !strcmp(name, "encoder.embed_tokens.weight") || !strcmp(name, "decoder.embed_tokens.weight") ||
-           (cfg->tied && !strcmp(name, "lm_head.weight"));
+           (cfg->tied && !strcmp(name, "lm_head.weight")) ||
+           !strcmp(name, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight");
   return 0;
 }
 
