@@ -132,6 +132,9 @@ $(BUILD)/cuda/%.o: %.c $(CUDA_HEADERS)
 ifneq ($(NVCC),)
 train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)
 	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
+# the tools of generate_cpu / export_weights_cpu on the CUDA backend
+generate export_weights: %: $(filter-out $(BUILD)/cuda/train_gpt.o,$(CUDA_HOST_OBJS)) $(BUILD)/cuda/%.o $(CUDA_KERNEL_OBJS)
+	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
 else
 .PHONY: train_gpt
 train_gpt:
@@ -166,7 +169,7 @@ test-bins: $(TEST_BINS) train_gpt_cpu generate_cpu export_weights_cpu $(BUILD)/t
 
 # CI has nvcc but no GPU: `make test` compiles the CUDA binary and GPU tests when it can.
 ifneq ($(NVCC),)
-  TEST_CUDA_BUILD := train_gpt $(BUILD)/test-gpu/test_kernels_gpu
+  TEST_CUDA_BUILD := train_gpt generate export_weights $(BUILD)/test-gpu/test_kernels_gpu
 else
   TEST_CUDA_BUILD := cuda-skip-note
 endif
@@ -275,13 +278,17 @@ $(SIM)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl
 ifneq ($(MPICC),)
 train_gpt_sim: $(SIM_HOST_OBJS) $(SIM_KERNEL_OBJS) $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
 	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
+# generate.c's CUDA build on the simulator (bf16 logits), for test/test_weights.py
+generate_sim: $(filter-out $(SIM)/host/train_gpt.o,$(SIM_HOST_OBJS)) $(SIM)/host/generate.o $(SIM_KERNEL_OBJS) \
+              $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
+	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
 else
 train_gpt_sim:
 	@echo "error: train_gpt_sim needs MPI (mpicc): the simulated NCCL runs over it"; exit 1
 endif
 
 SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM)/test_ptx $(SIM)/test_cublaslt $(SIM_KERNEL_OBJS)
-sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim) train_gpt_cpu
+sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim generate_sim) train_gpt_cpu
 test-sim: sim-bins
 	bash test/cudasim/run_sim_tests.sh
 

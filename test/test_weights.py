@@ -387,6 +387,25 @@ def main():
     check("generate: a tokenizer file decodes the tokens", f"text: {''.join(f'<t{g}>' for g in greedy)}" in r.stdout,
           r.stdout.strip()[-200:])
 
+    # generate.c's CUDA build on the simulator: bf16 logits; its greedy argmax (logits read as
+    # bf16) and its top-k 1 draw (through softmax_row) must agree, and 2 ranks repeat 1.
+    gsim = os.path.join(ROOT, "generate_sim")
+    if os.path.exists(gsim):
+        def generate_sim(*args, ranks=1):
+            cmd = [gsim, f32, "--prompt-ids", "5 17 3", "--tokens", "5"] + list(args)
+            if ranks > 1:
+                cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+            r = subprocess.run(cmd, capture_output=True, text=True, env=MPI_ENV)
+            m = re.search(r"^ids:(.*)$", r.stdout, re.M)
+            return (m.group(1).split() if m else None), r
+        g1, r = generate_sim("--temperature", "0")
+        gk, _ = generate_sim("--temperature", "1", "--top-k", "1")
+        g2, _ = generate_sim("--temperature", "0", ranks=2)
+        check("generate on the CUDA simulator: 5 greedy tokens, the same by top-k 1 and on 2 ranks",
+              g1 is not None and len(g1) == 5 and g1 == gk == g2, f"{g1} {gk} {g2} {r.stderr.strip()[-200:]}")
+    else:
+        print(f"skip generate on the CUDA simulator: {gsim} not built (make generate_sim)")
+
     # Refused files: the message names the file and the tensor; the run's --export is not made.
     def refused(label, path, needles, extra=gpt_args, model=None):
         out = os.path.join(tmp, "never_" + re.sub(r"\W", "_", label))
