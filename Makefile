@@ -25,15 +25,22 @@ LDLIBS_CPU := -lm -fopenmp
 
 BUILD := build
 CPU_LIB_SRCS := $(wildcard kernels/cpu/*.c) $(filter-out %_nccl.c %_cuda.c,$(wildcard fsdp/*.c)) \
-                $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c)
+                $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
-HEADERS := $(wildcard kernels/*.h fsdp/*.h layers/*.h data/*.h train/*.h test/*.h)
+HEADERS := $(wildcard kernels/*.h fsdp/*.h layers/*.h data/*.h train/*.h test/*.h weights/*.h)
 
 $(BUILD)/cpu/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) -c $< -o $@
 
 train_gpt_cpu: $(BUILD)/cpu/train_gpt.o $(CPU_LIB_OBJS)
+	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
+
+# Tools on trained models: generate_cpu (continuations) and export_weights_cpu (a checkpoint
+# to a Hugging Face directory).
+generate_cpu: $(BUILD)/cpu/generate.o $(CPU_LIB_OBJS)
+	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
+export_weights_cpu: $(BUILD)/cpu/export_weights.o $(CPU_LIB_OBJS)
 	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
 
 # ---- CUDA binary --------------------------------------------------------------------
@@ -110,7 +117,7 @@ LDLIBS_CUDA := $(CUBLASLT_SO) $(CUBLAS_SO) $(CUDART_SO) $(NCCL_LIBS) \
 CUDA_KERNEL_SRCS := $(wildcard kernels/cuda/*.cu)
 CUDA_KERNEL_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CUDA_KERNEL_SRCS))
 CUDA_HOST_SRCS := train_gpt.c $(filter-out $(CUDA_COMM_EXCLUDE),$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
-                  $(wildcard data/*.c) $(wildcard train/*.c)
+                  $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 CUDA_HOST_OBJS := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_HOST_SRCS))
 CUDA_HEADERS := $(HEADERS) $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h)
 
@@ -124,6 +131,9 @@ $(BUILD)/cuda/%.o: %.c $(CUDA_HEADERS)
 
 ifneq ($(NVCC),)
 train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)
+	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
+# the tools of generate_cpu / export_weights_cpu on the CUDA backend
+generate export_weights: %: $(filter-out $(BUILD)/cuda/train_gpt.o,$(CUDA_HOST_OBJS)) $(BUILD)/cuda/%.o $(CUDA_KERNEL_OBJS)
 	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
 else
 .PHONY: train_gpt
@@ -163,11 +173,12 @@ $(BUILD)/asan/%.o: %.c $(HEADERS)
 $(BUILD)/asan/train_gpt_cpu: $(patsubst %.c,$(BUILD)/asan/%.o,train_gpt.c $(CPU_LIB_SRCS))
 	$(CC_CPU) $(SAN_FLAGS) $^ -o $@ $(LDLIBS_CPU)
 
-test-bins: $(TEST_BINS) train_gpt_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump $(BUILD)/asan/train_gpt_cpu
+test-bins: $(TEST_BINS) train_gpt_cpu generate_cpu export_weights_cpu $(BUILD)/tool/gpt_dump $(BUILD)/tool/t5_dump \
+           $(BUILD)/tool/weights_logits $(BUILD)/asan/train_gpt_cpu
 
 # CI has nvcc but no GPU: `make test` compiles the CUDA binary and GPU tests when it can.
 ifneq ($(NVCC),)
-  TEST_CUDA_BUILD := train_gpt $(BUILD)/test-gpu/test_kernels_gpu
+  TEST_CUDA_BUILD := train_gpt generate export_weights $(BUILD)/test-gpu/test_kernels_gpu
 else
   TEST_CUDA_BUILD := cuda-skip-note
 endif
@@ -269,7 +280,7 @@ print-sim-host-objs:
 # layers/, data/, train/) on the simulator, NCCL over MPI (test/cudasim/nccl.cpp). Same options
 # as train_gpt; run it under mpirun for several ranks.
 SIM_HOST_SRCS := train_gpt.c $(filter-out %_cpu.c fsdp/comm_mpi.c,$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
-                 $(wildcard data/*.c) $(wildcard train/*.c)
+                 $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
 MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 $(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h
@@ -282,13 +293,17 @@ $(SIM)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl
 ifneq ($(MPICC),)
 train_gpt_sim: $(SIM_HOST_OBJS) $(SIM_KERNEL_OBJS) $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
 	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
+# generate.c's CUDA build on the simulator (bf16 logits), for test/test_weights.py
+generate_sim: $(filter-out $(SIM)/host/train_gpt.o,$(SIM_HOST_OBJS)) $(SIM)/host/generate.o $(SIM_KERNEL_OBJS) \
+              $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
+	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
 else
 train_gpt_sim:
 	@echo "error: train_gpt_sim needs MPI (mpicc): the simulated NCCL runs over it"; exit 1
 endif
 
 SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM)/test_ptx $(SIM)/test_cublaslt $(SIM_KERNEL_OBJS)
-sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim) train_gpt_cpu
+sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim generate_sim) train_gpt_cpu
 test-sim: sim-bins
 	bash test/cudasim/run_sim_tests.sh
 

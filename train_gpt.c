@@ -16,6 +16,7 @@
 #include "fsdp/checkpoint.h"
 #include "fsdp/dist.h"
 #include "train/train.h"
+#include "weights/weights.h"
 
 int main(int argc, char** argv) {
   predict_exec_if_asked(argc, argv);  // --predict: the timeline backend's binary (timeline/)
@@ -24,10 +25,10 @@ int main(int argc, char** argv) {
   int W = dist_world(), rank = dist_rank();
   char err[2048];
   ModelConfig cfg;
-  if (model_config_parse(o.model, &cfg, err, sizeof err)) usage_error("%s", err);
+  if (weights_resolve_model(o.model, o.init_from, &cfg, err, sizeof err)) usage_error("%s", err);
   int t5 = cfg.kind == MODEL_T5;
   int B = o.batch, T = t5 ? o.dec_len : (o.seq ? o.seq : cfg.T), Te = t5 ? o.enc_len : 0;
-  if (!t5 && T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o.model);
+  if (!t5 && T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", cfg.name);
   if (t5 && (o.eval_prompts || o.sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
   int world = o.plan && o.plan_world ? o.plan_world : W;
   if (o.global_batch) {
@@ -136,6 +137,7 @@ int main(int argc, char** argv) {
       log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
            total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
   }
+  if (o.init_from) weights_load(&fs, &cfg, o.init_from), log0("initialized from %s\n", o.init_from);
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
     logf = fopen(o.log_path, "w");
@@ -278,6 +280,7 @@ int main(int argc, char** argv) {
     log0("params_digest %016llx\n", (unsigned long long)d);
   }
   if (o.dump_params) dump_params(&fs, o.dump_params);
+  if (o.export_dir) weights_export(&fs, &cfg, o.export_dir), log0("exported %s\n", o.export_dir);
   if (logf) fclose(logf);
   trace_close(fs.trace);
   comm_shutdown();

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """Turns a text file into llm.c token shards for fsdp.c.
 
-    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|gpt2]
-                                    [--val-fraction 0.1] [--shard-tokens N]
+    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|gpt2|sentencepiece]
+                                    [--sp-model FILE] [--val-fraction 0.1] [--shard-tokens N]
 
 byte: a token is the byte value (vocab 256), works on any file.
 gpt2: tiktoken's "gpt2" encoding (vocab 50257); needs tiktoken and its vocabulary files.
+sentencepiece: the SentencePiece model given by --sp-model (e.g. T5's spiece.model, vocab
+      32000; T5 models add 100 sentinel ids above it); needs the sentencepiece package.
 
 The last --val-fraction of the tokens becomes the validation split (so the training split
 is one contiguous stretch from the start of the text). Writes OUTDIR/train_000.bin ... and
 OUTDIR/val_000.bin ... in the llm.c format (header of 256 little-endian int32: magic
 20240520, version 1, token count; then uint16 tokens), each atomically (temporary name, then
-rename), and OUTDIR/tokenizer.txt naming the tokenizer and its vocab size.
+rename), and OUTDIR/tokenizer.txt naming the tokenizer and its vocab size. For gpt2 and
+sentencepiece also OUTDIR/tokenizer.bin, the decode table in llm.c's tokenizer format (256
+uint32 header: magic 20240328, version 2, vocab size, end-of-text id; then per token a uint8
+length and its bytes), which the trainer's --sample-every and generate_cpu decode with.
 Plain python3 only (struct/array), no numpy needed.
 """
 import argparse
@@ -29,26 +34,66 @@ def die(msg):
     sys.exit(1)
 
 
-def tokenize(data, tokenizer):
-    """Returns (tokens as array('H'), vocab size)."""
+def tokenize(data, tokenizer, sp_model=None):
+    """Returns (tokens as array('H'), vocab size, decode table or None, end-of-text id)."""
     if tokenizer == "byte":
         # iter() matters: array('H', bytes) would reinterpret the raw bytes as uint16 pairs.
-        return array("H", iter(data)), 256
-    try:
-        import tiktoken
-    except ImportError:
-        die("--tokenizer gpt2 needs tiktoken (pip install tiktoken); or use --tokenizer byte")
-    try:
-        enc = tiktoken.get_encoding("gpt2")
-    except Exception as e:  # vocabulary files missing and not downloadable, etc.
-        die(f"tiktoken could not load the gpt2 encoding ({e}); install tiktoken with its "
-            "vocabulary files available, or use --tokenizer byte")
+        return array("H", iter(data)), 256, None, 0
     text = data.decode("utf-8", errors="replace")
-    ids = enc.encode_ordinary(text)  # plain text: special tokens are not interpreted
+    if tokenizer == "sentencepiece":
+        if not sp_model:
+            die("--tokenizer sentencepiece needs --sp-model FILE (e.g. T5's spiece.model)")
+        try:
+            import sentencepiece
+        except ImportError:
+            die("--tokenizer sentencepiece needs the sentencepiece package (pip install sentencepiece)")
+        try:
+            sp = sentencepiece.SentencePieceProcessor(model_file=sp_model)
+        except Exception as e:
+            die(f"cannot load the SentencePiece model {sp_model}: {e}")
+        ids = sp.encode(text)
+        table = []
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if sp.is_byte(i):  # <0xAB>: one raw byte
+                table.append(bytes([int(piece[3:5], 16)]))
+            elif sp.is_control(i) or sp.is_unknown(i):
+                table.append(b"")
+            else:
+                table.append(piece.replace("\u2581", " ").encode("utf-8"))
+        vocab, eot = sp.get_piece_size(), max(sp.eos_id(), 0)
+    else:
+        try:
+            import tiktoken
+        except ImportError:
+            die("--tokenizer gpt2 needs tiktoken (pip install tiktoken); or use --tokenizer byte")
+        try:
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:  # vocabulary files missing and not downloadable, etc.
+            die(f"tiktoken could not load the gpt2 encoding ({e}); install tiktoken with its "
+                "vocabulary files available, or use --tokenizer byte")
+        ids = enc.encode_ordinary(text)  # plain text: special tokens are not interpreted
+        table = [enc.decode_single_token_bytes(i) for i in range(enc.n_vocab)]
+        vocab, eot = enc.n_vocab, enc.eot_token
     bad = [t for t in ids if t >= 65536]
     if bad:
         die(f"token id {bad[0]} >= 65536 does not fit the uint16 shard format")
-    return array("H", ids), enc.n_vocab
+    return array("H", ids), vocab, table, eot
+
+
+def write_decode_table(path, table, eot):
+    """tokenizer.bin: llm.c's tokenizer format, version 2 (pieces longer than 255 bytes are cut)."""
+    header = array("I", [0] * HEADER_INTS)
+    header[0], header[1], header[2], header[3] = 20240328, 2, len(table), eot
+    if sys.byteorder == "big":
+        header.byteswap()
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(header.tobytes())
+        for piece in table:
+            piece = piece[:255]
+            f.write(bytes([len(piece)]) + piece)
+    os.replace(tmp, path)
 
 
 def write_shard(path, tokens):
@@ -99,7 +144,8 @@ def main():
     ap = argparse.ArgumentParser(description="Turn a text file into llm.c token shards.")
     ap.add_argument("input")
     ap.add_argument("outdir")
-    ap.add_argument("--tokenizer", choices=["byte", "gpt2"], default="byte")
+    ap.add_argument("--tokenizer", choices=["byte", "gpt2", "sentencepiece"], default="byte")
+    ap.add_argument("--sp-model", help="SentencePiece model file for --tokenizer sentencepiece")
     ap.add_argument("--val-fraction", type=float, default=0.1)
     ap.add_argument("--shard-tokens", type=int, default=100_000_000)
     args = ap.parse_args()
@@ -113,7 +159,7 @@ def main():
             data = f.read()
     except OSError as e:
         die(f"cannot read {args.input}: {e}")
-    tokens, vocab = tokenize(data, args.tokenizer)
+    tokens, vocab, table, eot = tokenize(data, args.tokenizer, args.sp_model)
     if len(tokens) < 2:
         die(f"{args.input} gives {len(tokens)} tokens, too few to train on")
 
@@ -137,6 +183,9 @@ def main():
     with open(tmp, "w") as f:
         f.write(f"tokenizer: {args.tokenizer}\nvocab_size: {vocab}\n")
     os.replace(tmp, info)
+    if table is not None:
+        write_decode_table(os.path.join(args.outdir, "tokenizer.bin"), table, eot)
+        print(f"wrote {os.path.join(args.outdir, 'tokenizer.bin')}: decode table of {len(table)} tokens")
     print(f"{args.input}: {len(tokens)} tokens ({ntrain} train, {nval} val), "
           f"tokenizer {args.tokenizer}, vocab {vocab}; use --model ...,V={vocab} or larger")
 

@@ -19,6 +19,8 @@ part "prediction table" bash test/predict/test_table.sh
 part "pytorch reference (GPT)" /usr/bin/python3 test/ref_gpt.py
 part "pytorch reference (T5)" /usr/bin/python3 test/ref_t5.py
 part "command line" bash test/test_cli.sh
+part "pretrained weights (--init-from, --export)" /usr/bin/python3 test/test_weights.py
+part "transformers parity (exported GPT-2, T5)" /usr/bin/python3 test/test_hf_parity.py
 part "planner and benchmark" python3 test/test_plan.py
 part "benchmark scripts" bash test/test_bench_scripts.sh
 part "multi-rank FSDP" bash test/test_multirank.sh

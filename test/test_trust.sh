@@ -132,7 +132,8 @@ for case in "--save $TMP/afile|a file of that name exists" "--save $TMP/notckpt|
             "--save /|name the checkpoint directory itself" "--save $TMP/missing/ck|does not exist" \
             "--log $TMP/missing/log.jsonl|does not exist" "--dump-params $TMP/missing/p.bin|does not exist" \
             "--bench-json $TMP/missing/b.json|does not exist" "--trace $TMP/missing/t.json|does not exist" \
-            "--log $TMP|is a directory"; do
+            "--log $TMP|is a directory" "--export $TMP/missing/hf|does not exist" "--export $TMP/afile|a file of that name" \
+            "--export $TMP/notckpt|is not an earlier export"; do
   args=${case%%|*} pattern=${case#*|}
   run path $BIN $M --steps 2 $args
   [ $rc = 2 ] && has path "$pattern" && ! has path "^step +1/" && [ "$(cat "$TMP/afile")" = keep ] &&

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/tokenizer.h"
 #include "fsdp/dist.h"
 #include "train/train.h"
 
@@ -149,13 +150,20 @@ void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64
       }
     bt->inputs[t] = next;
   }
+  // Decoded with the tokenizer.bin beside the shards (scripts/prepare_text.py) when there is
+  // one; else bytes for a byte-level vocabulary, ids otherwise.
+  Tokenizer tok;
+  int decode = ts->nfiles > 0 && tokenizer_beside(ts->paths[0], &tok) == 0;
   log0("sample: ");
   for (int t = 0; t <= n; t++) {
-    int tok = bt->inputs[t];
-    if (V <= 256) log0("%c", (tok >= 32 && tok < 127) || tok == '\n' ? tok : '?');
-    else log0("%d ", tok);
+    int id = bt->inputs[t];
+    if (decode) {
+      if (dist_rank() == 0) tokenizer_print(&tok, id, stdout);
+    } else if (V <= 256) log0("%c", (id >= 32 && id < 127) || id == '\n' ? id : '?');
+    else log0("%d ", id);
   }
   log0("\n");
+  if (decode) tokenizer_free(&tok);
   free(row);
   free(probs);
 }

@@ -75,6 +75,11 @@ static void print_help(void) {
       "                        every rank), doubled after --loss-scale-window steps (2000)\n"
       "  --inject-nonfinite STEP:RANK[:UNIT]   testing: a NaN in RANK's gradient of UNIT\n"
       "                        (default 0) at STEP, to see the guard above work\n"
+      "pretrained weights\n"
+      "  --init-from PATH      start from an llm.c GPT-2 .bin (fp32/bf16) or a Hugging Face\n"
+      "                        directory (config.json + model.safetensors, GPT-2 or T5); --model\n"
+      "                        may then be left out (taken from the weights)\n"
+      "  --export DIR          write DIR/config.json + model.safetensors for transformers at the end\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
       "  --world N             plan (or predict) for N ranks (default: the ranks of this run)\n"
@@ -129,7 +134,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 // Options without a one-letter code of their own (getopt_long returns these values).
-enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW };
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT };
 
 Options parse_options(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
@@ -167,6 +172,7 @@ Options parse_options(int argc, char** argv) {
       {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
       {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
       {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
+      {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -235,6 +241,8 @@ Options parse_options(int argc, char** argv) {
           usage_error("--inject-nonfinite expects STEP:RANK[:UNIT] (STEP >= 1), got '%s'", optarg);
         break;
       }
+      case OPT_INIT_FROM: o.init_from = optarg; break;
+      case OPT_EXPORT: o.export_dir = optarg; break;
       case 'O': o.comm_timeout = parse_float(name, optarg, 0.0f, 1e7f); break;
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
@@ -280,7 +288,8 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
-  if (!o.model) usage_error("%s", "--model is required");
+  if (!o.model && !o.init_from) usage_error("%s", "--model is required (or --init-from weights that say it)");
+  if (o.init_from && o.resume_dir) usage_error("%s", "--init-from and --resume both set the weights: give one");
   if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
   if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");

@@ -2,6 +2,7 @@
 // typo in an output path must not cost a finished run. Each rank checks what it will write
 // (rank 0 the logs and dumps, every rank its own trace file and its part of a checkpoint), and
 // all ranks agree before going on.
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,30 @@ static int check_file(const char* opt, const char* path, char* err, size_t errle
   return 0;
 }
 
+// --export DIR is replaced as a whole when the export is complete: it must be a new name or an
+// earlier export (config.json and model.safetensors only), under a writable parent.
+static int check_export_dir(const char* dir, char* err, size_t errlen) {
+  const char* base = strrchr(dir, '/');
+  base = base ? base + 1 : dir;
+  if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+    return snprintf(err, errlen, "--export '%s': name the directory to write (e.g. out/hf), not '', '/', '.' or '..'", dir), -1;
+  struct stat st;
+  if (stat(dir, &st) != 0) return check_file("--export", dir, err, errlen);  // a new name: its parent must take it
+  if (!S_ISDIR(st.st_mode))
+    return snprintf(err, errlen, "--export %s: a file of that name exists; choose another path", dir), -1;
+  DIR* d = opendir(dir);
+  struct dirent* e;
+  while (d && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "config.json") &&
+        strcmp(e->d_name, "model.safetensors")) {
+      snprintf(err, errlen, "--export %s holds '%s', so it is not an earlier export; choose another path", dir, e->d_name);
+      closedir(d);
+      return -1;
+    }
+  if (d) closedir(d);
+  return 0;
+}
+
 void check_outputs(const Options* o, Comm* world) {
   char err[4400] = "";
   int rank = comm_rank(world), W = comm_size(world), bad = 0;
@@ -47,6 +72,7 @@ void check_outputs(const Options* o, Comm* world) {
             check_file("--dump-params", meta, err, sizeof err);
     }
     if (o->save_dir) bad = bad || checkpoint_check_target(o->save_dir, o->keep_checkpoints, err, sizeof err);
+    if (o->export_dir) bad = bad || check_export_dir(o->export_dir, err, sizeof err);
   }
   if (o->trace_path && !bad) {
     char name[4200];

@@ -36,6 +36,8 @@ typedef struct {
   int accum_given;                  // --accum was on the command line
   double loss_scale;                // --loss-scale S (1: none) ...
   int loss_scale_dynamic, loss_scale_window;  // ... or dynamic, doubled after the window
+  const char* init_from;            // --init-from FILE|DIR: pretrained weights (weights/)
+  const char* export_dir;           // --export DIR: a Hugging Face directory at the end
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
   const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Text in, text out around generate_cpu: encodes the prompt with the model's tokenizer, runs
+the generator on the ids, decodes the continuation with the same tokenizer.
+
+    python3 scripts/generate.py SRC "PROMPT" --tokenizer gpt2|sentencepiece [--sp-model FILE]
+                                [--binary ./generate_cpu] [-- generate_cpu options]
+
+SRC: what generate_cpu takes (an fsdp.c checkpoint, a Hugging Face directory, an llm.c .bin).
+gpt2: tiktoken's "gpt2" encoding; sentencepiece: the model file of --sp-model (T5's
+spiece.model), with the end-of-sequence id appended to the prompt as T5 expects its inputs.
+Options after "--" go to generate_cpu (--tokens, --temperature, --top-k, --seed). Prints the
+prompt and the continuation as text, and the ids.
+"""
+import argparse
+import subprocess
+import sys
+
+
+def die(msg):
+    print(f"generate.py: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def tokenizer(kind, sp_model):
+    """(encode, decode) for the tokenizer kind."""
+    if kind == "gpt2":
+        try:
+            import tiktoken
+            enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:
+            die(f"--tokenizer gpt2 needs tiktoken with its gpt2 vocabulary ({e})")
+        return enc.encode_ordinary, enc.decode
+    try:
+        import sentencepiece
+        sp = sentencepiece.SentencePieceProcessor(model_file=sp_model)
+    except Exception as e:
+        die(f"--tokenizer sentencepiece needs the sentencepiece package and --sp-model FILE ({e})")
+    return (lambda text: sp.encode(text) + [sp.eos_id()]), (lambda ids: sp.decode([i for i in ids if i != sp.eos_id()]))
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    ap = argparse.ArgumentParser(description="Text generation with generate_cpu and a Python tokenizer.")
+    ap.add_argument("src")
+    ap.add_argument("prompt")
+    ap.add_argument("--tokenizer", choices=["gpt2", "sentencepiece"], required=True)
+    ap.add_argument("--sp-model")
+    ap.add_argument("--binary", default="./generate_cpu")
+    args = ap.parse_args(argv)
+    if args.tokenizer == "sentencepiece" and not args.sp_model:
+        die("--tokenizer sentencepiece needs --sp-model FILE")
+    encode, decode = tokenizer(args.tokenizer, args.sp_model)
+    ids = encode(args.prompt)
+    r = subprocess.run([args.binary, args.src, "--prompt-ids", " ".join(map(str, ids))] + extra,
+                       capture_output=True, text=True)
+    if r.returncode:
+        die(f"{args.binary} failed:\n{r.stderr.strip()}")
+    line = [l for l in r.stdout.splitlines() if l.startswith("ids:")]
+    if not line:
+        die(f"no 'ids:' line in the output of {args.binary}:\n{r.stdout}")
+    out = [int(x) for x in line[0].split()[1:]]
+    print(f"prompt: {args.prompt}")
+    print(f"continuation: {decode(out)}")
+    print(f"ids: {' '.join(map(str, out))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+// weights.h: pretrained weights in and out of the sharded layout.
+//
+// Concept -> home:
+//   safetensors and llm.c file tables (parse, check)   weights/tensor_file.c
+//   our parameters <-> GPT-2 / T5 / llm.c tensor names  weights/names.c
+//   --init-from: each rank reads its shard's bytes      weights/load.c
+//   --export: each rank writes its shard's bytes        weights/export.c
+//   a model from any of those or a checkpoint           weights/source.c
+//
+// Formats read: llm.c GPT-2 checkpoints (a 256 x int32 header, magic 20240326, version 3 fp32 or
+// 5 bf16, then the tensors in llm.c's order) and Hugging Face directories (config.json +
+// model.safetensors) of GPT-2 and of T5 v1.0 / v1.1. Written: Hugging Face directories that
+// transformers' from_pretrained loads. No rank ever holds more than its own shards.
+#ifndef FSDP_WEIGHTS_H
+#define FSDP_WEIGHTS_H
+#include <stddef.h>
+
+#include "layers/model.h"
+
+// The model a weights file or directory holds (llm.c header or config.json), as a custom
+// model spec in cfg. Returns 0, or -1 with the reason in err.
+int weights_model_config(const char* path, ModelConfig* cfg, char* err, size_t errlen);
+// The model of a run: --model (spec, may be NULL) and/or --init-from (path, may be NULL);
+// with both, they must agree. Returns 0, or -1 with the reason in err.
+int weights_resolve_model(const char* spec, const char* init_from, ModelConfig* cfg, char* err, size_t errlen);
+// Checks that the model of --model (given) is the one the file holds (found); returns 0 or -1
+// with the first difference in err.
+int weights_config_match(const ModelConfig* given, const ModelConfig* found, char* err, size_t errlen);
+// Collective: replaces this rank's master shards by the weights of path (AdamW state and
+// gradients zeroed). Every missing, extra or misshapen tensor is named in one error, before
+// anything is read into the shards.
+void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
+// Collective: writes a Hugging Face directory (config.json, model.safetensors) for the
+// model's current parameters: rank 0 writes the header, every rank its own byte ranges. Goes
+// through DIR.tmp, renamed when complete.
+void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
+
+// A model source for tools that run a trained model (generate, export_weights): an fsdp.c
+// checkpoint directory (meta.json, written by --save), a Hugging Face directory or an llm.c
+// .bin. model_source_config gives its model; model_source_load (collective) its weights.
+int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen);
+void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src);
+#endif
