@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   if (o.peak) {
     peak = measure_peak_flops(kctx);
     peak_source = "measured with --peak";
-    log0("peak: %.3f TFLOPS measured on this %s matmul\n", peak / 1e12, kernels_backend());
+    log0("peak: %.4g TFLOPS measured on this %s matmul\n", peak / 1e12, kernels_backend());
   }
 
   const char** unit_names = xcalloc(fs.nunits, sizeof(char*), "unit names");
