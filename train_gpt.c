@@ -20,6 +20,7 @@
 
 int main(int argc, char** argv) {
   predict_exec_if_asked(argc, argv);  // --predict: the timeline backend's binary (timeline/)
+  plan_exec_if_asked(argc, argv);     // --plan for the CUDA dtypes from the CPU binary: the same
   dist_init(&argc, &argv);
   Options o = parse_options(argc, argv);
   int W = dist_world(), rank = dist_rank();
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     }
     o.accum = o.global_batch / (B * world);
   }
+  if (o.plan && o.plan_backend && strcmp(o.plan_backend, kernels_backend()))
+    usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
+                o.plan_backend);
   if (o.plan) {  // --plan: lay out and plan, allocate nothing
     plan_report(&o, &cfg, B, T, Te, world);
     dist_finalize();

@@ -84,7 +84,7 @@ has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 # ---- the sweep of each mode: "model|batch|shape arguments" ------------------------------
 if [ $MODE = gpu ]; then
-  BIN=./train_gpt
+  BIN=./train_gpt PLAN_BACKEND=cuda
   GPT_SHAPE="--seq 1024" T5_SHAPE="--enc-len 512 --dec-len 114"
   MODEL_LIST=("gpt2-124m|8|$GPT_SHAPE" "gpt2-350m|8|$GPT_SHAPE" "gpt2-774m|8|$GPT_SHAPE" "gpt2-1.5b|8|$GPT_SHAPE"
               "t5-small|16|$T5_SHAPE" "t5-base|16|$T5_SHAPE" "t5-large|16|$T5_SHAPE" "t5-3b|16|$T5_SHAPE")
@@ -97,7 +97,7 @@ if [ $MODE = gpu ]; then
     SIM_MODEL="gpt2-124m|8|$GPT_SHAPE" LINKS="5 25 200" DEF_STEPS=5 DEF_WARMUP=2
   fi
 else
-  BIN=./train_gpt_cpu
+  BIN=./train_gpt_cpu PLAN_BACKEND=cpu
   MODEL_LIST=("gpt:L=2,C=64,H=4,V=256,T=64|4|--seq 64" "gpt:L=4,C=128,H=4,V=256,T=64|4|--seq 64"
               "t5:L=1,C=64,H=4,D=16,F=128,V=512|2|--enc-len 48 --dec-len 16"
               "t5v1.1:L=2,C=96,H=4,D=24,F=192,V=512|2|--enc-len 64 --dec-len 24" "gpt3-175b|1|--seq 64")
@@ -222,7 +222,7 @@ fit_batch() {
   local want=$b bytes
   while [ "$b" -ge 1 ]; do
     # shellcheck disable=SC2206  # $shape: several words on purpose
-    local cmd=("$BIN" --plan --model "$model" --batch "$b" $shape "$@")
+    local cmd=("$BIN" --plan --backend "$PLAN_BACKEND" --model "$model" --batch "$b" $shape "$@")
     log_cmd "${cmd[@]}"
     bytes=$("${cmd[@]}" 2>&1 | awk '/^plan_bytes_per_rank / {print $2}')
     echo "$model batch $b $* : plan_bytes_per_rank ${bytes:-?} (budget $FREE_BYTES)" >> "$PLANS"

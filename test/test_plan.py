@@ -86,13 +86,13 @@ configs = [
 ]
 for spec, shape, B, T in configs:
     for W, strategy in [(1, "full"), (3, "full"), (4, "grad-op"), (4, "none"), (8, "hybrid:4")]:
-        rc, out = run(["--plan", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy])
+        rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy])
         want, _ = gpt_plan(B=B, W=W, strategy=strategy, **dict(shape, T=shape["T"]))
         # the activations use the run's T (--seq), the position table the model's T
         got = plan_bytes(out)
         check("plan %s W=%d %s: %s bytes" % (spec, W, strategy, got), rc == 0 and got == want,
               "got %s, computed by hand %d" % (got, want))
-rc, out = run(["--plan", "--world", "2", "--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--seq", "32",
+rc, out = run(["--plan", "--backend", "cpu", "--world", "2", "--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--seq", "32",
                "--limit-all-gathers", "3", "--no-sync-accum"])
 want, _ = gpt_plan(3, 72, 3, 509, 32, 2, 2, "full", K=3, sync=False)
 check("plan with --limit-all-gathers 3 --no-sync-accum", plan_bytes(out) == want, "%s vs %d" % (plan_bytes(out), want))
@@ -100,7 +100,7 @@ check("plan prints the FSDP paper's formula", "FSDP paper formula" in out, out[-
 # Activation checkpointing: every block's saved tensors but its output shrink to one slice.
 for spec, shape, B, T in configs:
     for mode in ("block", "selective"):
-        rc, out = run(["--plan", "--world", "2", "--model", spec, "--batch", str(B), "--seq", str(T), "--recompute", mode])
+        rc, out = run(["--plan", "--backend", "cpu", "--world", "2", "--model", spec, "--batch", str(B), "--seq", str(T), "--recompute", mode])
         want, _ = gpt_plan(B=B, W=2, strategy="full", recompute=mode, **shape)
         check("plan %s --recompute %s: %s bytes" % (spec, mode, plan_bytes(out)), rc == 0 and plan_bytes(out) == want,
               "got %s, computed by hand %d" % (plan_bytes(out), want))
@@ -108,27 +108,38 @@ for spec, shape, B, T in configs:
 _, s1 = gpt_plan(12, 768, 12, 50257, 1024, 4, 1, "full")
 _, s8 = gpt_plan(12, 768, 12, 50257, 1024, 4, 8, "full")
 check("per-rank shard elements fall with the world size (gpt2-124m: %d -> %d)" % (s1, s8), s8 * 7 < s1)
-rc, out = run(["--plan", "--world", "1", "--model", "gpt3-175b", "--batch", "1"])
+rc, out = run(["--plan", "--backend", "cpu", "--world", "1", "--model", "gpt3-175b", "--batch", "1"])
 check("--plan works for gpt3-175b without allocating", rc == 0 and plan_bytes(out) > 2 * 10**12, out[-200:])
-rc, out = run(["--plan", "--world", "512", "--model", "gpt-1t", "--batch", "1", "--recompute", "block"])
+rc, out = run(["--plan", "--backend", "cpu", "--world", "512", "--model", "gpt-1t", "--batch", "1", "--recompute", "block"])
 check("--plan works for the gpt-1t preset (128 x 25600, 160 heads)", rc == 0 and "L=128 C=25600 H=160" in out.replace("  ", " ")
       and plan_bytes(out) is not None, out[-300:])
 # Over --memory-limit, --plan names the first memory-saving option that fits, checked against
 # the plans of those options.
-need = {mode: plan_bytes(run(["--plan", "--model", "gpt2-124m", "--batch", "8", "--recompute", mode])[1])
+need = {mode: plan_bytes(run(["--plan", "--backend", "cpu", "--model", "gpt2-124m", "--batch", "8", "--recompute", mode])[1])
         for mode in ("none", "selective", "block")}
 limit = (need["selective"] + need["block"]) / 2 / 2**30  # block fits, selective does not
-rc, out = run(["--plan", "--model", "gpt2-124m", "--batch", "8", "--memory-limit", "%.4f" % limit])
+rc, out = run(["--plan", "--backend", "cpu", "--model", "gpt2-124m", "--batch", "8", "--memory-limit", "%.4f" % limit])
 check("--plan over --memory-limit recommends --recompute block, the first option that fits",
       rc == 0 and "does not fit" in out and "add --recompute block to fit on 1 rank (%.2f GiB" % (need["block"] / 2**30) in out,
       out[-300:])
-rc, out = run(["--plan", "--model", "gpt2-124m", "--batch", "8", "--memory-limit", "%.4f" % (need["none"] / 2**30 + 0.01)])
+rc, out = run(["--plan", "--backend", "cpu", "--model", "gpt2-124m", "--batch", "8", "--memory-limit", "%.4f" % (need["none"] / 2**30 + 0.01)])
 check("--plan within --memory-limit says it fits", rc == 0 and "fits: " in out, out[-200:])
 rc, out = run(["--model", "gpt:L=2,C=64,H=4,V=256,T=64", "--data", "data/addition/train_000.bin", "--batch", "8",
                "--steps", "1", "--memory-limit", "0.0001"])
 check("a run that does not fit says what would, before allocating", rc != 0 and "recommendation:" in out, out[-300:])
-rc, out = run(["--plan", "--model", "t5-3b", "--batch", "2", "--world", "8"])
+rc, out = run(["--plan", "--backend", "cpu", "--model", "t5-3b", "--batch", "2", "--world", "8"])
 check("--plan works for T5 presets", rc == 0 and plan_bytes(out) is not None, out[-200:])
+# --plan plans the CUDA backend by default, from this CPU binary and without a GPU: the same
+# plan the CUDA build prints for itself (train_gpt_sim is that build, on the simulator).
+for args in (["--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--world", "2"],
+             ["--model", "t5:L=2,C=48,H=3,D=16,F=96,V=512", "--batch", "2", "--enc-len", "40", "--dec-len", "12"],
+             ["--model", "gpt2-124m", "--batch", "4", "--world", "8", "--recompute", "selective"]):
+    rc, out = run(["--plan"] + args)
+    sim = subprocess.run(["./train_gpt_sim", "--plan"] + args, capture_output=True, text=True)
+    cpu = plan_bytes(run(["--plan", "--backend", "cpu"] + args)[1])
+    check("--plan %s: the cuda plan by default (%s bytes), as train_gpt plans it, below the fp32 plan (%s)"
+          % (args[1], plan_bytes(out), cpu), rc == 0 and "plan for the cuda backend" in out and
+          plan_bytes(out) == plan_bytes(sim.stdout) and plan_bytes(out) < cpu, out[-300:] + sim.stderr[-200:])
 
 # A run whose plan exceeds the memory refuses to start and says what to change.
 data = "data/addition/train_000.bin"

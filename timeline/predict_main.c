@@ -6,8 +6,28 @@
 #include "fsdp/dist.h"
 #include "timeline/predict.h"
 
+// --plan: the memory plan with train_gpt's dtypes (act_t is bf16 in this build), as train_gpt
+// would print it, for a machine without a GPU.
+static int plan_main(Options* o) {
+  if (o->plan_backend && strcmp(o->plan_backend, "cuda"))
+    usage_error("%s", "predict_gpt plans the cuda backend; plan the cpu backend with train_gpt_cpu --plan --backend cpu");
+  char err[2048];
+  ModelConfig cfg;
+  if (model_config_parse(o->model, &cfg, err, sizeof err)) usage_error("%s", err);
+  int t5 = cfg.kind == MODEL_T5, world = o->plan_world ? o->plan_world : 1;
+  int B = o->batch, T = t5 ? o->dec_len : (o->seq ? o->seq : cfg.T), Te = t5 ? o->enc_len : 0;
+  if (!t5 && T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o->model);
+  if (o->global_batch) {
+    if (o->global_batch % (B * world)) usage_error("%s", "--global-batch must be a multiple of --batch x --world");
+    o->accum = o->global_batch / (B * world);
+  }
+  plan_report(o, &cfg, B, T, Te, world);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Options o = parse_options(argc, argv);
+  if (o.plan) return plan_main(&o);  // --plan for the cuda backend, from train_gpt_cpu (train/predict_exec.c)
   if (!o.predict)
     usage_error("%s", "predict_gpt predicts a training step: give --predict GPU[:NETWORK] --world N (and the trainer's options)");
   char err[2048];

@@ -82,6 +82,8 @@ static void print_help(void) {
       "  --export DIR          write DIR/config.json + model.safetensors for transformers at the end\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
+      "  --backend B           plan for cuda (default: bf16, from either binary, no GPU needed)\n"
+      "                        or cpu (fp32; train_gpt_cpu only)\n"
       "  --world N             plan (or predict) for N ranks (default: the ranks of this run)\n"
       "  --memory-limit GIB    refuse plans above GIB per rank (default: free device memory)\n"
       "  --bench               time --steps steps after --bench-warmup (default 2) untimed ones;\n"
@@ -134,7 +136,8 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 // Options without a one-letter code of their own (getopt_long returns these values).
-enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT };
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT,
+       OPT_BACKEND };
 
 Options parse_options(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
@@ -173,6 +176,7 @@ Options parse_options(int argc, char** argv) {
       {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
       {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
+      {"backend", required_argument, 0, OPT_BACKEND},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -243,6 +247,10 @@ Options parse_options(int argc, char** argv) {
       }
       case OPT_INIT_FROM: o.init_from = optarg; break;
       case OPT_EXPORT: o.export_dir = optarg; break;
+      case OPT_BACKEND:
+        if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu")) usage_error("--backend expects cuda or cpu, got '%s'", optarg);
+        o.plan_backend = optarg;
+        break;
       case 'O': o.comm_timeout = parse_float(name, optarg, 0.0f, 1e7f); break;
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
@@ -296,6 +304,7 @@ Options parse_options(int argc, char** argv) {
   if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
   if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
+  if (o.plan_backend && !o.plan) usage_error("%s", "--backend is for --plan (a run uses the backend it was built with)");
   if (o.keep_checkpoints && !o.save_dir) usage_error("%s", "--keep-checkpoints needs --save DIR");
   if (o.global_batch && o.accum_given)
     usage_error("%s", "--global-batch sets the accumulation (A = G / (batch x ranks)); give --accum or --global-batch, not both");

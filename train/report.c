@@ -124,6 +124,11 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   Model m;
   model_plan(&m, cfg, &fs, B, T, Te);
   print_model_line(cfg);
+#ifdef FSDP_CUDA
+  log0("plan for the cuda backend: bf16 activations and unsharded parameters, fp32 shards and AdamW state\n");
+#else
+  log0("plan for the cpu backend: fp32 throughout\n");
+#endif
   print_settings(o, &m, &fs, o->accum);
   log0("units (elements: unpadded -> padded, per-rank shard):\n");
   int64_t padded_total = 0;

@@ -40,6 +40,7 @@ typedef struct {
   const char* export_dir;           // --export DIR: a Hugging Face directory at the end
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
+  const char* plan_backend;         // --plan --backend cuda|cpu (NULL: cuda)
   const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)
   int predict_sweep;                // --predict-sweep
   double predict_alloc_retry_ms;    // --predict-alloc-retry MS: model another allocator's retries
@@ -54,6 +55,9 @@ void usage_error(const char* fmt, const char* arg) __attribute__((noreturn));
 // --predict or --predict-sweep in argv: re-executes predict_gpt (the timeline backend's binary)
 // with the same arguments; returns otherwise (train/predict_exec.c).
 void predict_exec_if_asked(int argc, char** argv);
+// --plan on the CPU binary plans the CUDA backend by default (--backend cuda): its dtypes are
+// predict_gpt's, which it re-executes; --backend cpu plans its own fp32 layout.
+void plan_exec_if_asked(int argc, char** argv);
 
 // ---- output paths (train/outputs.c) -----------------------------------------------
 // Collective, at start-up: every file and directory the run will write can be written (else
