@@ -811,6 +811,10 @@ int main(void) {
   test_matmul(7, 13, 5, 1);
   test_matmul(7, 13, 5, 0);
   test_matmul(9, 20, 70, 1);  // full 4x32 register tiles plus edges
+  // full dot tiles (C a multiple of 16) and row tiles (C a multiple of 32), edge rows, and a
+  // reduction over OC longer than one cache chunk (the input gradient's k runs over OC)
+  test_matmul(29, 96, 530, 1);
+  test_matmul(30, 70, 300, 0);
   test_activations();
   test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0);
   test_attention("bidirectional + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 0, 1, 0, 0);
