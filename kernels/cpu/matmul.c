@@ -16,7 +16,7 @@
 // Both orders are properties of the output element alone: the tile shapes, the cache blocks,
 // the vector width the compiler picks and which thread computes a tile never change a bit,
 // so results are bit-identical for any OMP_NUM_THREADS. Fused multiply-adds are explicit (the
-// build is -std=c11, which keeps GCC from contracting a*b+c on its own): vfma below is the
+// build is -std=c11, which keeps GCC from contracting a*b+c on its own): vec.h's vfma is the
 // AVX-512 instruction when there is one and fmaf per lane otherwise, the same correctly rounded
 // operation either way.
 //
@@ -27,59 +27,18 @@
 // streaming the weight once per row tile. The dot form takes a block of weight rows per task
 // and runs all token rows against it, so every weight is read from memory once per call.
 #include <math.h>
-#include <string.h>
 
+#include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
-#define VL 16  // lanes of a vector (one zmm register)
-typedef float vf __attribute__((vector_size(VL * sizeof(float))));
-typedef float vf_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4)));
-
-static inline vf vload(const float* p) { return *(const vf_unaligned*)p; }
-static inline void vstore(float* p, vf v) { *(vf_unaligned*)p = v; }
-// Keeps a loaded operand in a register: without it GCC folds every use into a memory operand of
-// its FMA, which turns one load per step into DM or DO loads and makes the dot tile load-bound.
-static inline vf vpin(vf x) {
-#if defined(__AVX512F__)
-  __asm__("" : "+v"(x));
-#endif
-  return x;
-}
-static inline vf vbroadcast(float x) {
-  return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-}
-static inline vf vfma(vf a, vf b, vf c) {  // a * b + c, one rounding per lane
-#if defined(__AVX512F__)
-  return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-#else
-  vf r;
-  for (int l = 0; l < VL; l++) r[l] = fmaf(a[l], b[l], c[l]);
-  return r;
-#endif
-}
 
 // ---- dot form: out[n,o] = sum_c A[n,c] * W[o,c] (+ bias[o]) ---------------------------
 
 #define DM 4  // token rows per dot tile
 #define DO 6  // weight rows per dot tile (DM*DO accumulators, DM+DO loads per step)
 
-// The fixed lane order every dot-form output ends with: lanes l and l+h added for h = 8, 4,
-// 2, 1, then the bias.
-static inline float lane_sum(vf v, const float* bias, int o) {
-#if defined(__AVX512F__)
-  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256((__m512)v), _mm512_extractf32x8_ps((__m512)v, 1));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  float s = _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-#else
-  for (int h = VL / 2; h >= 1; h /= 2)
-    for (int l = 0; l < h; l++) v[l] += v[l + h];
-  float s = v[0];
-#endif
+// Every dot-form output ends the same way: the lanes in vec.h's fixed tree, then the bias.
+static inline float dot_finish(vf v, const float* bias, int o) {
+  float s = lane_sum(v);
   return bias ? s + bias[o] : s;
 }
 
@@ -111,16 +70,14 @@ static void dot_tile_full(float* out, const float* A, const float* W, const floa
   for (int r = 0; r < DM; r++)
     for (int q = 0; q < DO; q++) {
       vf v = dot_tail(acc[r][q], a[r], w[q], c, C - c);
-      out[(size_t)(n0 + r) * OC + o0 + q] = lane_sum(v, bias, o0 + q);
+      out[(size_t)(n0 + r) * OC + o0 + q] = dot_finish(v, bias, o0 + q);
     }
 }
 
 // One output, the same lanes in the same order as a full tile.
 static float dot_one(const float* a, const float* w, const float* bias, int o, int C) {
-  vf acc = (vf){0};
-  int c = 0;
-  for (; c + VL <= C; c += VL) acc = vfma(vload(a + c), vload(w + c), acc);
-  return lane_sum(dot_tail(acc, a, w, c, C - c), bias, o);
+  float s = dot_lanes(a, w, C);
+  return bias ? s + bias[o] : s;
 }
 
 // Weight rows per task: a block stays in the L2 cache while every token row passes over it.
