@@ -82,6 +82,8 @@ done
 LOAD_AFTER=$(load)
 
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
+# the threads PyTorch's intra-op pool actually used under OMP_NUM_THREADS
+export TORCH_THREADS=$(OMP_NUM_THREADS=$THREADS "$PY" -c 'import torch; print(torch.get_num_threads())' 2>/dev/null)
 CPU_MODEL=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 export MODEL BATCH SEQ THREADS ROUNDS STEPS WARMUP OUT LOAD_BEFORE LOAD_AFTER TORCH_VERSION CPU_MODEL
 export CORES=$(nproc) COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -127,8 +129,9 @@ print()
 print("\"vs PyTorch\" is PyTorch's median step time over fsdp.c's (above 1: fsdp.c is faster). "
       "Spread is (max - min) / median.")
 print()
-print("Machine: %s, %s cores; load average (1, 5, 15 min) %s before, %s after. "
-      "Commit %s, %s." % (e["CPU_MODEL"], e["CORES"], e["LOAD_BEFORE"], e["LOAD_AFTER"], e["COMMIT"], e["DATE"]))
+print("Machine: %s, %s cores; load average (1, 5, 15 min) %s before, %s after. PyTorch intra-op "
+      "threads: %s. Commit %s, %s." % (e["CPU_MODEL"], e["CORES"], e["LOAD_BEFORE"], e["LOAD_AFTER"],
+                                      e["TORCH_THREADS"], e["COMMIT"], e["DATE"]))
 EOF
 cat "$OUT/results.md"
 echo "results: $OUT/results.md"
