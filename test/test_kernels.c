@@ -787,7 +787,9 @@ static void test_determinism(void) {
   size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca, nb = (size_t)H * Ta * Ta;
   float *qkv = falloc(nqkv), *pb = falloc(nb), *ado = falloc(nout);
   fill_rand(qkv, nqkv, 1.0f), fill_rand(pb, nb, 1.0f), fill_rand(ado, nout, 1.0f);
-  const size_t np = 5000;  // AdamW and block_sumsq (a multiple of NORM_BLOCK below)
+  // AdamW, GELU and block_sumsq over more elements than PARALLEL_MIN_ELEMENTS (32768), below
+  // which they run on one thread
+  const size_t np = 40000;
   float* g = falloc(np);
   fill_rand(g, np, 1.0f);
   AdamWArgs aa = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3};
@@ -804,7 +806,7 @@ static void test_determinism(void) {
     "layernorm_backward dbias", "gelu_forward", "gelu_backward", "adamw_update p",
     "adamw_update p_act", "adamw_update m", "adamw_update v", "block_sumsq"};
   size_t len[NOUT] = {N * OC, N * C, OC * C, OC, nout, B * H * Ta, nout, B * H * Ta, nqkv, nb,
-                      nqkv, Vv * C, T * C, N * C, N, N, N * C, C, C, N * OC, N * OC, np, np, np,
+                      nqkv, Vv * C, T * C, N * C, N, N, N * C, C, C, np, np, np, np, np,
                       np, 2 * (np / NORM_BLOCK)};
   float* o[NTHREADS][NOUT];
   int threads[NTHREADS] = {1, 2, 3};
@@ -824,9 +826,9 @@ static void test_determinism(void) {
     embedding_backward(NULL, x[DWTE], x[DWPE], inp, tok, N, T, C);
     layernorm_forward(NULL, x[LNO], x[LNM], x[LNR], inp, lnwt, lnwt, N, C, 1e-5f);
     layernorm_backward(NULL, x[LNX], x[LNW], x[LNB], inp, inp, lnwt, mean, rstd, N, C);
-    gelu_forward(NULL, x[GF], x[MMF], (size_t)N * OC);
-    gelu_backward(NULL, x[GB], x[MMF], dout, (size_t)N * OC);
-    memcpy(x[AP], inp, np * 4), memcpy(x[AM], g, np * 4), memcpy(x[AV], inp, np * 4);
+    gelu_forward(NULL, x[GF], g, np);
+    gelu_backward(NULL, x[GB], g, x[GF], np);
+    memcpy(x[AP], g, np * 4), memcpy(x[AM], g, np * 4), memcpy(x[AV], g, np * 4);
     for (size_t i = 0; i < np; i++) x[AV][i] = x[AV][i] * x[AV][i];
     adamw_update(NULL, x[AP], x[APA], g, x[AM], x[AV], np, aa);
     block_sumsq(NULL, (double*)x[SS], g, np / NORM_BLOCK * NORM_BLOCK);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 
 #define GELU_K 0.7978845608028654f  // sqrt(2/pi)
@@ -62,28 +63,28 @@ static inline float gelu_grad(float x) {
 }
 
 void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) out[i] = gelu(x[i]);
 }
 
 void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) dx[i] = dout[i] * gelu_grad(x[i]);
 }
 
 void relu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 // The subgradient at exactly 0 is taken as 0, matching the forward's strict comparison.
 void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dout[i] : 0.0f;
 }
 
 void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * F))
   for (int n = 0; n < N; n++) {
     const float* gate = x + (size_t)n * 2 * F;
     const float* up = gate + F;
@@ -95,7 +96,7 @@ void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
 // d/dgate = dout * up * gelu'(gate), d/dup = dout * gelu(gate).
 void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N,
                     int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * F))
   for (int n = 0; n < N; n++) {
     const float* gate = x + (size_t)n * 2 * F;
     const float* up = gate + F;

@@ -28,6 +28,7 @@
 // and runs all token rows against it, so every weight is read from memory once per call.
 #include <math.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
@@ -245,7 +246,7 @@ void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
   }
   if (dbias) {  // column sums of dout in increasing n; each block of outputs owned by one thread
     int nb = (OC + RN - 1) / RN;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * OC))
     for (int blk = 0; blk < nb; blk++) {
       int o0 = blk * RN, len = o0 + RN <= OC ? RN : OC - o0;
       float acc[RN] = {0};
