@@ -4,10 +4,16 @@
 # machine whose load changes during the benchmark slows both alike. Writes a markdown table.
 #
 #   scripts/bench_cpu.sh [--model M] [--batch B] [--seq T] [--threads N] [--rounds R]
-#                        [--steps S] [--warmup W] [--out DIR]
+#                        [--steps S] [--warmup W] [--torch-blas DIR] [--out DIR]
 #
 # Defaults: gpt2-124m, batch 4, seq 64, 2 threads, 3 rounds of 3 timed steps after 1 untimed
-# one. Each round runs ./train_gpt_cpu --bench (OMP_NUM_THREADS=N) then scripts/bench_torch.py
+# one.
+# PyTorch's fp32 matmuls go to the libblas.so.3 it is linked with. On Debian that is whatever
+# the libblas alternative points to, by default the unoptimized reference BLAS (30x slower than
+# OpenBLAS on a 256x768x2304 product). --torch-blas DIR puts DIR first on LD_LIBRARY_PATH for the
+# PyTorch runs (e.g. the openblas-pthread directory of Debian's libopenblas0-pthread, which
+# `apt-get download` + `dpkg -x` unpack without installing), with OPENBLAS_NUM_THREADS=N; the
+# table names the BLAS library PyTorch actually loaded. Each round runs ./train_gpt_cpu --bench (OMP_NUM_THREADS=N) then scripts/bench_torch.py
 # --device cpu --dtype fp32 (the same N threads; BENCH_PYTHON, else /usr/bin/python3, Debian's
 # torch). The table gives, per side, the median, min and max of every timed step of every
 # round, the spread ((max - min) / median), and the ratio of the medians; then the machine
@@ -20,7 +26,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
-MODEL=gpt2-124m BATCH=4 SEQ=64 THREADS=2 ROUNDS=3 STEPS=3 WARMUP=1 OUT=""
+MODEL=gpt2-124m BATCH=4 SEQ=64 THREADS=2 ROUNDS=3 STEPS=3 WARMUP=1 OUT="" TORCH_BLAS=""
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 need_int() {  # need_int OPTION VALUE MIN
   if ! [[ ${2:-} =~ ^[0-9]+$ ]] || [ "$2" -lt "$3" ]; then
@@ -37,6 +43,7 @@ while [ $# -gt 0 ]; do
     --rounds) need_int "$1" "${2:-}" 1; ROUNDS=$2; shift ;;
     --steps) need_int "$1" "${2:-}" 1; STEPS=$2; shift ;;
     --warmup) need_int "$1" "${2:-}" 0; WARMUP=$2; shift ;;
+    --torch-blas) [ $# -ge 2 ] && [ -f "$2/libblas.so.3" ] || { echo "error: --torch-blas needs a directory holding libblas.so.3 (got '${2:-}')" >&2; exit 2; }; TORCH_BLAS=$(cd "$2" && pwd); shift ;;
     --out) [ $# -ge 2 ] && [ -n "$2" ] || { echo "error: --out needs a directory" >&2; exit 2; }; OUT=$2; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown option '$1' (see scripts/bench_cpu.sh --help)" >&2; exit 2 ;;
@@ -75,7 +82,8 @@ run() {  # run SIDE ROUND COMMAND...: one benchmark run, its output kept, its fa
 for r in $(seq 1 "$ROUNDS"); do
   run fsdp.c "$r" ./train_gpt_cpu --model "$MODEL" --data "$DATA" --batch "$BATCH" --seq "$SEQ" \
     --steps "$STEPS" --bench --bench-warmup "$WARMUP" --log "$OUT/logs/fsdp.c-$r.jsonl"
-  run pytorch "$r" "$PY" scripts/bench_torch.py --model "$MODEL" --data "$DATA" --batch "$BATCH" \
+  run pytorch "$r" env ${TORCH_BLAS:+LD_LIBRARY_PATH=$TORCH_BLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} \
+    OPENBLAS_NUM_THREADS=$THREADS "$PY" scripts/bench_torch.py --model "$MODEL" --data "$DATA" --batch "$BATCH" \
     --seq "$SEQ" --steps "$STEPS" --warmup "$WARMUP" --device cpu --dtype fp32 \
     --log "$OUT/logs/pytorch-$r.jsonl"
 done
@@ -84,6 +92,12 @@ LOAD_AFTER=$(load)
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 # the threads PyTorch's intra-op pool actually used under OMP_NUM_THREADS
 export TORCH_THREADS=$(OMP_NUM_THREADS=$THREADS "$PY" -c 'import torch; print(torch.get_num_threads())' 2>/dev/null)
+# the BLAS library the PyTorch runs loaded (after one matmul, from the process's mappings)
+export TORCH_BLAS_LIB=$(env ${TORCH_BLAS:+LD_LIBRARY_PATH=$TORCH_BLAS} "$PY" -c '
+import torch
+torch.ones(8, 8) @ torch.ones(8, 8)
+libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.split()[-1].rsplit("/", 1)[-1]})
+print(", ".join(libs) or "unknown")' 2>/dev/null)
 CPU_MODEL=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
 export MODEL BATCH SEQ THREADS ROUNDS STEPS WARMUP OUT LOAD_BEFORE LOAD_AFTER TORCH_VERSION CPU_MODEL
 export CORES=$(nproc) COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -130,8 +144,9 @@ print("\"vs PyTorch\" is PyTorch's median step time over fsdp.c's (above 1: fsdp
       "Spread is (max - min) / median.")
 print()
 print("Machine: %s, %s cores; load average (1, 5, 15 min) %s before, %s after. PyTorch intra-op "
-      "threads: %s. Commit %s, %s." % (e["CPU_MODEL"], e["CORES"], e["LOAD_BEFORE"], e["LOAD_AFTER"],
-                                      e["TORCH_THREADS"], e["COMMIT"], e["DATE"]))
+      "threads: %s; its BLAS: %s. Commit %s, %s." % (e["CPU_MODEL"], e["CORES"], e["LOAD_BEFORE"],
+                                      e["LOAD_AFTER"], e["TORCH_THREADS"], e["TORCH_BLAS_LIB"],
+                                      e["COMMIT"], e["DATE"]))
 EOF
 cat "$OUT/results.md"
 echo "results: $OUT/results.md"
