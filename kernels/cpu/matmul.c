@@ -43,13 +43,6 @@ static inline float dot_finish(vf v, const float* bias, int o) {
   return bias ? s + bias[o] : s;
 }
 
-// The lanes of the last C % VL terms: lane l < rem takes c = c0 + l (zero-padded lanes are
-// skipped, not multiplied, so an infinite operand cannot turn them into NaN).
-static inline vf dot_tail(vf acc, const float* a, const float* w, int c0, int rem) {
-  for (int l = 0; l < rem; l++) acc[l] = fmaf(a[c0 + l], w[c0 + l], acc[l]);
-  return acc;
-}
-
 static void dot_tile_full(float* out, const float* A, const float* W, const float* bias, int n0,
                           int o0, int C, int OC) {
   vf acc[DM][DO];
@@ -70,7 +63,7 @@ static void dot_tile_full(float* out, const float* A, const float* W, const floa
   }
   for (int r = 0; r < DM; r++)
     for (int q = 0; q < DO; q++) {
-      vf v = dot_tail(acc[r][q], a[r], w[q], c, C - c);
+      vf v = vfma_tail(a[r] + c, w[q] + c, acc[r][q], C - c);
       out[(size_t)(n0 + r) * OC + o0 + q] = dot_finish(v, bias, o0 + q);
     }
 }

@@ -14,6 +14,11 @@
 #include <immintrin.h>
 #endif
 
+// Without AVX-512, GCC warns at every definition and call that passing a 64-byte vector by value
+// has another ABI. vf values only pass between static inline functions of the including file,
+// never across an ABI boundary, so the warning is off for the files that include this header.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #define VL 16  // lanes of a vector (one zmm register)
 typedef float vf __attribute__((vector_size(VL * sizeof(float))));
 typedef float vf_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4)));
@@ -55,15 +60,21 @@ static inline float lane_sum(vf v) {
 #endif
 }
 
+// The last rem < VL terms of a lane-split sum: lane l < rem adds a[l] * b[l]; the other lanes
+// are skipped rather than fed zeros, so an infinite operand cannot turn them into NaN.
+static inline vf vfma_tail(const float* a, const float* b, vf acc, int rem) {
+  for (int l = 0; l < rem; l++) acc[l] = fmaf(a[l], b[l], acc[l]);
+  return acc;
+}
+
 // Dot product of n floats in the lane order of the CPU kernels: lane l sums the terms
 // l, l + VL, l + 2 VL, ... with fused multiply-adds in increasing order (the last n % VL terms
-// in lanes 0 .., skipped rather than zero-padded so infinities cannot make NaN), then lane_sum.
+// by vfma_tail), then lane_sum.
 static inline float dot_lanes(const float* a, const float* b, int n) {
   vf acc = (vf){0};
   int i = 0;
   for (; i + VL <= n; i += VL) acc = vfma(vload(a + i), vload(b + i), acc);
-  for (int l = 0; i + l < n; l++) acc[l] = fmaf(a[i + l], b[i + l], acc[l]);
-  return lane_sum(acc);
+  return lane_sum(vfma_tail(a + i, b + i, acc, n - i));
 }
 
 #endif
