@@ -13,6 +13,8 @@
 #   - rerunning into the same directory reuses the runs
 #   - bench_report.py on hand-made GPU results (datasheet MFU, measured peak, eager and
 #     torch.compile ratios), the paths this machine cannot produce
+#   - bench_cpu.sh on a tiny model: interleaved fsdp.c and PyTorch runs, the table's rows and
+#     their step counts, refused options
 # Prints ok/FAIL per check and "N passed, M failed"; exits 1 on failure.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -250,6 +252,24 @@ check "GPU report: T5 shape and params" grep -q "| t5-base | 223M | fsdp.c (cuda
 check "GPU report: the simulated link from the manifest" grep -q "| 8 x 5 GB/s | 8x1024 |" "$GM"
 check "GPU report: the memory skip" grep -q "model-gpt2-1.5b-B8 (gpt2-1.5b, fsdp.c): \*\*skipped\*\* memory: plan 90.00 GiB" "$GM"
 check "GPU report: memory in GiB" grep -q "| 20.00 |" "$GM"
+
+# ---- bench_cpu.sh: fsdp.c and PyTorch side by side on the CPU --------------------------
+out=$(scripts/bench_cpu.sh --help 2>&1)
+check "bench_cpu.sh --help prints the usage" grep -q -- "--threads" <<< "$out"
+scripts/bench_cpu.sh --threads 0 >/dev/null 2>&1
+[ $? = 2 ] && ok "bench_cpu.sh refuses --threads 0 (exit 2)" || bad "bench_cpu.sh refuses --threads 0 (exit 2)"
+C=$TMP/cpu
+scripts/bench_cpu.sh --model gpt:L=1,C=32,H=2,V=128,T=16 --batch 2 --seq 16 --threads 1 \
+  --rounds 2 --steps 2 --warmup 1 --out "$C" > "$TMP/bench_cpu.txt" 2>&1
+rc=$?
+check "bench_cpu.sh on a tiny model exits 0" test $rc = 0
+check "bench_cpu.sh interleaves the runs" diff <(grep -o '^round [0-9]/2: [a-z.]*' "$TMP/bench_cpu.txt") \
+  <(printf 'round 1/2: fsdp.c\nround 1/2: pytorch\nround 2/2: fsdp.c\nround 2/2: pytorch\n')
+check "bench_cpu.sh table: fsdp.c row with 4 timed steps and a ratio" \
+  grep -qE '^\| fsdp\.c \(CPU, fp32\) \| 4 \| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9]+% \| [0-9]+ \| [0-9.]+x \|$' "$C/results.md"
+check "bench_cpu.sh table: PyTorch row with 4 timed steps" \
+  grep -qE '^\| PyTorch .* eager \(fp32\) \| 4 \| [0-9]+ \|' "$C/results.md"
+check "bench_cpu.sh names the machine and the load" grep -q "load average" "$C/results.md"
 
 cases_summary
 [ $fail = 0 ]

@@ -391,6 +391,31 @@ static void test_activations(void) {
   free(a.out), free(a.x), free(a.R), free(dx), free(xin), free(dio);
 }
 
+// GELU over a dense sweep of [-20, 20], against double: bounds the error of the kernels' own
+// vectorizable tanh (activation.c's gelu_s and exp_lanes; libm's tanhf gives 1.1e-7 forward,
+// 5.5e-7 backward by this measure). The error is relative to max(|ref|, 1).
+static double gelu_grad_ref(double x) {
+  double k = sqrt(2.0 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+static void test_gelu_accuracy(void) {
+  const size_t n = 40 * 1024 + 1;
+  float *x = falloc(n), *y = falloc(n), *ones = falloc(n), *dy = falloc(n);
+  for (size_t i = 0; i < n; i++) x[i] = -20.0f + (float)i / 1024.0f, ones[i] = 1.0f;
+  gelu_forward(NULL, y, x, n);
+  gelu_backward(NULL, dy, x, ones, n);
+  double ef = 0.0, eb = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double rf = gelu_ref(x[i]), rb = gelu_grad_ref(x[i]);
+    ef = fmax(ef, fabs(y[i] - rf) / fmax(fabs(rf), 1.0));
+    eb = fmax(eb, fabs(dy[i] - rb) / fmax(fabs(rb), 1.0));
+  }
+  EXPECT("gelu_forward over [-20, 20] vs double", ef < 3e-7, "max err %.3e (bound 3e-7)", ef);
+  EXPECT("gelu_backward over [-20, 20] vs double", eb < 3e-7, "max err %.3e (bound 3e-7)", eb);
+  printf("     gelu sweep: max error forward %.2e, backward %.2e\n", ef, eb);
+  free(x), free(y), free(ones), free(dy);
+}
+
 // ---- attention ----------------------------------------------------------------------
 
 typedef struct {
@@ -739,11 +764,15 @@ static void test_block_sumsq(void) {
 
 // ---- determinism across thread counts ------------------------------------------------
 
+// Every kernel whose work is split among threads, run at 1, 2 and 3 OpenMP threads: the
+// outputs must be the same bits. The matmul shapes span several cache blocks and reduction
+// chunks (OC > 256, OC > 264 rows), with edge tiles, so every split of the work is exercised.
+#define NTHREADS 3
 static void test_determinism(void) {
-  const int N = 66, C = 96, OC = 80, Vv = 9, T = 11;
-  float *inp = falloc(N * C), *w = falloc(OC * C), *dout = falloc(N * OC);
+  const int N = 66, C = 96, OC = 300, Vv = 9, T = 11;
+  float *inp = falloc(N * C), *w = falloc(OC * C), *dout = falloc(N * OC), *bias = falloc(OC);
   fill_rand(inp, N * C, 1.0f), fill_rand(w, OC * C, 1.0f), fill_rand(dout, N * OC, 1.0f);
-  float *dinp[2], *dw[2], *db[2], *dwte[2], *dwpe[2], *lnx[2], *lnw[2], *lnb[2];
+  fill_rand(bias, OC, 1.0f);
   float *mean = falloc(N), *rstd = falloc(N), *lnout = falloc(N * C), *lnwt = falloc(C);
   fill_rand(lnwt, C, 1.0f);
   int32_t tok[66];
@@ -756,51 +785,66 @@ static void test_determinism(void) {
   AttnShape sc = sb;
   sc.causal = 1, sc.scale = 1.0f / sqrtf((float)D);
   size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca, nb = (size_t)H * Ta * Ta;
-  float *qkv = falloc(nqkv), *pb = falloc(nb), *ao = falloc(nout), *lse = falloc(B * H * Ta);
-  float *ado = falloc(nout), *ao2 = falloc(nout), *lse2 = falloc(B * H * Ta);
+  float *qkv = falloc(nqkv), *pb = falloc(nb), *ado = falloc(nout);
   fill_rand(qkv, nqkv, 1.0f), fill_rand(pb, nb, 1.0f), fill_rand(ado, nout, 1.0f);
-  float *dqkv[2], *dpb[2], *dqkv_c[2];
-  attention_forward(NULL, ao, lse, qkv, qkv + Ca, qkv + 2 * Ca, pb, sb);
-  attention_forward(NULL, ao2, lse2, qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+  // AdamW, GELU and block_sumsq over more elements than PARALLEL_MIN_ELEMENTS (32768), below
+  // which they run on one thread
+  const size_t np = 40000;
+  float* g = falloc(np);
+  fill_rand(g, np, 1.0f);
+  AdamWArgs aa = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3};
 
-  int threads[2] = {1, 3};
-  for (int r = 0; r < 2; r++) {
+  // one buffer per output and thread count
+  enum { MMF, DINP, DW, DB, AO, ALSE, AO2, ALSE2, DQKV, DPB, DQKV2, DWTE, DWPE, LNO, LNM, LNR, LNX,
+         LNW, LNB, GF, GB, AP, APA, AM, AV, SS, NOUT };
+  const char* names[NOUT] = {"matmul_forward", "matmul_backward dinp", "matmul_backward dweight",
+    "matmul_backward dbias", "attention_forward (bias)", "attention_forward lse (bias)",
+    "attention_forward (causal)", "attention_forward lse (causal)", "attention_backward (bias)",
+    "attention_backward dpos_bias", "attention_backward (causal)", "embedding_backward dwte",
+    "embedding_backward dwpe", "layernorm_forward", "layernorm_forward mean",
+    "layernorm_forward rstd", "layernorm_backward dx", "layernorm_backward dweight",
+    "layernorm_backward dbias", "gelu_forward", "gelu_backward", "adamw_update p",
+    "adamw_update p_act", "adamw_update m", "adamw_update v", "block_sumsq"};
+  size_t len[NOUT] = {N * OC, N * C, OC * C, OC, nout, B * H * Ta, nout, B * H * Ta, nqkv, nb,
+                      nqkv, Vv * C, T * C, N * C, N, N, N * C, C, C, np, np, np, np, np,
+                      np, 2 * (np / NORM_BLOCK)};
+  float* o[NTHREADS][NOUT];
+  int threads[NTHREADS] = {1, 2, 3};
+  for (int r = 0; r < NTHREADS; r++) {
+    for (int k = 0; k < NOUT; k++) o[r][k] = falloc(len[k]);  // zeroed (falloc)
     omp_set_num_threads(threads[r]);
-    dinp[r] = falloc(N * C), dw[r] = falloc(OC * C), db[r] = falloc(OC);
-    for (int i = 0; i < OC * C; i++) dw[r][i] = 0.01f * (i % 17);  // accumulate onto nonzero
-    matmul_backward(NULL, dinp[r], dw[r], db[r], dout, inp, w, N, C, OC);
-    dqkv[r] = falloc(nqkv), dpb[r] = falloc(nb), dqkv_c[r] = falloc(nqkv);
-    attention_backward(NULL, dqkv[r], dqkv[r] + Ca, dqkv[r] + 2 * Ca, dpb[r], ado, ao, lse, qkv,
-                       qkv + Ca, qkv + 2 * Ca, pb, sb);
-    attention_backward(NULL, dqkv_c[r], dqkv_c[r] + Ca, dqkv_c[r] + 2 * Ca, NULL, ado, ao2, lse2,
-                       qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
-    dwte[r] = falloc(Vv * C), dwpe[r] = falloc(T * C);
-    embedding_backward(NULL, dwte[r], dwpe[r], inp, tok, N, T, C);
-    lnx[r] = falloc(N * C), lnw[r] = falloc(C), lnb[r] = falloc(C);
-    layernorm_backward(NULL, lnx[r], lnw[r], lnb[r], inp, inp, lnwt, mean, rstd, N, C);
+    float** x = o[r];
+    matmul_forward(NULL, x[MMF], inp, w, bias, N, C, OC);
+    for (int i = 0; i < OC * C; i++) x[DW][i] = 0.01f * (i % 17);  // accumulate onto nonzero
+    matmul_backward(NULL, x[DINP], x[DW], x[DB], dout, inp, w, N, C, OC);
+    attention_forward(NULL, x[AO], x[ALSE], qkv, qkv + Ca, qkv + 2 * Ca, pb, sb);
+    attention_forward(NULL, x[AO2], x[ALSE2], qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+    attention_backward(NULL, x[DQKV], x[DQKV] + Ca, x[DQKV] + 2 * Ca, x[DPB], ado, x[AO], x[ALSE],
+                       qkv, qkv + Ca, qkv + 2 * Ca, pb, sb);
+    attention_backward(NULL, x[DQKV2], x[DQKV2] + Ca, x[DQKV2] + 2 * Ca, NULL, ado, x[AO2],
+                       x[ALSE2], qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+    embedding_backward(NULL, x[DWTE], x[DWPE], inp, tok, N, T, C);
+    layernorm_forward(NULL, x[LNO], x[LNM], x[LNR], inp, lnwt, lnwt, N, C, 1e-5f);
+    layernorm_backward(NULL, x[LNX], x[LNW], x[LNB], inp, inp, lnwt, mean, rstd, N, C);
+    gelu_forward(NULL, x[GF], g, np);
+    gelu_backward(NULL, x[GB], g, x[GF], np);
+    memcpy(x[AP], g, np * 4), memcpy(x[AM], g, np * 4), memcpy(x[AV], g, np * 4);
+    for (size_t i = 0; i < np; i++) x[AV][i] = x[AV][i] * x[AV][i];
+    adamw_update(NULL, x[AP], x[APA], g, x[AM], x[AV], np, aa);
+    block_sumsq(NULL, (double*)x[SS], g, np / NORM_BLOCK * NORM_BLOCK);
   }
   omp_set_num_threads(omp_get_num_procs());
-  EXPECT("determinism 1 vs 3 threads: matmul_backward",
-         !memcmp(dinp[0], dinp[1], N * C * 4) && !memcmp(dw[0], dw[1], OC * C * 4) &&
-             !memcmp(db[0], db[1], OC * 4),
-         "bits differ");
-  EXPECT("determinism 1 vs 3 threads: attention_backward",
-         !memcmp(dqkv[0], dqkv[1], nqkv * 4) && !memcmp(dpb[0], dpb[1], nb * 4) &&
-             !memcmp(dqkv_c[0], dqkv_c[1], nqkv * 4),
-         "bits differ");
-  EXPECT("determinism 1 vs 3 threads: embedding_backward",
-         !memcmp(dwte[0], dwte[1], Vv * C * 4) && !memcmp(dwpe[0], dwpe[1], T * C * 4),
-         "bits differ");
-  EXPECT("determinism 1 vs 3 threads: layernorm_backward",
-         !memcmp(lnx[0], lnx[1], N * C * 4) && !memcmp(lnw[0], lnw[1], C * 4) &&
-             !memcmp(lnb[0], lnb[1], C * 4),
-         "bits differ");
-  for (int r = 0; r < 2; r++) {
-    free(dinp[r]), free(dw[r]), free(db[r]), free(dqkv[r]), free(dpb[r]), free(dqkv_c[r]);
-    free(dwte[r]), free(dwpe[r]), free(lnx[r]), free(lnw[r]), free(lnb[r]);
+  for (int k = 0; k < NOUT; k++) {
+    char label[160];
+    snprintf(label, sizeof label, "determinism 1 vs 2 vs 3 threads: %s", names[k]);
+    int same = 1;
+    for (int r = 1; r < NTHREADS; r++) same &= !memcmp(o[0][k], o[r][k], len[k] * 4);
+    EXPECT(label, same, "bits differ");
   }
-  free(inp), free(w), free(dout), free(mean), free(rstd), free(lnout), free(lnwt), free(qkv);
-  free(pb), free(ao), free(lse), free(ado), free(ao2), free(lse2);
+  for (int r = 0; r < NTHREADS; r++)
+    for (int k = 0; k < NOUT; k++) free(o[r][k]);
+  free(inp), free(w), free(dout), free(bias), free(mean), free(rstd), free(lnout), free(lnwt);
+  free(qkv), free(pb), free(ado), free(g);
 }
 
 int main(void) {
@@ -811,7 +855,12 @@ int main(void) {
   test_matmul(7, 13, 5, 1);
   test_matmul(7, 13, 5, 0);
   test_matmul(9, 20, 70, 1);  // full 4x32 register tiles plus edges
+  // full dot tiles (C a multiple of 16) and row tiles (C a multiple of 32), edge rows, and a
+  // reduction over OC longer than one cache chunk (the input gradient's k runs over OC)
+  test_matmul(29, 96, 530, 1);
+  test_matmul(30, 70, 300, 0);
   test_activations();
+  test_gelu_accuracy();
   test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0);
   test_attention("bidirectional + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 0, 1, 0, 0);
   test_attention("causal + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 1, 1, 0, 0);

@@ -1,13 +1,14 @@
 // adamw.c: AdamW update of one shard range and the blockwise gradient sum of squares, fp32 CPU.
 #include <math.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 
 // Each block is summed by one thread, in double, in index order: a block's value depends
 // only on its 128 gradients, never on the thread count, the rank or the world size.
 void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
   size_t nb = n / NORM_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t b = 0; b < nb; b++) {
     const float* x = g + b * NORM_BLOCK;
     double s = 0.0;
@@ -26,7 +27,7 @@ void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float*
   float bc1 = (float)(1.0 - pow((double)a.beta1, a.step));
   float bc2 = (float)(1.0 - pow((double)a.beta2, a.step));
   float omb1 = 1.0f - a.beta1, omb2 = 1.0f - a.beta2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] * a.grad_scale;
     float mi = a.beta1 * m[i] + omb1 * gi;

@@ -3,7 +3,9 @@
 // The forward keeps only the row log-sum-exp (lse) of the scores; the backward recomputes
 // P = exp(score - lse) from q, k and lse instead of reading a stored Tq x Tk matrix, so the
 // memory footprint is the same as the CUDA flash kernels and the two backends agree on what
-// is saved. Dot products and row sums accumulate in float, sequentially in index order.
+// is saved. Dot products over a head's D columns are vec.h's dot_lanes (16 lanes, fused
+// multiply-adds, a fixed lane tree); sums over keys or queries accumulate in float,
+// sequentially in index order, one fused multiply-add per term.
 //
 // Masking: with causal set, query i sees keys j <= i (the layout of self-attention, where
 // Tq == Tk). Masked keys are skipped entirely, so they add nothing to lse or to gradients.
@@ -18,13 +20,10 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
-static inline float dot(const float* a, const float* b, int D) {
-  float s = 0.0f;
-  for (int d = 0; d < D; d++) s += a[d] * b[d];
-  return s;
-}
+static inline float dot(const float* a, const float* b, int D) { return dot_lanes(a, b, D); }
 
 static inline const float* qrow(const float* q, AttnShape s, int b, int i, int h) {
   return q + ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * s.D;
@@ -72,7 +71,7 @@ void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, c
         float e = expf(sc[j] - mx);
         sum += e;
         const float* vj = kvrow(v, s, b, j, h);
-        for (int d = 0; d < s.D; d++) acc[d] += e * vj[d];
+        for (int d = 0; d < s.D; d++) acc[d] = fmaf(e, vj[d], acc[d]);
       }
       float inv = 1.0f / sum;
       float* o = out + ((size_t)b * s.Tq + i) * C + (size_t)h * s.D;
@@ -119,7 +118,7 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
           float g = p * (dp - Di);
           ds[j] = g;
           const float* kj = kvrow(k, s, b, j, h);
-          for (int d = 0; d < s.D; d++) acc[d] += g * kj[d];
+          for (int d = 0; d < s.D; d++) acc[d] = fmaf(g, kj[d], acc[d]);
         }
         float* dqi = dq + ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * s.D;
         for (int d = 0; d < s.D; d++) dqi[d] = s.scale * acc[d];
@@ -153,8 +152,8 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
         float dp = dot(doi, vj, s.D);
         float g = p * (dp - Dv[lse_idx(s, b, h, i)]);
         for (int d = 0; d < s.D; d++) {
-          acck[d] += g * qi[d];
-          accv[d] += p * doi[d];
+          acck[d] = fmaf(g, qi[d], acck[d]);
+          accv[d] = fmaf(p, doi[d], accv[d]);
         }
       }
       float* dkj = dk + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)h * s.D;

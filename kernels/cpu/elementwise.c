@@ -2,15 +2,16 @@
 // static split across threads is already deterministic.
 #include <string.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 
 void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
@@ -19,12 +20,12 @@ void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n) { memset(x, 0, n * sizeof
 void fill_zero_f32(KernelCtx* ctx, float* x, size_t n) { memset(x, 0, n * sizeof(float)); }
 
 void scale_f32(KernelCtx* ctx, float* x, float s, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
 void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 

@@ -1,140 +1,248 @@
 // matmul.c: the linear layer, out = inp @ weight^T + bias, and its backward, fp32 CPU.
 //
-// All three products go through one register-tiled kernel, gemm_tile below, that computes a
-// TM x TN block of outputs at once: for each k in increasing order it adds A[m,k] * B[k,j]
-// to TM*TN independent accumulators. The innermost loop runs over TN contiguous columns of
-// B, so it vectorizes without reassociating any sum, and every output element is the plain
-// sequential sum over k (then + bias, or added once to an accumulating output). Which
-// thread computes a tile never changes that order, so results are bit-identical for any
-// OMP_NUM_THREADS.
-#include <stdlib.h>
+// The weight is read in its stored layout [OC, C] by every product; nothing is transposed,
+// packed or allocated per call. Two register-tiled kernels cover the three products:
+//
+//   dot form    out[n,o] = sum_c inp[n,c] * w[o,c]          (forward: both operands have the
+//               reduction index contiguous). Each output is summed in VL = 16 lanes, lane l
+//               taking c = l, l+16, l+32, ... in increasing order (one fused multiply-add per
+//               term), then the lanes are added in a fixed pairwise tree (lane_sum) and the
+//               bias last. Tiles of DM rows x DO weight rows share their operand loads.
+//   row form    out[m,j] (+)= sum_k A[m,k] * B[k,j]          (input gradient, B = w [OC, C];
+//               weight gradient, A = dout^T, B = inp). The innermost loop runs over contiguous
+//               columns j of B, so each output is the plain sequential chain of fused
+//               multiply-adds over k, from 0, in increasing k.
+//
+// Both orders are properties of the output element alone: the tile shapes, the cache blocks,
+// the vector width the compiler picks and which thread computes a tile never change a bit,
+// so results are bit-identical for any OMP_NUM_THREADS. Fused multiply-adds are explicit (the
+// build is -std=c11, which keeps GCC from contracting a*b+c on its own): vec.h's vfma is the
+// AVX-512 instruction when there is one and fmaf per lane otherwise, the same correctly rounded
+// operation either way.
+//
+// Cache blocking (sizes change speed only): the row form runs over the reduction index in
+// chunks of KC, keeping the running sum of a tile in `out` between chunks (a float chain stored
+// and reloaded is the same chain), so a KC x (block columns) slice of B is reused from cache by
+// every row tile; this is what keeps the lm_head's input gradient (K = the vocabulary) from
+// streaming the weight once per row tile. The dot form takes a block of weight rows per task
+// and runs all token rows against it, so every weight is read from memory once per call.
+#include <math.h>
 
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
-// Tile shape: TM*TN accumulators must fit the vector register file (32 zmm with AVX-512,
-// 16 ymm with AVX2) with room for the B row and the broadcast. The shape only changes
-// speed, never bits: each output is still the same sequential sum over k. (The build is
-// -std=c11, which keeps GCC from contracting a*b+c into an FMA; even with FMAs the order
-// would be fixed per binary.)
-#if defined(__AVX512F__)
-#define TM 8   // output rows per tile (broadcast operands)
-#define TN 32  // output columns per tile (vector lanes), contiguous in B and in out
-#else
-#define TM 6
-#define TN 16
-#endif
+// ---- dot form: out[n,o] = sum_c A[n,c] * W[o,c] (+ bias[o]) ---------------------------
 
-// A is addressed as A[m*sam + k*sak] so that both a row-major operand and a transposed
-// one (dout^T for dweight) can be read without a copy; B is row-major [K, ldb].
+#define DM 4  // token rows per dot tile
+#define DO 6  // weight rows per dot tile (DM*DO accumulators, DM+DO loads per step)
+
+// Every dot-form output ends the same way: the lanes in vec.h's fixed tree, then the bias.
+static inline float dot_finish(vf v, const float* bias, int o) {
+  float s = lane_sum(v);
+  return bias ? s + bias[o] : s;
+}
+
+static void dot_tile_full(float* out, const float* A, const float* W, const float* bias, int n0,
+                          int o0, int C, int OC) {
+  vf acc[DM][DO];
+  for (int r = 0; r < DM; r++)
+    for (int q = 0; q < DO; q++) acc[r][q] = (vf){0};
+  const float* a[DM];
+  const float* w[DO];
+  for (int r = 0; r < DM; r++) a[r] = A + (size_t)(n0 + r) * C;
+  for (int q = 0; q < DO; q++) w[q] = W + (size_t)(o0 + q) * C;
+  int c = 0;
+  for (; c + VL <= C; c += VL) {
+    vf wv[DO];
+    for (int q = 0; q < DO; q++) wv[q] = vpin(vload(w[q] + c));
+    for (int r = 0; r < DM; r++) {
+      vf av = vpin(vload(a[r] + c));
+      for (int q = 0; q < DO; q++) acc[r][q] = vfma(av, wv[q], acc[r][q]);
+    }
+  }
+  for (int r = 0; r < DM; r++)
+    for (int q = 0; q < DO; q++) {
+      vf v = vfma_tail(a[r] + c, w[q] + c, acc[r][q], C - c);
+      out[(size_t)(n0 + r) * OC + o0 + q] = dot_finish(v, bias, o0 + q);
+    }
+}
+
+// One output, the same lanes in the same order as a full tile.
+static float dot_one(const float* a, const float* w, const float* bias, int o, int C) {
+  float s = dot_lanes(a, w, C);
+  return bias ? s + bias[o] : s;
+}
+
+// Weight rows per task: a block stays in the L2 cache while every token row passes over it.
+#define DOT_BLOCK 48
+
+static void dot_gemm(float* out, const float* A, const float* W, const float* bias, int N,
+                     int C, int OC) {
+  int nblocks = (OC + DOT_BLOCK - 1) / DOT_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int ob = blk * DOT_BLOCK, oe = ob + DOT_BLOCK < OC ? ob + DOT_BLOCK : OC;
+    for (int n0 = 0; n0 < N; n0 += DM) {
+      int o0 = ob;
+      if (n0 + DM <= N)
+        for (; o0 + DO <= oe; o0 += DO) dot_tile_full(out, A, W, bias, n0, o0, C, OC);
+      for (int n = n0; n < n0 + DM && n < N; n++)
+        for (int o = o0; o < oe; o++)
+          out[(size_t)n * OC + o] = dot_one(A + (size_t)n * C, W + (size_t)o * C, bias, o, C);
+    }
+  }
+}
+
+// ---- row form: out[m,j] (+)= sum_k A[m,k] * B[k,j] ------------------------------------
+
+#if defined(__AVX512F__)
+#define RM 12  // rows per tile (RM*RN/VL accumulators in the 32 vector registers)
+#else
+#define RM 4
+#endif
+#define RN (2 * VL)  // columns per tile
+#define KC 256       // reduction chunk
+#define RB_ROWS 264  // rows of a task's block (a multiple of 12 and of 4)
+#define RB_COLS 64   // columns of a task's block (a multiple of RN)
+
+// A is addressed as A[m*sam + k*sak] so that both a row-major operand and a transposed one
+// (dout^T for dweight) are read in place; B is row-major [K, ldb]; out is row-major [M, ldo].
 typedef struct {
   const float* A;
   size_t sam, sak;
   const float* B;
   size_t ldb;
-  float* out;  // row-major [M, ldo]
+  float* out;
   size_t ldo;
-  const float* bias;  // per column, may be NULL
-  int accumulate;     // out += result instead of out = result
+  int accumulate;  // out += sum (one reduction chunk, see row_gemm) instead of out = sum
   int M, K, Ncol;
-} Gemm;
+} RowGemm;
 
-static void gemm_tile_full(const Gemm* g, int m0, int j0) {
-  float acc[TM][TN] = {{0}};
-  const float* a[TM];
-  for (int r = 0; r < TM; r++) a[r] = g->A + (size_t)(m0 + r) * g->sam;
-  for (int k = 0; k < g->K; k++) {
-    const float* b = g->B + (size_t)k * g->ldb + j0;
-    size_t ko = (size_t)k * g->sak;
-    for (int r = 0; r < TM; r++) {
-      float x = a[r][ko];
-      for (int j = 0; j < TN; j++) acc[r][j] += x * b[j];
+// Continues the chains of a RM x RN tile over k in [k0, k1): they start at 0 when k0 == 0 and
+// from the partial sums stored in out otherwise; `last` finishes them (out = or out +=).
+// `rows` is a constant at every call (RM, then 4 and 1 for the last rows of a block).
+static inline __attribute__((always_inline)) void row_tile(const RowGemm* g, int m0, int j0,
+                                                           int k0, int k1, int last,
+                                                           const int rows) {
+  vf acc[RM][2];
+  for (int r = 0; r < rows; r++) {
+    float* o = g->out + (size_t)(m0 + r) * g->ldo + j0;
+    if (k0 == 0) {
+      acc[r][0] = acc[r][1] = (vf){0};
+    } else {
+      acc[r][0] = vload(o), acc[r][1] = vload(o + VL);
     }
   }
-  for (int r = 0; r < TM; r++) {
+  const float* a = g->A + (size_t)m0 * g->sam;
+  for (int k = k0; k < k1; k++) {
+    const float* b = g->B + (size_t)k * g->ldb + j0;
+    vf b0 = vload(b), b1 = vload(b + VL);
+    const float* ak = a + (size_t)k * g->sak;
+    for (int r = 0; r < rows; r++) {
+      vf x = vbroadcast(ak[(size_t)r * g->sam]);
+      acc[r][0] = vfma(x, b0, acc[r][0]);
+      acc[r][1] = vfma(x, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < rows; r++) {
     float* o = g->out + (size_t)(m0 + r) * g->ldo + j0;
-    if (g->bias)
-      for (int j = 0; j < TN; j++) acc[r][j] += g->bias[j0 + j];
-    if (g->accumulate)
-      for (int j = 0; j < TN; j++) o[j] += acc[r][j];
-    else
-      for (int j = 0; j < TN; j++) o[j] = acc[r][j];
+    if (last && g->accumulate) {
+      acc[r][0] += vload(o), acc[r][1] += vload(o + VL);
+    }
+    vstore(o, acc[r][0]), vstore(o + VL, acc[r][1]);
   }
 }
 
-// Edge tiles: same arithmetic in the same order, just with runtime extents.
-static void gemm_tile_edge(const Gemm* g, int m0, int j0) {
-  int mr = g->M - m0 < TM ? g->M - m0 : TM;
-  int nc = g->Ncol - j0 < TN ? g->Ncol - j0 : TN;
-  float acc[TM][TN] = {{0}};
-  for (int k = 0; k < g->K; k++) {
-    const float* b = g->B + (size_t)k * g->ldb + j0;
-    for (int r = 0; r < mr; r++) {
-      float x = g->A[(size_t)(m0 + r) * g->sam + (size_t)k * g->sak];
-      for (int j = 0; j < nc; j++) acc[r][j] += x * b[j];
-    }
-  }
-  for (int r = 0; r < mr; r++) {
-    float* o = g->out + (size_t)(m0 + r) * g->ldo + j0;
+static void row_tile_full(const RowGemm* g, int m0, int j0, int k0, int k1, int last) {
+  row_tile(g, m0, j0, k0, k1, last, RM);
+}
+static void row_tile_4(const RowGemm* g, int m0, int j0, int k0, int k1, int last) {
+  row_tile(g, m0, j0, k0, k1, last, 4);
+}
+static void row_tile_1(const RowGemm* g, int m0, int j0, int k0, int k1, int last) {
+  row_tile(g, m0, j0, k0, k1, last, 1);
+}
+
+// Edge tiles of fewer than RN columns: the same chains, one output at a time.
+static void row_tile_edge(const RowGemm* g, int m0, int mr, int j0, int nc, int k0, int k1,
+                          int last) {
+  for (int r = 0; r < mr; r++)
     for (int j = 0; j < nc; j++) {
-      float v = acc[r][j];
-      if (g->bias) v += g->bias[j0 + j];
-      if (g->accumulate)
-        o[j] += v;
-      else
-        o[j] = v;
+      float* o = g->out + (size_t)(m0 + r) * g->ldo + j0 + j;
+      float s = k0 == 0 ? 0.0f : *o;
+      const float* a = g->A + (size_t)(m0 + r) * g->sam;
+      for (int k = k0; k < k1; k++) s = fmaf(a[(size_t)k * g->sak], g->B[(size_t)k * g->ldb + j0 + j], s);
+      *o = last && g->accumulate ? *o + s : s;
+    }
+}
+
+// Tasks are blocks of RB_ROWS x RB_COLS outputs; inside one, the reduction runs in chunks of
+// KC, and each chunk passes every column tile over every row tile of the block. An
+// accumulating product (out += sum) has nowhere to keep a partial chain but registers, so it
+// runs as one chunk (its K is the token count, which is small).
+static void row_gemm(const RowGemm* g) {
+  int mblocks = (g->M + RB_ROWS - 1) / RB_ROWS, jblocks = (g->Ncol + RB_COLS - 1) / RB_COLS;
+  int kc = g->accumulate ? g->K : KC;
+  if (kc < 1) kc = 1;
+  long ntasks = (long)mblocks * jblocks;
+  // Consecutive tasks of a thread share the row block (the A slice, e.g. dout^T's columns).
+#pragma omp parallel for schedule(static)
+  for (long t = 0; t < ntasks; t++) {
+    int mb = (int)(t / jblocks) * RB_ROWS, jb = (int)(t % jblocks) * RB_COLS;
+    int me = mb + RB_ROWS < g->M ? mb + RB_ROWS : g->M;
+    int je = jb + RB_COLS < g->Ncol ? jb + RB_COLS : g->Ncol;
+    if (g->K == 0) {  // an empty sum: 0, or nothing added
+      for (int m = mb; m < me; m++)
+        for (int j = jb; j < je && !g->accumulate; j++) g->out[(size_t)m * g->ldo + j] = 0.0f;
+      continue;
+    }
+    for (int k0 = 0; k0 < g->K; k0 += kc) {
+      int k1 = k0 + kc < g->K ? k0 + kc : g->K, last = k1 == g->K;
+      for (int j0 = jb; j0 < je; j0 += RN)
+        for (int m0 = mb; m0 < me; m0 += RM) {
+          int mr = me - m0 < RM ? me - m0 : RM, nc = je - j0 < RN ? je - j0 : RN;
+          if (nc < RN)
+            row_tile_edge(g, m0, mr, j0, nc, k0, k1, last);
+          else if (mr == RM)
+            row_tile_full(g, m0, j0, k0, k1, last);
+          else
+            for (int m = m0; m < m0 + mr;)
+              if (m + 4 <= m0 + mr)
+                row_tile_4(g, m, j0, k0, k1, last), m += 4;
+              else
+                row_tile_1(g, m, j0, k0, k1, last), m += 1;
+        }
     }
   }
 }
 
-static void gemm_run(const Gemm* g) {
-  int tm = (g->M + TM - 1) / TM, tn = (g->Ncol + TN - 1) / TN;
-  long ntiles = (long)tm * tn;
-  // Column tile outer, row tile inner: consecutive tiles of a thread share a B panel.
-#pragma omp parallel for schedule(static)
-  for (long t = 0; t < ntiles; t++) {
-    int m0 = (int)(t % tm) * TM, j0 = (int)(t / tm) * TN;
-    if (m0 + TM <= g->M && j0 + TN <= g->Ncol)
-      gemm_tile_full(g, m0, j0);
-    else
-      gemm_tile_edge(g, m0, j0);
-  }
-}
+// ---- the linear layer -----------------------------------------------------------------
 
 void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight,
                     const act_t* bias, int N, int C, int OC) {
-  // weight is [OC, C]; the tile kernel wants the reduction index k = c on the rows of B,
-  // so transpose once (O(C*OC), small next to the O(N*C*OC) product).
-  float* wT = malloc((size_t)C * OC * sizeof(float));
-#pragma omp parallel for schedule(static)
-  for (int c = 0; c < C; c++)
-    for (int o = 0; o < OC; o++) wT[(size_t)c * OC + o] = weight[(size_t)o * C + c];
-  Gemm g = {.A = inp, .sam = (size_t)C, .sak = 1, .B = wT, .ldb = (size_t)OC, .out = out,
-            .ldo = (size_t)OC, .bias = bias, .accumulate = 0, .M = N, .K = C, .Ncol = OC};
-  gemm_run(&g);
-  free(wT);
+  dot_gemm(out, inp, weight, bias, N, C, OC);
 }
 
 void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
                      const act_t* dout, const act_t* inp, const act_t* weight, int N, int C,
                      int OC) {
-  if (dinp) {  // dinp[N,C] = dout[N,OC] @ weight[OC,C]: weight already has k = o on rows
-    Gemm g = {.A = dout, .sam = (size_t)OC, .sak = 1, .B = weight, .ldb = (size_t)C,
-              .out = dinp, .ldo = (size_t)C, .bias = NULL, .accumulate = 0, .M = N, .K = OC,
-              .Ncol = C};
-    gemm_run(&g);
+  if (dinp) {  // dinp[N,C] = dout[N,OC] @ weight[OC,C]: the weight's rows are the k = o rows
+    RowGemm g = {.A = dout, .sam = (size_t)OC, .sak = 1, .B = weight, .ldb = (size_t)C,
+                 .out = dinp, .ldo = (size_t)C, .accumulate = 0, .M = N, .K = OC, .Ncol = C};
+    row_gemm(&g);
   }
   {  // dweight[OC,C] += dout^T[OC,N] @ inp[N,C]: A read transposed, k = n summed in order
-    Gemm g = {.A = dout, .sam = 1, .sak = (size_t)OC, .B = inp, .ldb = (size_t)C,
-              .out = dweight, .ldo = (size_t)C, .bias = NULL, .accumulate = 1, .M = OC, .K = N,
-              .Ncol = C};
-    gemm_run(&g);
+    RowGemm g = {.A = dout, .sam = 1, .sak = (size_t)OC, .B = inp, .ldb = (size_t)C,
+                 .out = dweight, .ldo = (size_t)C, .accumulate = 1, .M = OC, .K = N, .Ncol = C};
+    row_gemm(&g);
   }
-  if (dbias) {  // column sums of dout; each block of outputs owned by one thread
-    int nb = (OC + TN - 1) / TN;
-#pragma omp parallel for schedule(static)
+  if (dbias) {  // column sums of dout in increasing n; each block of outputs owned by one thread
+    int nb = (OC + RN - 1) / RN;
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * OC))
     for (int blk = 0; blk < nb; blk++) {
-      int o0 = blk * TN, len = o0 + TN <= OC ? TN : OC - o0;
-      float acc[TN] = {0};
+      int o0 = blk * RN, len = o0 + RN <= OC ? RN : OC - o0;
+      float acc[RN] = {0};
       for (int n = 0; n < N; n++) {
         const float* d = dout + (size_t)n * OC + o0;
         for (int j = 0; j < len; j++) acc[j] += d[j];
