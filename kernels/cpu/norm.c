@@ -1,14 +1,36 @@
 // norm.c: LayerNorm and RMSNorm (plain and fused with a residual add), forward and backward.
 //
 // Precision: every per-row reduction (mean, variance, mean square, and the two row means
-// of the backward) is accumulated in double in increasing channel order, then rounded to
+// of the backward) is accumulated in double, in DL lanes: lane l sums channels l, l + DL,
+// l + 2 DL, ... in increasing order, and the lanes are added in one fixed tree (lanes_total),
+// so the loops vectorize and the result is the same for any thread count. Then rounded to
 // float. The saved mean/rstd are those float values, and both passes normalize with them,
 // so the backward sees exactly the normalization the forward applied.
 // Parameter gradients are column sums over rows: each channel is owned by one thread and
 // summed in float in increasing row order into a local, then added to dweight/dbias.
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
+
+// DL double lanes (one AVX-512 register) and the DL floats they are widened from.
+#define DL 8
+typedef double vd __attribute__((vector_size(DL * sizeof(double))));
+typedef float vf8 __attribute__((vector_size(DL * sizeof(float))));
+static inline vf8 load8(const float* p) {
+  vf8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline vd widen(vf8 v) { return __builtin_convertvector(v, vd); }
+static inline vf8 splat8(float x) { return (vf8){x, x, x, x, x, x, x, x}; }
+static inline vd splatd(double x) { return (vd){x, x, x, x, x, x, x, x}; }
+// The lanes added in a fixed tree: lanes l and l + h for h = 4, 2, 1.
+static inline double lanes_total(vd v) {
+  for (int h = DL / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; l++) v[l] += v[l + h];
+  return v[0];
+}
 
 // Channel block of the parameter-gradient pass: contiguous inner loop, one owner thread.
 #define NORM_CBLOCK 64
@@ -17,18 +39,20 @@
 
 static void layernorm_row(float* o, float* mean_out, float* rstd_out, const float* x,
                           const float* w, const float* b, int C, float eps) {
-  double s = 0.0;
-  for (int c = 0; c < C; c++) s += x[c];
-  double m = s / C;
-  double v = 0.0;
-  for (int c = 0; c < C; c++) {
-    double d = x[c] - m;
-    v += d * d;
+  vd s = {0}, q = {0};
+  int c = 0, c0;
+  for (; c + DL <= C; c += DL) s += widen(load8(x + c));
+  for (c0 = c; c < C; c++) s[c - c0] += x[c];  // the tail: channel c in lane c - c0
+  double m = lanes_total(s) / C;
+  for (c = 0; c + DL <= C; c += DL) {
+    vd d = widen(load8(x + c)) - splatd(m);
+    q += d * d;
   }
-  v /= C;
+  for (c0 = c; c < C; c++) q[c - c0] += (x[c] - m) * (x[c] - m);
+  double v = lanes_total(q) / C;
   float mf = (float)m;
   float rf = (float)(1.0 / sqrt(v + (double)eps));
-  for (int c = 0; c < C; c++) o[c] = (x[c] - mf) * rf * w[c] + b[c];
+  for (int k = 0; k < C; k++) o[k] = (x[k] - mf) * rf * w[k] + b[k];
   *mean_out = mf;
   *rstd_out = rf;
 }
@@ -63,14 +87,19 @@ void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
     const float* xr = x + (size_t)n * C;
     const float* dr = dout + (size_t)n * C;
     float m = mean[n], r = rstd[n];
-    double sd = 0.0, sdn = 0.0;
-    for (int c = 0; c < C; c++) {
-      float norm = (xr[c] - m) * r;
-      float dnorm = dr[c] * weight[c];
-      sd += dnorm;
-      sdn += (double)dnorm * norm;
+    vd sd = {0}, sdn = {0};
+    int c = 0;
+    for (; c + DL <= C; c += DL) {
+      vf8 norm = (load8(xr + c) - splat8(m)) * splat8(r), dnorm = load8(dr + c) * load8(weight + c);
+      sd += widen(dnorm);
+      sdn += widen(dnorm) * widen(norm);
     }
-    float a = (float)(sd / C), bb = (float)(sdn / C);
+    for (int c0 = c; c < C; c++) {
+      float norm = (xr[c] - m) * r, dnorm = dr[c] * weight[c];
+      sd[c - c0] += dnorm;
+      sdn[c - c0] += (double)dnorm * norm;
+    }
+    float a = (float)(lanes_total(sd) / C), bb = (float)(lanes_total(sdn) / C);
     float* dxr = dx + (size_t)n * C;
     for (int c = 0; c < C; c++) {
       float norm = (xr[c] - m) * r;
@@ -103,10 +132,15 @@ void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
 
 static void rmsnorm_row(float* o, float* rstd_out, const float* x, const float* w, int C,
                         float eps) {
-  double ss = 0.0;
-  for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-  float rf = (float)(1.0 / sqrt(ss / C + (double)eps));
-  for (int c = 0; c < C; c++) o[c] = x[c] * rf * w[c];
+  vd ss = {0};
+  int c = 0;
+  for (; c + DL <= C; c += DL) {
+    vd xd = widen(load8(x + c));
+    ss += xd * xd;
+  }
+  for (int c0 = c; c < C; c++) ss[c - c0] += (double)x[c] * x[c];
+  float rf = (float)(1.0 / sqrt(lanes_total(ss) / C + (double)eps));
+  for (int k = 0; k < C; k++) o[k] = x[k] * rf * w[k];
   *rstd_out = rf;
 }
 
@@ -137,9 +171,12 @@ void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* do
     const float* xr = x + (size_t)n * C;
     const float* dr = dout + (size_t)n * C;
     float r = rstd[n];
-    double sdn = 0.0;
-    for (int c = 0; c < C; c++) sdn += (double)(dr[c] * weight[c]) * (xr[c] * r);
-    float bb = (float)(sdn / C);
+    vd sdn = {0};
+    int c = 0;
+    for (; c + DL <= C; c += DL)
+      sdn += widen(load8(dr + c) * load8(weight + c)) * widen(load8(xr + c) * splat8(r));
+    for (int c0 = c; c < C; c++) sdn[c - c0] += (double)(dr[c] * weight[c]) * (xr[c] * r);
+    float bb = (float)(lanes_total(sdn) / C);
     float* dxr = dx + (size_t)n * C;
     for (int c = 0; c < C; c++) {
       float norm = xr[c] * r;
