@@ -7,12 +7,12 @@ network) and prints a markdown table: the figure, our prediction, their ratio. W
 "<!-- end of seed table -->" in FILE (timeline/README.md). No figure here tunes anything: the
 catalogue's constants are datasheet and microbenchmark values (timeline/catalogue.c).
 
-Two columns of predictions, because the seeds' formulas (Megatron-LM for GPT, the IBM
-appendix for T5) count four passes (forward, recomputed forward, backward) and fsdp.c has no
-activation recomputation, so it runs three:
-  formula  the seeds' formula over our predicted step time (what the seeds report, counted alike)
-  hw       the trainer's exact count over the same time: the FLOP rate the GPU actually runs,
-           comparable with the seeds' figure as a rate, since their runs did run four passes.
+The GPT runs are predicted with --recompute block, as the seeds ran them (activation
+checkpointing), so they run the four passes (forward, recomputed forward, backward) that the
+seeds' formulas count (Megatron-LM for GPT, the IBM appendix for T5). Two columns:
+  formula  the seeds' formula over our predicted step time: what the seeds report, counted alike
+  hw       the trainer's model count (three passes) over the same time, the rate MFU is taken on.
+The T5 rows are scaling ratios of one configuration at two sizes, the same in both columns.
 
 usage: scripts/predict_seeds.py [--bin ./predict_gpt] [--write timeline/README.md]
 """
@@ -66,13 +66,13 @@ def main():
 
     # FSDP paper, section 5 (A100-80GB, 2 Tb/s RoCE): GPT-175B at batch 1 and 2, sequence 2048.
     roce = "a100-80gb:roce"
-    b1 = {w: p(GPT175, roce, w, "--batch 1") for w in (128, 512)}
-    b2 = {w: p(GPT175, roce, w, "--batch 2") for w in (256, 512)}
+    b1 = {w: p(GPT175, roce, w, "--batch 1 --recompute block") for w in (128, 512)}
+    b2 = {w: p(GPT175, roce, w, "--batch 2 --recompute block") for w in (256, 512)}
     for w in (128, 512):
         tflops_row("FSDP paper", "GPT-175B, batch 1, %d A100-80GB" % w, 173, b1[w])
     for w in (256, 512):
         tflops_row("FSDP paper", "GPT-175B, batch 2, %d A100-80GB" % w, 186, b2[w])
-    nobwd = p(GPT175, roce, 128, "--batch 1 --prefetch forward")
+    nobwd = p(GPT175, roce, 128, "--batch 1 --recompute block --prefetch forward")
     ratio_row("FSDP paper", "backward prefetch speed-up, GPT-175B, 128 GPUs", 1.18, b1[128], nobwd,
               "with / without backward prefetch")
     t5_8 = p("t5-11b", roce, 8, "--batch 8")
@@ -81,17 +81,17 @@ def main():
 
     # AWS post (A100-40GB, 4 x 100 Gb/s EFA per node).
     efa = "a100-40gb:efa400"
-    a = {w: p(GPT175, efa, w, "--batch 20 --seq 512") for w in (128, 256, 512)}
+    a = {w: p(GPT175, efa, w, "--batch 20 --seq 512 --recompute block") for w in (128, 256, 512)}
     tflops_row("AWS post", "GPT-175B, batch 20, seq 512, 128 A100-40GB", 159, a[128])
     for w in (256, 512):
         ratio_row("AWS post", "GPT-175B, batch 20: %d vs 128 GPUs per GPU" % w, None, a[w], a[128],
                   "the text says lower beyond 128; the values are in a figure only")
-    t = {w: p(GPT1T, efa, w, "--batch 4") for w in (128, 512)}
+    t = {w: p(GPT1T, efa, w, "--batch 4 --recompute block") for w in (128, 512)}
     tflops_row("AWS post", "1T, batch 4, seq 2048, 128 A100-40GB", 84, t[128], "fsdp.c: no cudaMalloc retries")
     tflops_row("AWS post", "1T, batch 4, seq 2048, 512 A100-40GB", 81, t[512], "fsdp.c: no cudaMalloc retries")
     # The post's bottleneck: a cudaMalloc of hundreds of ms (its Trace3). Modelled as a retry of
     # 100 ms (the low end) with a device synchronization before every all-gather.
-    tr = {w: p(GPT1T, efa, w, "--batch 4 --predict-alloc-retry 100") for w in (128, 512)}
+    tr = {w: p(GPT1T, efa, w, "--batch 4 --recompute block --predict-alloc-retry 100") for w in (128, 512)}
     tflops_row("AWS post", "1T, 128 GPUs, with allocator retries", 84, tr[128], "100 ms retry per all-gather")
     tflops_row("AWS post", "1T, 512 GPUs, with allocator retries", 81, tr[512], "100 ms retry per all-gather")
 
