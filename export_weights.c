@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   FSDPOptions opt = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                      .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32};
   FSDP fs;
-  fsdp_init(&fs, model_num_units(&cfg), opt, comm_world(), kctx);
+  fsdp_init(&fs, model_num_units(&cfg, opt.wrap), opt, comm_world(), kctx);
   Model m;  // the smallest activations: nothing is computed
   model_create(&m, &cfg, &fs, 1, 1, cfg.kind == MODEL_T5 ? 1 : 0, 1);
   model_source_load(&fs, &cfg, argv[1]);

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
     }
     o.accum = o.global_batch / (B * world);
   }
+  model_num_units(&cfg, o.fsdp.wrap);  // refuses a --wrap policy the model does not have
   if (o.plan && o.plan_backend && strcmp(o.plan_backend, kernels_backend()))
     usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
                 o.plan_backend);
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
   comm_configure(o.init_dir, o.comm_timeout);
   check_outputs(&o, comm_world());  // a typo in an output path must not cost a finished run
   FSDP fs;
-  fsdp_init(&fs, model_num_units(&cfg), o.fsdp, comm_world(), kctx);
+  fsdp_init(&fs, model_num_units(&cfg, o.fsdp.wrap), o.fsdp, comm_world(), kctx);
   Model model;
   model_plan(&model, &cfg, &fs, B, T, Te);
   check_plan_fits(&o, &cfg, B, T, Te, &fs);

@@ -46,6 +46,9 @@ typedef struct {
   int64_t split;    // INIT_NORMAL: elements [split, numel) use std_tail (fused q|k|v weights)
   float std_tail;
   int decay;        // AdamW applies weight decay to it
+  // The parameter's identity whatever the wrapping: its unit and index under --wrap block.
+  // Initial values and weight-file names are keyed by it, so --wrap linear trains the same model.
+  int home_unit, home_param;
 } ParamInfo;
 
 // A shard-local range of elements that share a weight-decay flag (a parameter cut by the shard).
@@ -94,8 +97,14 @@ typedef struct {
   // RECOMPUTE_SELECTIVE it keeps the matmul and attention outputs and recomputes the cheap
   // parts (norms and their statistics, activation functions) before its backward.
   int recompute;
+  // Wrapping policy (--wrap; FSDP paper section 3.2.1, the AWS post's 1T recipe): WRAP_BLOCK
+  // makes each transformer block one unit; WRAP_LINEAR makes each matmul weight of a block its
+  // own unit (norms and biases with their neighbour), so the slots and gradient buffers shrink
+  // to the largest matmul and collectives overlap at a finer grain.
+  int wrap;
 } FSDPOptions;
 enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE };
+enum { WRAP_BLOCK, WRAP_LINEAR };
 
 typedef struct {
   // configuration
@@ -115,6 +124,8 @@ typedef struct {
   int nunits;
   Unit* units;
   int64_t max_padded;               // largest non-root unit: the slot size
+  int block_units;                  // units per transformer block (set by the model; 1 with
+                                    // --wrap block): --recompute block gathers them together
   // slot pool (the rate limiter of FSDP paper section 4.2, as a sliding window)
   int nslots;
   act_t** slots;
@@ -175,6 +186,8 @@ void fsdp_unit_name(FSDP* fs, int unit, const char* name);
 // Appends a parameter to a unit's table; returns its index in the unit.
 int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t* shape,
                    InitRule init, float std, int decay);
+// Gives a parameter the identity it has under --wrap block (its home unit and index there).
+void fsdp_set_home(FSDP* fs, int unit, int param, int home_unit, int home_param);
 // Marks elements [live, numel) of a parameter as padding (zero-initialized, left out of the
 // digest): the rows of a vocabulary padded to a multiple of 128.
 void fsdp_set_live(FSDP* fs, int unit, int param, int64_t live);
@@ -210,6 +223,10 @@ void fsdp_pre_forward(FSDP* fs, int unit);    // unshard (wait for prefetch) + p
 void fsdp_post_forward(FSDP* fs, int unit);   // reshard, unless kept for backward
 void fsdp_end_forward(FSDP* fs);              // evaluation: reshard everything still unsharded
 void fsdp_pre_backward(FSDP* fs, int unit);   // unshard + gradient buffer + prefetch previous
+// --recompute block, before a block's backward: unshards units first..last (the block's units)
+// for the re-run of its forward, then prefetches the unit before them; fsdp_pre_backward of
+// each follows.
+void fsdp_pre_recompute(FSDP* fs, int first, int last);
 void fsdp_post_backward(FSDP* fs, int unit);  // reduce-scatter gradient, reshard
 // Parameter and gradient views into the unsharded buffers (valid between the points).
 act_t* fsdp_param(FSDP* fs, int unit, int param);

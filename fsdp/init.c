@@ -2,7 +2,8 @@
 //
 // Every element's initial value is a pure function of (seed, unit, parameter, element), so a
 // rank computes exactly the elements of its own shard, the full model is never materialized
-// anywhere, and any world size starts from identical weights. (The FSDP paper, section 3.1,
+// anywhere, and any world size starts from identical weights. Unit and parameter are the
+// parameter's home (its place under --wrap block), so any wrapping starts from them too. (The FSDP paper, section 3.1,
 // needs deferred initialization on a fake device because user init code is arbitrary; ours
 // is a fixed rule, so each rank can simply evaluate it for its range.)
 #include <math.h>
@@ -59,7 +60,7 @@ void fsdp_init_shards(FSDP* fs, uint64_t seed) {
       for (int64_t g = a; g < b; g++) {
         int64_t e = g - p->offset;
         float std = e < p->split ? p->std : p->std_tail;
-        host[g - lo] = e < p->live ? fsdp_init_value(seed, u, i, e, p->init, std) : 0.0f;
+        host[g - lo] = e < p->live ? fsdp_init_value(seed, p->home_unit, p->home_param, e, p->init, std) : 0.0f;
       }
     }
     device_copy_to_device(U->master, host, (size_t)U->shard * sizeof(float));

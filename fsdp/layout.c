@@ -64,6 +64,7 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
   fs->reshard_after_forward = opt.strategy == SHARD_FULL || opt.strategy == SHARD_HYBRID;
   if (opt.limit_all_gathers < 1) fatal("--limit-all-gathers must be at least 1 (got %d)", opt.limit_all_gathers);
   fs->nunits = nunits;
+  fs->block_units = 1;
   fs->units = xcalloc(nunits, sizeof(Unit), "unit table");
   fs->compute_start = xcalloc(nunits, sizeof(int), "unit table");
   for (int u = 0; u < nunits; u++) {
@@ -155,8 +156,15 @@ int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t
   p->init = init;
   p->std = std;
   p->decay = decay;
+  p->home_unit = unit;
+  p->home_param = U->nparams;
   U->numel = p->offset + p->numel;
   return U->nparams++;
+}
+
+void fsdp_set_home(FSDP* fs, int unit, int param, int home_unit, int home_param) {
+  fs->units[unit].params[param].home_unit = home_unit;
+  fs->units[unit].params[param].home_param = home_param;
 }
 
 void fsdp_set_live(FSDP* fs, int unit, int param, int64_t live) {
@@ -197,6 +205,10 @@ void fsdp_finalize_layout(FSDP* fs) {
   // Slots: strategies that reshard after forward need only the K-slot sliding window; the
   // others keep every block unsharded from its forward to its backward.
   fs->nslots = fs->reshard_after_forward ? fs->opt.limit_all_gathers : blocks;
+  // --recompute block re-runs a block's forward with all its units unsharded: with several
+  // units per block (--wrap linear) that is their number, plus one for the backward prefetch.
+  if (fs->opt.recompute == RECOMPUTE_BLOCK && fs->block_units > 1 && fs->nslots < fs->block_units + 1)
+    fs->nslots = fs->block_units + 1;
   if (fs->nslots > blocks) fs->nslots = blocks;
   // Gradient buffers: two (one being written, one being reduced) when every micro-step
   // reduces; one per block when accumulation keeps unsharded gradients (paper section 3.4).

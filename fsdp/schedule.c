@@ -160,6 +160,14 @@ void fsdp_pre_backward(FSDP* fs, int u) {
   fs->compute_start[u] = trace_mark(fs->trace, TRACK_COMPUTE);
 }
 
+void fsdp_pre_recompute(FSDP* fs, int first, int last) {
+  // All of the block's units at once (the layout gave --recompute block enough slots), then
+  // the prefetch the first unit's pre-backward would issue, now, ahead of the recomputation.
+  for (int u = first; u <= last; u++) unshard(fs, u);
+  for (int u = first; u <= last; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
+  if (fs->opt.prefetch_backward) prefetch(fs, first - 1);
+}
+
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across
 // replicas (hybrid sharding, paper section 3.2.2; DDP when F = 1), and accumulate it into the
 // fp32 gradient shard, all on the reduce-scatter stream. Loss gradients are already scaled by

@@ -21,6 +21,23 @@ enum { P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_PROJ_W, P_PROJ_B, P_LN2_W, P_LN2_B,
 // Parameter indices inside the root unit.
 enum { R_WTE, R_WPE, R_LNF_W, R_LNF_B };
 
+// --wrap linear cuts a block into four units, one per matmul weight, each with the norm
+// that feeds it and its bias: [ln1, qkv] [proj] [ln2, fc] [fc proj]. The block then runs as
+// four stages, one per unit; with --wrap block the same stages run inside one unit.
+enum { S_QKV, S_PROJ, S_FC, S_FCPROJ, NUM_STAGES };
+static const int STAGE_OF[NUM_BLOCK_PARAMS] = {S_QKV, S_QKV, S_QKV, S_QKV, S_PROJ, S_PROJ,
+                                               S_FC, S_FC, S_FC, S_FC, S_FCPROJ, S_FCPROJ};
+static const int STAGE_FIRST_PARAM[NUM_STAGES] = {P_LN1_W, P_PROJ_W, P_LN2_W, P_FCPROJ_W};
+
+// The unit of stage s of block l, and where block parameter p sits (unit, index in it).
+static int stage_unit(const Model* m, int l, int s) {
+  int per = m->fs->block_units;
+  return 1 + l * per + (per > 1 ? s : 0);
+}
+static int param_index(const Model* m, int p) {
+  return m->fs->block_units > 1 ? p - STAGE_FIRST_PARAM[STAGE_OF[p]] : p;
+}
+
 // What one block saves in forward for its backward.
 typedef struct {
   act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu, *out;
@@ -39,24 +56,27 @@ typedef struct GPT {
   float *r_stats, *r_lse;
 } GPT;
 
-static void add_block_params(FSDP* fs, int u, const ModelConfig* c) {
+static void add_block_params(Model* m, int l) {
+  FSDP* fs = m->fs;
+  const ModelConfig* c = &m->cfg;
   int64_t C = c->C;
   float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * c->L);  // GPT-2: residual projections scaled by 1/sqrt(2L)
   int64_t s_c[1] = {C}, s_3c[1] = {3 * C}, s_4c[1] = {4 * C};
   int64_t s_qkv[2] = {3 * C, C}, s_proj[2] = {C, C}, s_fc[2] = {4 * C, C}, s_fcp[2] = {C, 4 * C};
-  // Order matters: it is the flat layout. Weight decay only on matmul weights.
-  fsdp_add_param(fs, u, "ln1.weight", 1, s_c, INIT_ONE, 0, 0);
-  fsdp_add_param(fs, u, "ln1.bias", 1, s_c, INIT_ZERO, 0, 0);
-  fsdp_add_param(fs, u, "attn.qkv.weight", 2, s_qkv, INIT_NORMAL, std, 1);
-  fsdp_add_param(fs, u, "attn.qkv.bias", 1, s_3c, INIT_ZERO, 0, 0);
-  fsdp_add_param(fs, u, "attn.proj.weight", 2, s_proj, INIT_NORMAL, proj_std, 1);
-  fsdp_add_param(fs, u, "attn.proj.bias", 1, s_c, INIT_ZERO, 0, 0);
-  fsdp_add_param(fs, u, "ln2.weight", 1, s_c, INIT_ONE, 0, 0);
-  fsdp_add_param(fs, u, "ln2.bias", 1, s_c, INIT_ZERO, 0, 0);
-  fsdp_add_param(fs, u, "mlp.fc.weight", 2, s_fc, INIT_NORMAL, std, 1);
-  fsdp_add_param(fs, u, "mlp.fc.bias", 1, s_4c, INIT_ZERO, 0, 0);
-  fsdp_add_param(fs, u, "mlp.proj.weight", 2, s_fcp, INIT_NORMAL, proj_std, 1);
-  fsdp_add_param(fs, u, "mlp.proj.bias", 1, s_c, INIT_ZERO, 0, 0);
+  struct { const char* name; int ndim; const int64_t* shape; InitRule init; float std; int decay; } t[NUM_BLOCK_PARAMS] = {
+      {"ln1.weight", 1, s_c, INIT_ONE, 0, 0},           {"ln1.bias", 1, s_c, INIT_ZERO, 0, 0},
+      {"attn.qkv.weight", 2, s_qkv, INIT_NORMAL, std, 1}, {"attn.qkv.bias", 1, s_3c, INIT_ZERO, 0, 0},
+      {"attn.proj.weight", 2, s_proj, INIT_NORMAL, proj_std, 1}, {"attn.proj.bias", 1, s_c, INIT_ZERO, 0, 0},
+      {"ln2.weight", 1, s_c, INIT_ONE, 0, 0},           {"ln2.bias", 1, s_c, INIT_ZERO, 0, 0},
+      {"mlp.fc.weight", 2, s_fc, INIT_NORMAL, std, 1},  {"mlp.fc.bias", 1, s_4c, INIT_ZERO, 0, 0},
+      {"mlp.proj.weight", 2, s_fcp, INIT_NORMAL, proj_std, 1}, {"mlp.proj.bias", 1, s_c, INIT_ZERO, 0, 0}};
+  // Order matters: it is the flat layout (of the block, or of each stage's unit). Weight decay
+  // only on matmul weights. Every parameter keeps the identity it has in the block's unit.
+  for (int p = 0; p < NUM_BLOCK_PARAMS; p++) {
+    int u = stage_unit(m, l, STAGE_OF[p]);
+    int i = fsdp_add_param(fs, u, t[p].name, t[p].ndim, t[p].shape, t[p].init, t[p].std, t[p].decay);
+    fsdp_set_home(fs, u, i, 1 + l, p);
+  }
 }
 
 static void plan_acts(MemPlan* p, const char* group, const char* name, size_t elems, size_t esize, void** target) {
@@ -82,11 +102,16 @@ void gpt_plan(Model* m) {
   fsdp_add_param(fs, 0, "wpe", 2, s_wpe, INIT_NORMAL, 0.01f, d);
   fsdp_add_param(fs, 0, "lnf.weight", 1, s_c, INIT_ONE, 0, 0);
   fsdp_add_param(fs, 0, "lnf.bias", 1, s_c, INIT_ZERO, 0, 0);
+  static const char* stage_names[NUM_STAGES] = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"};
+  fs->block_units = fs->opt.wrap == WRAP_LINEAR ? NUM_STAGES : 1;
   for (int l = 0; l < L; l++) {
-    char name[32];
-    snprintf(name, sizeof name, "block.%d", l);
-    fsdp_unit_name(fs, 1 + l, name);
-    add_block_params(fs, 1 + l, cfg);
+    for (int s = 0; s < fs->block_units; s++) {
+      char name[32];
+      if (fs->block_units > 1) snprintf(name, sizeof name, "block.%d.%s", l, stage_names[s]);
+      else snprintf(name, sizeof name, "block.%d", l);
+      fsdp_unit_name(fs, stage_unit(m, l, s), name);
+    }
+    add_block_params(m, l);
   }
   fsdp_finalize_layout(fs);
 
@@ -162,63 +187,99 @@ static AttnShape attn_shape(const Model* m) {
                      .q_stride = 3 * C, .kv_stride = 3 * C, .scale = 1.0f / sqrtf((float)(C / H)), .causal = 1};
 }
 
-// One block: x -> ln1 -> attention -> +x -> ln2 -> MLP -> + : the pre-norm GPT-2 block.
-static void block_forward(Model* m, int l, const act_t* x) {
+#define P(i) fsdp_param(fs, stage_unit(m, l, STAGE_OF[i]), param_index(m, i))
+#define G(i) fsdp_grad(fs, stage_unit(m, l, STAGE_OF[i]), param_index(m, i))
+
+// One stage of the pre-norm GPT-2 block x -> ln1 -> attention -> +x -> ln2 -> MLP -> +.
+static void stage_forward(Model* m, int l, int s, const act_t* x) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
   BlockActs* a = &g->blocks[l];
-  int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
-#define P(i) fsdp_param(fs, u, i)
-  layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(P_LN1_W), P(P_LN1_B), N, C, LN_EPS);
-  matmul_forward(k, a->qkv, a->ln1, P(P_QKV_W), P(P_QKV_B), N, C, 3 * C);
-  attention_forward(k, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
-  matmul_forward(k, g->scratch_c, a->atty, P(P_PROJ_W), P(P_PROJ_B), N, C, C);
-  residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->scratch_c,
-                             P(P_LN2_W), P(P_LN2_B), N, C, LN_EPS);
-  matmul_forward_gelu(k, a->fch_gelu, a->fch, a->ln2, P(P_FC_W), P(P_FC_B), N, C, 4 * C);
-  matmul_forward(k, a->out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
-  add_inplace(k, a->out, a->res2, (size_t)N * C);
-#undef P
+  int N = m->B * m->T, C = m->cfg.C;
+  switch (s) {
+    case S_QKV:
+      layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(P_LN1_W), P(P_LN1_B), N, C, LN_EPS);
+      matmul_forward(k, a->qkv, a->ln1, P(P_QKV_W), P(P_QKV_B), N, C, 3 * C);
+      attention_forward(k, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
+      break;
+    case S_PROJ: matmul_forward(k, g->scratch_c, a->atty, P(P_PROJ_W), P(P_PROJ_B), N, C, C); break;
+    case S_FC:
+      residual_layernorm_forward(k, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, x, g->scratch_c,
+                                 P(P_LN2_W), P(P_LN2_B), N, C, LN_EPS);
+      matmul_forward_gelu(k, a->fch_gelu, a->fch, a->ln2, P(P_FC_W), P(P_FC_B), N, C, 4 * C);
+      break;
+    case S_FCPROJ:
+      matmul_forward(k, a->out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
+      add_inplace(k, a->out, a->res2, (size_t)N * C);
+      break;
+  }
 }
 
-// --recompute selective: the cheap tensors of block l again, from the kept matmul outputs:
-// both LayerNorms (with their statistics) and the GELU, the same kernels the forward ran.
-static void block_recompute_cheap(Model* m, int l, const act_t* x) {
-  FSDP* fs = m->fs;
-  KernelCtx* k = fs->kctx;
-  BlockActs* a = &((GPT*)m->impl)->blocks[l];
-  int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
-  layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, fsdp_param(fs, u, P_LN1_W), fsdp_param(fs, u, P_LN1_B), N, C, LN_EPS);
-  layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, fsdp_param(fs, u, P_LN2_W), fsdp_param(fs, u, P_LN2_B), N, C,
-                    LN_EPS);
-  gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
-}
-
-// Backward of one block. g->dresidual holds d(out) on entry and d(x) on exit.
-static void block_backward(Model* m, int l, const act_t* x) {
+// Backward of one stage. g->dresidual holds d(out) on entry to the last stage and d(x) on exit
+// from the first. --recompute selective first refills the stage's cheap tensors (its norm with
+// its statistics, the GELU) from the kept matmul outputs, with the kernels the forward ran.
+static void stage_backward(Model* m, int l, int s, const act_t* x) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
   BlockActs* a = &g->blocks[l];
-  int u = 1 + l, N = m->B * m->T, C = m->cfg.C;
-#define P(i) fsdp_param(fs, u, i)
-#define G(i) fsdp_grad(fs, u, i)
+  int N = m->B * m->T, C = m->cfg.C, selective = fs->opt.recompute == RECOMPUTE_SELECTIVE;
   act_t* dres = g->dresidual;
-  // MLP: out = res2 + proj(gelu(fc(ln2)))
-  matmul_backward(k, g->dfch, G(P_FCPROJ_W), G(P_FCPROJ_B), dres, a->fch_gelu, P(P_FCPROJ_W), N, 4 * C, C);
-  gelu_backward(k, g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
-  matmul_backward(k, g->dln, G(P_FC_W), G(P_FC_B), g->dfch, a->ln2, P(P_FC_W), N, C, 4 * C);
-  // dres becomes d(res2): the skip path plus the norm's input gradient (accumulated).
-  layernorm_backward(k, dres, G(P_LN2_W), G(P_LN2_B), g->dln, a->res2, P(P_LN2_W), a->ln2_mean, a->ln2_rstd, N, C);
-  // Attention: res2 = x + proj(attention(qkv(ln1)))
-  matmul_backward(k, g->datty, G(P_PROJ_W), G(P_PROJ_B), dres, a->atty, P(P_PROJ_W), N, C, C);
-  attention_backward(k, g->dqkv, g->dqkv + C, g->dqkv + 2 * C, NULL, g->datty, a->atty, a->lse, a->qkv,
-                     a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
-  matmul_backward(k, g->dln, G(P_QKV_W), G(P_QKV_B), g->dqkv, a->ln1, P(P_QKV_W), N, C, 3 * C);
-  layernorm_backward(k, dres, G(P_LN1_W), G(P_LN1_B), g->dln, x, P(P_LN1_W), a->ln1_mean, a->ln1_rstd, N, C);
+  switch (s) {
+    case S_FCPROJ:  // out = res2 + proj(gelu(fc(ln2)))
+      if (selective) gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+      matmul_backward(k, g->dfch, G(P_FCPROJ_W), G(P_FCPROJ_B), dres, a->fch_gelu, P(P_FCPROJ_W), N, 4 * C, C);
+      break;
+    case S_FC:
+      if (selective)
+        layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(P_LN2_W), P(P_LN2_B), N, C, LN_EPS);
+      gelu_backward(k, g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
+      matmul_backward(k, g->dln, G(P_FC_W), G(P_FC_B), g->dfch, a->ln2, P(P_FC_W), N, C, 4 * C);
+      // dres becomes d(res2): the skip path plus the norm's input gradient (accumulated).
+      layernorm_backward(k, dres, G(P_LN2_W), G(P_LN2_B), g->dln, a->res2, P(P_LN2_W), a->ln2_mean, a->ln2_rstd, N, C);
+      break;
+    case S_PROJ:  // res2 = x + proj(attention(qkv(ln1)))
+      matmul_backward(k, g->datty, G(P_PROJ_W), G(P_PROJ_B), dres, a->atty, P(P_PROJ_W), N, C, C);
+      break;
+    case S_QKV:
+      if (selective)
+        layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(P_LN1_W), P(P_LN1_B), N, C, LN_EPS);
+      attention_backward(k, g->dqkv, g->dqkv + C, g->dqkv + 2 * C, NULL, g->datty, a->atty, a->lse, a->qkv,
+                         a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
+      matmul_backward(k, g->dln, G(P_QKV_W), G(P_QKV_B), g->dqkv, a->ln1, P(P_QKV_W), N, C, 3 * C);
+      layernorm_backward(k, dres, G(P_LN1_W), G(P_LN1_B), g->dln, x, P(P_LN1_W), a->ln1_mean, a->ln1_rstd, N, C);
+      break;
+  }
+}
 #undef P
 #undef G
+
+// A block's forward with its units' schedule points: each stage's unit is unsharded before
+// its first stage and resharded after its last (one unit around all four with --wrap block).
+static void block_forward(Model* m, int l, const act_t* x) {
+  int split = m->fs->block_units > 1;
+  for (int s = 0; s < NUM_STAGES; s++) {
+    if (split || s == 0) fsdp_pre_forward(m->fs, stage_unit(m, l, s));
+    stage_forward(m, l, s, x);
+    if (split || s == NUM_STAGES - 1) fsdp_post_forward(m->fs, stage_unit(m, l, s));
+  }
+}
+
+static void block_backward(Model* m, int l, const act_t* x) {
+  FSDP* fs = m->fs;
+  int split = fs->block_units > 1;
+  // Activation checkpointing: refill the shared slices with this block's forward (the same
+  // kernels on the same inputs, so the same bits), on parameters gathered for backward.
+  if (fs->opt.recompute == RECOMPUTE_BLOCK) {
+    fsdp_pre_recompute(fs, stage_unit(m, l, 0), stage_unit(m, l, NUM_STAGES - 1));
+    for (int s = 0; s < NUM_STAGES; s++) stage_forward(m, l, s, x);
+  }
+  for (int s = NUM_STAGES - 1; s >= 0; s--) {
+    if (split || s == NUM_STAGES - 1) fsdp_pre_backward(fs, stage_unit(m, l, s));
+    stage_backward(m, l, s, x);
+    if (split || s == 0) fsdp_post_backward(fs, stage_unit(m, l, s));
+  }
 }
 
 static const act_t* block_input(Model* m, int l) {
@@ -233,11 +294,7 @@ void gpt_forward(Model* m, int use_targets, float dloss) {
   fsdp_pre_forward(fs, 0);
   embedding_forward(k, g->encoded, m->inputs, fsdp_param(fs, 0, R_WTE), fsdp_param(fs, 0, R_WPE), N, m->T, C);
   fsdp_post_forward(fs, 0);
-  for (int l = 0; l < L; l++) {
-    fsdp_pre_forward(fs, 1 + l);
-    block_forward(m, l, block_input(m, l));
-    fsdp_post_forward(fs, 1 + l);
-  }
+  for (int l = 0; l < L; l++) block_forward(m, l, block_input(m, l));
   // The root is still unsharded: final norm and the tied lm_head (logits = lnf @ wte^T).
   const act_t* last = block_input(m, L);
   layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
@@ -257,15 +314,7 @@ void gpt_backward(Model* m) {
   fill_zero_act(k, g->dresidual, (size_t)N * C);
   layernorm_backward(k, g->dresidual, fsdp_grad(fs, 0, R_LNF_W), fsdp_grad(fs, 0, R_LNF_B), g->dln,
                      block_input(m, L), fsdp_param(fs, 0, R_LNF_W), g->lnf_mean, g->lnf_rstd, N, C);
-  for (int l = L - 1; l >= 0; l--) {
-    fsdp_pre_backward(fs, 1 + l);
-    // Activation checkpointing: refill the shared slice with this block's forward (the same
-    // kernels on the same inputs, so the same bits), on parameters already gathered.
-    if (fs->opt.recompute == RECOMPUTE_BLOCK) block_forward(m, l, block_input(m, l));
-    if (fs->opt.recompute == RECOMPUTE_SELECTIVE) block_recompute_cheap(m, l, block_input(m, l));
-    block_backward(m, l, block_input(m, l));
-    fsdp_post_backward(fs, 1 + l);
-  }
+  for (int l = L - 1; l >= 0; l--) block_backward(m, l, block_input(m, l));
   embedding_backward(k, fsdp_grad(fs, 0, R_WTE), fsdp_grad(fs, 0, R_WPE), g->dresidual, m->inputs, N, m->T, C);
   fsdp_post_backward(fs, 0);
 }

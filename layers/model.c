@@ -4,7 +4,12 @@
 #include "fsdp/dist.h"
 #include "layers/model.h"
 
-int model_num_units(const ModelConfig* cfg) { return 1 + cfg->L + cfg->Ld; }
+int model_num_units(const ModelConfig* cfg, int wrap) {
+  if (wrap == WRAP_LINEAR && cfg->kind != MODEL_GPT)
+    fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT models have one); use --wrap block", cfg->name);
+  // --wrap linear: a GPT block is four units, one per matmul weight (layers/gpt.c).
+  return 1 + (cfg->L + cfg->Ld) * (wrap == WRAP_LINEAR ? 4 : 1);
+}
 
 void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te) {
   memset(m, 0, sizeof *m);
@@ -13,8 +18,8 @@ void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te
   m->T = T;
   m->Te = Te;
   m->fs = fs;
-  if (fs->nunits != model_num_units(cfg))
-    fatal("model %s has %d units but the FSDP runtime was made for %d", cfg->name, model_num_units(cfg), fs->nunits);
+  if (fs->nunits != model_num_units(cfg, fs->opt.wrap))
+    fatal("model %s has %d units but the FSDP runtime was made for %d", cfg->name, model_num_units(cfg, fs->opt.wrap), fs->nunits);
   if (cfg->kind == MODEL_GPT) gpt_plan(m);
   else t5_plan(m);
 }

@@ -31,8 +31,9 @@ typedef struct {
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen);
 // Lists the presets, one per line, for --help and error messages.
 void model_list_presets(char* out, size_t len);
-// Units of the model: the root + one per block.
-int model_num_units(const ModelConfig* cfg);
+// Units of the model: the root + one per block (--wrap block) or one per matmul weight of a
+// block (--wrap linear, GPT only: any other model is refused with a message naming the fix).
+int model_num_units(const ModelConfig* cfg, int wrap);
 
 // A model instance bound to an FSDP runtime, with activations for micro-batches of B rows.
 typedef struct {

@@ -24,6 +24,9 @@ expect "missing --data refused" 2 "--data is required" $BIN $M
 expect "unknown model lists the presets" 2 "unknown model 'gpt5'.*|gpt2-124m" $BIN --model gpt5 --data $DATA
 expect "custom model with C not divisible by H refused" 2 "divisible by the number of heads" $BIN --model gpt:C=70,H=3 --data $DATA
 expect "bad --shard refused" 2 "--shard expects full, grad-op, none or hybrid:F" $BIN $M --data $DATA --shard half
+expect "bad --wrap refused" 2 "--wrap expects block or linear" $BIN $M --data $DATA --wrap layer
+expect "--wrap linear for a model without that policy names the fix" 1 "model t5-small has no per-linear wrapping policy.*use --wrap block" \
+  $BIN --model t5-small --data $DATA --wrap linear
 expect "--seq above the model's T refused" 2 "maximum sequence length" $BIN $M --data $DATA --seq 32
 expect "no file matching the data glob" 1 "no file matched" $BIN $M --data "$TMP/none_*.bin"
 printf 'not a shard at all, just some text that is long enough' > "$TMP/bad.bin"

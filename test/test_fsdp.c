@@ -158,7 +158,7 @@ static void build(FSDP* fs, Model* m, const char* spec, FSDPOptions opt, int B, 
   ModelConfig cfg;
   char err[512];
   if (model_config_parse(spec, &cfg, err, sizeof err)) fatal("test: %s", err);
-  fsdp_init(fs, model_num_units(&cfg), opt, g_world, NULL);
+  fsdp_init(fs, model_num_units(&cfg, opt.wrap), opt, g_world, NULL);
   model_create(m, &cfg, fs, B, T, 0, seed);
 }
 

@@ -177,6 +177,23 @@ for m in "gpt:L=3,C=72,H=3,V=509,T=32 --seq 32" "t5:L=2,C=48,H=3,D=16,F=96,V=512
   done
 done
 
+# --wrap linear makes each matmul weight its own unit (norms and biases with their neighbour):
+# the same parameters, initial values and arithmetic in more, smaller units, so the same bits as
+# --wrap block with every recompute mode and strategy, with accumulation (synchronized or not).
+RC="--model gpt:L=3,C=72,H=3,V=509,T=32 --seq 32 --data $DATA --batch 2 --steps 3 --lr 1e-3 --digest"
+for cfg in "--recompute none" "--recompute block --limit-all-gathers 1" "--recompute selective --no-sync-accum" \
+           "--recompute block --shard grad-op" "--recompute block --shard none --prefetch none"; do
+  $BIN $RC --accum 6 $cfg > "$TMP/wr_ref1.out" 2>&1
+  $MPIRUN -np 3 $BIN $RC --accum 2 $cfg > "$TMP/wr_ref3.out" 2>&1
+  $BIN $RC --accum 6 --wrap linear $cfg > "$TMP/wr_1.out" 2>&1
+  $MPIRUN -np 3 $BIN $RC --accum 2 --wrap linear $cfg > "$TMP/wr_3.out" 2>&1
+  d1=$(digest "$TMP/wr_ref1.out") d3=$(digest "$TMP/wr_ref3.out")
+  [ -n "$d1" ] && [ -n "$d3" ] && [ "$d1" = "$(digest "$TMP/wr_1.out")" ] && [ "$d3" = "$(digest "$TMP/wr_3.out")" ] &&
+    grep -q "units  *| 13 " "$TMP/wr_1.out" &&
+    ok "--wrap linear $cfg: 13 units, bit-identical to --wrap block on 1 rank (accum 6) and 3 ranks (accum 2)" ||
+    bad "--wrap linear $cfg: W=1 $d1 vs $(digest "$TMP/wr_1.out"); W=3 $d3 vs $(digest "$TMP/wr_3.out")"
+done
+
 # Sharded layout, init and memory on W ranks (each rank checks its own shard).
 for W in 2 3 4; do
   if $MPIRUN -np $W build/test/test_fsdp > "$TMP/fsdp$W.out" 2>&1; then ok "test_fsdp on $W ranks: $(tail -1 "$TMP/fsdp$W.out")"

@@ -36,17 +36,27 @@ def unit_numel(shapes):
     return end
 
 
-def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none"):
+def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wrap="block"):
     """Bytes of every region of one rank's plan, in fp32 (the CPU backend)."""
     Vp = up(V, 128)
     root = unit_numel([Vp * C, T * C, C, C])
-    block = unit_numel([C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C])
+    if wrap == "block":
+        blocks = [unit_numel([C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C])]
+    else:  # a unit per matmul weight: [ln1, qkv] [proj] [ln2, fc] [fc proj]
+        blocks = [unit_numel([C, C, 3 * C * C, 3 * C]), unit_numel([C * C, C]), unit_numel([C, C, 4 * C * C, 4 * C]),
+                  unit_numel([4 * C * C, C])]
     F = {"full": W, "grad-op": W, "none": 1}.get(strategy) or int(strategy.split(":")[1])
     reshard = strategy == "full" or strategy.startswith("hybrid")
-    pr, pb = up(root, F * 128), up(block, F * 128)
-    shard_total = pr // F + L * (pb // F)
-    nslots = min(K, L) if reshard else L
-    ngrad = min(2, L) if sync else L
+    pr = up(root, F * 128)
+    pbs = [up(b, F * 128) for b in blocks]
+    pb = max(pbs)  # the slot size: the largest non-root unit
+    shard_total = pr // F + L * sum(p // F for p in pbs)
+    units = L * len(blocks)
+    nslots = K if reshard else units
+    if recompute == "block" and len(blocks) > 1:
+        nslots = max(nslots, len(blocks) + 1)  # a block's units together, plus one prefetch
+    nslots = min(nslots, units)
+    ngrad = min(2, units) if sync else units
     N, f = B * T, 4
     # --recompute: one shared slice for what is recomputed (block: all but the block outputs;
     # selective: norms, their statistics and the GELU), L slices for the rest.
@@ -104,6 +114,20 @@ for spec, shape, B, T in configs:
         want, _ = gpt_plan(B=B, W=2, strategy="full", recompute=mode, **shape)
         check("plan %s --recompute %s: %s bytes" % (spec, mode, plan_bytes(out)), rc == 0 and plan_bytes(out) == want,
               "got %s, computed by hand %d" % (plan_bytes(out), want))
+# --wrap linear: four units per block, slots and gradient buffers the size of the largest
+# matmul unit; with --recompute block a block's four units plus one prefetch are unsharded.
+for spec, shape, B, T in configs:
+    for W, strategy, mode, K in [(1, "full", "none", 2), (3, "full", "block", 2), (4, "grad-op", "none", 2), (8, "hybrid:4", "selective", 3),
+                                 (2, "full", "block", 7)]:
+        rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy,
+                       "--wrap", "linear", "--recompute", mode, "--limit-all-gathers", str(K)])
+        want, _ = gpt_plan(B=B, W=W, strategy=strategy, recompute=mode, K=K, wrap="linear", **shape)
+        check("plan %s W=%d %s --wrap linear --recompute %s -K %d: %s bytes" % (spec, W, strategy, mode, K, plan_bytes(out)),
+              rc == 0 and plan_bytes(out) == want, "got %s, computed by hand %d" % (plan_bytes(out), want))
+blk = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block"])[1])
+lin = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block",
+                      "--wrap", "linear"])[1])
+check("gpt3-175b on 128 ranks: --wrap linear plans less than --wrap block (%.1f vs %.1f GiB)" % (lin / 2**30, blk / 2**30), lin < blk)
 # Sharding divides the per-rank state: 16 bytes per padded element / F.
 _, s1 = gpt_plan(12, 768, 12, 50257, 1024, 4, 1, "full")
 _, s8 = gpt_plan(12, 768, 12, 50257, 1024, 4, 8, "full")

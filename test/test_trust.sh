@@ -225,6 +225,16 @@ run opt_res $BIN $M $CONST --steps 5 --recompute selective --resume "$TMP/ck_opt
 [ $rc = 0 ] && [ "$(digest "$TMP/opt_res.out")" = "$(digest "$TMP/ref.out")" ] &&
   ok "saved with --recompute block --loss-scale dynamic, resumed with --recompute selective: bit-identical" ||
   bad "resume across options" "$(show opt_res)"
+# --wrap only regroups the same parameters into units: checkpoints move between the policies
+# and world sizes (3 ranks x batch 2 = 1 rank x batch 2 x accum 3, as above).
+run wrap_save $BIN $M $CONST --steps 3 --accum 3 --wrap linear --save "$TMP/ck_wrap"
+run wrap_res $BIN $M $CONST --steps 5 --accum 3 --resume "$TMP/ck_wrap" --digest
+run wrap_res3 $MPIRUN -np 3 $BIN $M $CONST --steps 5 --wrap linear --recompute block --resume "$TMP/ck_wrap" --digest
+run wrap_back $BIN $M $CONST --steps 5 --wrap linear --resume "$TMP/ck_opts" --digest
+[ "$(digest "$TMP/wrap_res.out")" = "$(digest "$TMP/ref_a3.out")" ] && [ "$(digest "$TMP/wrap_res3.out")" = "$(digest "$TMP/ref_a3.out")" ] &&
+  [ "$(digest "$TMP/wrap_back.out")" = "$(digest "$TMP/ref.out")" ] &&
+  ok "saved with --wrap linear, resumed with --wrap block and on 3 ranks with --recompute block; saved with --wrap block, resumed with linear: bit-identical" ||
+  bad "resume across --wrap" "$(show wrap_res; show wrap_res3; show wrap_back)"
 run ls_bad $BIN $M --loss-scale 1e30
 [ $rc = 2 ] && has ls_bad "would overflow the gradients on the first step" && ok "a loss scale that would overflow is refused" ||
   bad "--loss-scale 1e30" "$(show ls_bad)"

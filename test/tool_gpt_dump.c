@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   FSDPOptions opt = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                      .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32};
   FSDP fs;
-  fsdp_init(&fs, model_num_units(&cfg), opt, comm_world(), NULL);
+  fsdp_init(&fs, model_num_units(&cfg, opt.wrap), opt, comm_world(), NULL);
   Model m;
   model_create(&m, &cfg, &fs, B, T, 0, seed);
   if (!strcmp(init, "wide")) wide_init(&fs, seed);

@@ -100,7 +100,7 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
   }
   KernelCtx* k = kernels_init(0);
   FSDP* fs = xcalloc(1, sizeof(FSDP), "prediction");
-  fsdp_init_plan(fs, model_num_units(cfg), o->fsdp, W);
+  fsdp_init_plan(fs, model_num_units(cfg, o->fsdp.wrap), o->fsdp, W);
   bind_groups(fs, k);
   Model model;
   model_plan(&model, cfg, fs, B, T, Te);

@@ -44,6 +44,9 @@ static void print_help(void) {
       "  --recompute R         none (default) | block: keep only each block's output and re-run\n"
       "                        its forward in backward | selective: keep matmul and attention\n"
       "                        outputs, recompute norms and activation functions\n"
+      "  --wrap W              block (default): one unit per transformer block | linear: one\n"
+      "                        unit per matmul weight (GPT), norms and biases with their\n"
+      "                        neighbour: smaller slots and gradient buffers (the 1T recipe)\n"
       "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
       "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
       "  --comm-timeout S      end every rank when a collective is unfinished after S seconds,\n"
@@ -137,7 +140,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT,
-       OPT_BACKEND };
+       OPT_BACKEND, OPT_WRAP };
 
 Options parse_options(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
@@ -176,7 +179,7 @@ Options parse_options(int argc, char** argv) {
       {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
       {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
-      {"backend", required_argument, 0, OPT_BACKEND},
+      {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -220,6 +223,11 @@ Options parse_options(int argc, char** argv) {
         else if (!strcmp(optarg, "block")) o.fsdp.recompute = RECOMPUTE_BLOCK;
         else if (!strcmp(optarg, "selective")) o.fsdp.recompute = RECOMPUTE_SELECTIVE;
         else usage_error("--recompute expects none, block or selective, got '%s'", optarg);
+        break;
+      case OPT_WRAP:
+        if (!strcmp(optarg, "block")) o.fsdp.wrap = WRAP_BLOCK;
+        else if (!strcmp(optarg, "linear")) o.fsdp.wrap = WRAP_LINEAR;
+        else usage_error("--wrap expects block or linear, got '%s'", optarg);
         break;
       case 'v': o.eval_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'B': o.eval_batches = (int)parse_long(name, optarg, 1, 1 << 20); break;

@@ -43,6 +43,7 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   log0("| %-22s | %-30s |\n", "recompute", o->fsdp.recompute == RECOMPUTE_BLOCK       ? "block (activation checkpointing)"
                                           : o->fsdp.recompute == RECOMPUTE_SELECTIVE ? "selective (norms, activations)"
                                                                                      : "none");
+  log0("| %-22s | %-30s |\n", "wrap", o->fsdp.wrap == WRAP_LINEAR ? "linear (a unit per matmul)" : "block");
   log0("| %-22s | %-30s |\n", "gradient accumulation", o->fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
   log0("| %-22s | %-30d |\n", "micro-batch (B)", m->B);
   if (c->kind == MODEL_T5) {
@@ -69,7 +70,7 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
 // Bytes per rank of the plan of a `world`-rank run with the FSDP options f (plan only).
 static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, int Te, int world) {
   FSDP fs;
-  fsdp_init_plan(&fs, model_num_units(cfg), f, world);
+  fsdp_init_plan(&fs, model_num_units(cfg, f.wrap), f, world);
   Model m;
   model_plan(&m, cfg, &fs, B, T, Te);
   return fs.plan.total;  // (the layout tables are left to the process: planning is short-lived)
@@ -120,7 +121,7 @@ static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, in
 // planner a real run allocates from, and the FSDP paper's formula beside it.
 void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world) {
   FSDP fs;
-  fsdp_init_plan(&fs, model_num_units(cfg), o->fsdp, world);
+  fsdp_init_plan(&fs, model_num_units(cfg, o->fsdp.wrap), o->fsdp, world);
   Model m;
   model_plan(&m, cfg, &fs, B, T, Te);
   print_model_line(cfg);

@@ -39,7 +39,7 @@ static int64_t layout(FSDP* fs, const ModelConfig* cfg, OutTensor** out, int* n,
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) {
       ParamMap map;
-      if (weights_map_param(export_format(cfg), cfg, export_prefix(cfg), u, &fs->units[u].params[i], &map))
+      if (weights_map_param(export_format(cfg), cfg, export_prefix(cfg), fs->units[u].params[i].home_unit, &fs->units[u].params[i], &map))
         fatal("--export: no tensor name for %s.%s", fs->units[u].name, fs->units[u].params[i].name);
       for (int k = 0; k < map.npieces; k++) {
         if (count == cap) t = realloc(t, (cap *= 2) * sizeof *t);

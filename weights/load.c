@@ -111,7 +111,7 @@ static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
     for (int i = 0; i < fs->units[u].nparams; i++) {
       const ParamInfo* p = &fs->units[u].params[i];
       ParamMap map;
-      if (weights_map_param(tf->format, cfg, tf->prefix, u, p, &map))
+      if (weights_map_param(tf->format, cfg, tf->prefix, p->home_unit, p, &map))
         fatal("--init-from: no tensor maps to parameter %s.%s of model %s", fs->units[u].name, p->name, cfg->name);
       for (int k = 0; k < map.npieces; k++) {
         const Piece* pc = &map.piece[k];

@@ -62,6 +62,8 @@ same "--limit-all-gathers 1" X=1 -- --limit-all-gathers 1
 same "--limit-all-gathers 2 --prefetch forward" X=1 -- --limit-all-gathers 2 --prefetch forward
 for seed in 2 3 4; do same "stream interleaving CUDASIM_SEED=$seed" CUDASIM_SEED=$seed --; done
 same "--recompute block (activation checkpointing)" X=1 -- --recompute block
+same "--wrap linear (a unit per matmul weight)" CUDASIM_SEED=5 -- --wrap linear
+same "--wrap linear --recompute block --limit-all-gathers 1" X=1 -- --wrap linear --recompute block --limit-all-gathers 1
 same "--loss-scale dynamic, doubled every 2 steps (power-of-two scaling is exact in bf16)" X=1 -- --loss-scale dynamic --loss-scale-window 2
 # Selective recompute runs the GELU unfused (gelu_forward) where the forward fused it into the
 # matmul's epilogue, and the LayerNorm from the bf16-stored residual: the last bf16 bit may

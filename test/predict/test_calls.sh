@@ -59,6 +59,8 @@ same "GPT, 2 ranks, full shard, 2 micro-steps" 2 "$GPT --accum 2"
 same "GPT, 2 ranks, grad-op, no prefetch, limit 1" 2 "$GPT --shard grad-op --prefetch none --limit-all-gathers 1"
 same "GPT, 3 ranks, no-sync accumulation" 3 "$GPT --accum 2 --no-sync-accum"
 same "GPT, 2 ranks, DDP (none), forward prefetch only" 2 "$GPT --shard none --prefetch forward"
+same "GPT, 2 ranks, --wrap linear --recompute block" 2 "$GPT --wrap linear --recompute block"
+same "GPT, 1 rank, --wrap linear --recompute selective --limit-all-gathers 3" 1 "$GPT --wrap linear --recompute selective --limit-all-gathers 3"
 same "T5, 2 ranks, hybrid:1" 2 "$T5 --shard hybrid:1"
 same "T5 v1.1, 1 rank, 2 micro-steps" 1 "$T5G --accum 2"
 
