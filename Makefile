@@ -121,7 +121,7 @@ LDLIBS_CUDA := $(CUBLASLT_SO) $(CUBLAS_SO) $(CUDART_SO) $(NCCL_LIBS) \
 CUDA_KERNEL_SRCS := $(wildcard kernels/cuda/*.cu)
 CUDA_KERNEL_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CUDA_KERNEL_SRCS))
 CUDA_HOST_SRCS := train_gpt.c $(filter-out $(CUDA_COMM_EXCLUDE),$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
-                  $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
+                  $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c) $(wildcard kernels/host/*.c)
 CUDA_HOST_OBJS := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_HOST_SRCS))
 CUDA_HEADERS := $(HEADERS) $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h)
 
@@ -284,7 +284,7 @@ print-sim-host-objs:
 # layers/, data/, train/) on the simulator, NCCL over MPI (test/cudasim/nccl.cpp). Same options
 # as train_gpt; run it under mpirun for several ranks.
 SIM_HOST_SRCS := train_gpt.c $(filter-out %_cpu.c fsdp/comm_mpi.c,$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
-                 $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
+                 $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c) $(wildcard kernels/host/*.c)
 SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
 MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 $(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h

@@ -9,7 +9,10 @@
 #define FSDP_DEVICE_H
 #include <stddef.h>
 
-typedef enum { STREAM_COMPUTE = 0, STREAM_ALL_GATHER = 1, STREAM_REDUCE_SCATTER = 2 } StreamId;
+// STREAM_COPY carries the activation copies of --offload activations (device <-> host), so
+// they overlap compute without queueing behind collectives.
+typedef enum { STREAM_COMPUTE = 0, STREAM_ALL_GATHER = 1, STREAM_REDUCE_SCATTER = 2, STREAM_COPY = 3 } StreamId;
+#define DEVICE_STREAMS 4
 typedef struct DeviceEvent DeviceEvent;
 
 void* device_alloc_zeroed(size_t bytes, const char* what);
@@ -46,4 +49,14 @@ void* device_stream(StreamId s);
 size_t device_free_bytes(void);
 void device_copy_to_host(void* dst, const void* src, size_t bytes);
 void device_copy_to_device(void* dst, const void* src, size_t bytes);
+// Pinned host memory (--offload): what the GPU copies to and from asynchronously. The CPU
+// backend allocates ordinary memory.
+void* device_host_alloc_zeroed(size_t bytes, const char* what);
+void device_host_free(void* p);
+// Zeroes pinned host memory on the host (the timeline backend models the time instead).
+void device_host_zero(void* p, size_t bytes);
+// A copy between device and pinned host memory (either direction, or within one) queued on
+// stream s: it runs after the work queued there before it; wait on an event recorded after it
+// before reading dst. The CPU backend copies at once.
+void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s);
 #endif

@@ -5,12 +5,14 @@
 // every kernel runs on and two communication streams; StreamId maps onto them in order:
 //   STREAM_COMPUTE -> the kernels' stream, STREAM_ALL_GATHER and STREAM_REDUCE_SCATTER -> the
 //   two others (separate streams so that NCCL never serializes an all-gather behind a
-//   reduce-scatter, as in PyTorch FSDP). The schedule orders them only through events.
+//   reduce-scatter, as in PyTorch FSDP), and STREAM_COPY -> a fourth, for activation copies.
+//   The schedule orders them only through events.
 // Copies run on the compute stream, so they are ordered after the kernels that produced their
 // source; a copy to the host waits for its completion.
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fsdp/device.h"
 #include "fsdp/dist.h"
@@ -177,3 +179,27 @@ void device_copy_to_device(void* dst, const void* src, size_t bytes) {
   (void)cudaGetLastError();  // a host pointer unknown to CUDA is not an error here
   if (!from_device) CUDA_OK(cudaStreamSynchronize(s));
 }
+
+void* device_host_alloc_zeroed(size_t bytes, const char* what) {
+  void* p = NULL;
+  cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fatal("out of pinned host memory: cudaMallocHost of %zu bytes (%.2f GiB) for %s failed (%s); see the "
+          "pinned host part of --plan, offload less (--offload) or use more ranks", bytes, bytes / 1073741824.0, what,
+          cudaGetErrorString(e));
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+
+void device_host_free(void* p) {
+  if (p) CUDA_OK(cudaFreeHost(p));
+}
+
+// Pinned host memory makes the copy truly asynchronous (a pageable one would stage on the host).
+void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s) {
+  if (bytes) CUDA_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(s)));
+}
+
+void device_host_zero(void* p, size_t bytes) { memset(p, 0, bytes); }

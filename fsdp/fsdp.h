@@ -102,7 +102,15 @@ typedef struct {
   // own unit (norms and biases with their neighbour), so the slots and gradient buffers shrink
   // to the largest matmul and collectives overlap at a finer grain.
   int wrap;
+  // CPU offload (--offload; FSDP paper section 3.1 and 7, ZeRO-Offload): OFFLOAD_* bits of
+  // what lives in pinned host memory instead of the device. PARAMS: the fp32 master shards
+  // (copied in before each unshard); GRADS: the fp32 gradient shards (each reduced chunk is
+  // accumulated on the device and copied back); OPTIM: AdamW m and v, and the optimizer step
+  // runs on the host; ACTIVATIONS: each block's output, copied out in forward and back in
+  // before its backward on the copy stream.
+  int offload;
 } FSDPOptions;
+enum { OFFLOAD_PARAMS = 1, OFFLOAD_OPTIM = 2, OFFLOAD_GRADS = 4, OFFLOAD_ACTIVATIONS = 8 };
 enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE };
 enum { WRAP_BLOCK, WRAP_LINEAR };
 
@@ -159,6 +167,10 @@ typedef struct {
   float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;
   act_t* region_slots;
   double* norm_blocks;              // workspace: per-block sums of squares of one shard
+  // --offload staging: a master shard copied in for its unshard (params), a gradient shard
+  // copied in to accumulate into (grads), and the optimizer step's copies of the master and
+  // gradient shards when they live on the other side of the step (host step: optim).
+  float *offload_master_in, *offload_grad_acc, *step_master, *step_grad;
   int nonfinite_unit;               // after fsdp_grad_norm: the first unit whose gradient shard
                                     // held a NaN or inf on any rank, -1 when none
 } FSDP;
@@ -203,6 +215,10 @@ void fsdp_materialize(FSDP* fs, uint64_t seed);
 int64_t fsdp_num_params(const FSDP* fs);
 int64_t fsdp_num_padded(const FSDP* fs);
 const char* fsdp_strategy_name(ShardStrategy s);
+// Parses "params,optim,grads,activations" (any subset, any order), "all" or "none" into
+// OFFLOAD_* bits; returns 0 or -1. fsdp_offload_name writes the bits back as such a list.
+int fsdp_parse_offload(const char* s, int* bits);
+void fsdp_offload_name(int bits, char* out, size_t len);
 // Parses "full", "grad-op", "none", "hybrid:F"; returns 0 or -1.
 int fsdp_parse_strategy(const char* s, FSDPOptions* opt);
 

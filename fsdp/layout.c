@@ -38,6 +38,39 @@ int fsdp_parse_strategy(const char* s, FSDPOptions* opt) {
   return 0;
 }
 
+static const struct {
+  const char* name;
+  int bit;
+} OFFLOADS[] = {{"params", OFFLOAD_PARAMS}, {"optim", OFFLOAD_OPTIM}, {"grads", OFFLOAD_GRADS},
+                {"activations", OFFLOAD_ACTIVATIONS}};
+#define NOFFLOADS (int)(sizeof OFFLOADS / sizeof *OFFLOADS)
+
+int fsdp_parse_offload(const char* s, int* bits) {
+  *bits = 0;
+  if (!strcmp(s, "none")) return 0;
+  if (!strcmp(s, "all")) {
+    for (int i = 0; i < NOFFLOADS; i++) *bits |= OFFLOADS[i].bit;
+    return 0;
+  }
+  for (const char* p = s;;) {
+    size_t n = strcspn(p, ",");
+    int found = 0;
+    for (int i = 0; i < NOFFLOADS; i++)
+      if (n == strlen(OFFLOADS[i].name) && !strncmp(p, OFFLOADS[i].name, n)) *bits |= OFFLOADS[i].bit, found = 1;
+    if (!found) return -1;
+    if (!p[n]) return 0;
+    p += n + 1;
+  }
+}
+
+void fsdp_offload_name(int bits, char* out, size_t len) {
+  size_t used = 0;
+  out[0] = 0;
+  for (int i = 0; i < NOFFLOADS; i++)
+    if (bits & OFFLOADS[i].bit) used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%s", used ? "," : "", OFFLOADS[i].name);
+  if (!bits) snprintf(out, len, "none");
+}
+
 // Sizes and groups from the strategy, for a world of W ranks seen from `rank`; no
 // communicator is touched, so --plan can lay out any world size from one process.
 static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, KernelCtx* kctx) {
@@ -216,10 +249,15 @@ void fsdp_finalize_layout(FSDP* fs) {
 
   MemPlan* p = &fs->plan;
   size_t sb = (size_t)shard_total * sizeof(float);
-  memplan_add(p, "shards", "master params (fp32)", sb, (void**)&fs->region_master);
-  memplan_add(p, "shards", "gradient (fp32)", sb, (void**)&fs->region_grad);
-  memplan_add(p, "optimizer", "adamw m (fp32)", sb, (void**)&fs->region_m);
-  memplan_add(p, "optimizer", "adamw v (fp32)", sb, (void**)&fs->region_v);
+  // --offload moves the sharded state to pinned host memory: the same regions, on the host.
+  int off = fs->opt.offload;
+  void (*params_at)(MemPlan*, const char*, const char*, size_t, void**) = off & OFFLOAD_PARAMS ? memplan_add_host : memplan_add;
+  void (*grads_at)(MemPlan*, const char*, const char*, size_t, void**) = off & OFFLOAD_GRADS ? memplan_add_host : memplan_add;
+  void (*optim_at)(MemPlan*, const char*, const char*, size_t, void**) = off & OFFLOAD_OPTIM ? memplan_add_host : memplan_add;
+  params_at(p, "shards", "master params (fp32)", sb, (void**)&fs->region_master);
+  grads_at(p, "shards", "gradient (fp32)", sb, (void**)&fs->region_grad);
+  optim_at(p, "optimizer", "adamw m (fp32)", sb, (void**)&fs->region_m);
+  optim_at(p, "optimizer", "adamw v (fp32)", sb, (void**)&fs->region_v);
   memplan_add(p, "slots", "root params (unsharded)", (size_t)fs->units[0].padded * sizeof(act_t),
               (void**)&fs->root_params);
   char name[48];
@@ -239,6 +277,16 @@ void fsdp_finalize_layout(FSDP* fs) {
     if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
   memplan_add(p, "workspace", "gradient norm blocks", (size_t)(max_shard / NORM_BLOCK) * sizeof(double),
               (void**)&fs->norm_blocks);
+  // Staging for what lives on the host: one shard at a time crosses PCIe. The optimizer step
+  // runs where AdamW's state is (the host with optim) and copies a master or gradient shard kept
+  // on the other side over and back; on the device it reuses the two device staging buffers.
+  size_t one = (size_t)max_shard * sizeof(float);
+  if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "offload: master shard in", one, (void**)&fs->offload_master_in);
+  if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "offload: gradient shard in", one, (void**)&fs->offload_grad_acc);
+  if (off & OFFLOAD_OPTIM) {
+    if (!(off & OFFLOAD_PARAMS)) memplan_add_host(p, "workspace", "host step: master shard", one, (void**)&fs->step_master);
+    if (!(off & OFFLOAD_GRADS)) memplan_add_host(p, "workspace", "host step: gradient shard", one, (void**)&fs->step_grad);
+  }
 }
 
 void fsdp_materialize(FSDP* fs, uint64_t seed) {

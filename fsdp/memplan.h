@@ -20,22 +20,28 @@ typedef struct {
   size_t bytes;
   size_t offset;
   void** target;    // where the carved pointer is stored after allocation
+  int host;         // in pinned host memory (--offload), not device memory
 } MemRegion;
 
 typedef struct {
   int n;
   MemRegion r[MEMPLAN_MAX_REGIONS];
-  size_t total;
-  void* base;       // the one allocation (NULL until memplan_allocate)
+  size_t total;       // device bytes: plan_bytes_per_rank
+  size_t host_total;  // pinned host bytes: plan_host_bytes_per_rank
+  void* base;         // the one device allocation (NULL until memplan_allocate)
+  void* host_base;    // the one pinned host allocation, when there are host regions
 } MemPlan;
 
 // Adds a region; *target receives its address when the plan is allocated.
 void memplan_add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
-// Allocates the whole plan at once (host memory on the CPU backend, device memory on CUDA)
-// and fills every target. Zero-fills the memory.
+// The same in pinned host memory (what --offload moves off the device).
+void memplan_add_host(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
+// Allocates the whole plan at once (host memory on the CPU backend, device memory on CUDA;
+// host regions in one pinned host allocation) and fills every target. Zero-fills the memory.
 void memplan_allocate(MemPlan* p);
 void memplan_free(MemPlan* p);
-// Prints the table of regions and the per-group totals (rank 0 only).
+// Prints the table of regions and the per-group totals, device then pinned host (rank 0 only).
 void memplan_print(const MemPlan* p);
+// Device bytes of a group (host regions are not counted).
 size_t memplan_group_bytes(const MemPlan* p, const char* group);
 #endif

@@ -26,7 +26,12 @@ double fsdp_grad_norm(FSDP* fs) {
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
     size_t nb = U->shard / NORM_BLOCK;
-    block_sumsq(fs->kctx, fs->norm_blocks, U->grad, U->shard);
+    const float* g = U->grad;
+    if (fs->opt.offload & OFFLOAD_GRADS) {  // a host shard: summed on the device, one at a time
+      device_copy_to_device(fs->offload_grad_acc, U->grad, (size_t)U->shard * sizeof(float));
+      g = fs->offload_grad_acc;
+    }
+    block_sumsq(fs->kctx, fs->norm_blocks, g, U->shard);
     device_copy_to_host(host, fs->norm_blocks, nb * sizeof(double));
     for (size_t b = 0; b < nb; b++) {
       if (!isfinite(host[b])) bad[u] = 1;
@@ -47,8 +52,15 @@ double fsdp_grad_norm(FSDP* fs) {
   return norm;
 }
 
+// Zeroes unit U's gradient shard where it lives (after device_synchronize when on the host).
+static void zero_grad_shard(FSDP* fs, Unit* U) {
+  if (fs->opt.offload & OFFLOAD_GRADS) device_host_zero(U->grad, (size_t)U->shard * sizeof(float));
+  else fill_zero_f32(fs->kctx, U->grad, U->shard);
+}
+
 void fsdp_skip_step(FSDP* fs) {
-  for (int u = 0; u < fs->nunits; u++) fill_zero_f32(fs->kctx, fs->units[u].grad, fs->units[u].shard);
+  if (fs->opt.offload & OFFLOAD_GRADS) device_synchronize();
+  for (int u = 0; u < fs->nunits; u++) zero_grad_shard(fs, &fs->units[u]);
   device_event_record(fs->params_updated, STREAM_COMPUTE);
 }
 
@@ -64,18 +76,36 @@ float fsdp_clip_scale(double norm, float clip) {
   return clip > 0 && norm + 1e-6 > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
 }
 
+// Copies a shard between its home and the optimizer step's side of PCIe (to_host: the host).
+static void cross(float* dst, const float* src, int64_t n, int to_host) {
+  if (to_host) device_copy_to_host(dst, src, (size_t)n * sizeof(float));
+  else device_copy_to_device(dst, src, (size_t)n * sizeof(float));
+}
+
 void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
   int m0 = trace_mark(fs->trace, TRACK_COMPUTE);
+  // --offload: the step runs where AdamW's state lives (the host with optim, ZeRO-Offload), and
+  // a master or gradient shard kept on the other side crosses PCIe for it, one unit at a time.
+  int off = fs->opt.offload, on_host = !!(off & OFFLOAD_OPTIM);
+  int p_away = !!(off & OFFLOAD_PARAMS) != on_host, g_away = !!(off & OFFLOAD_GRADS) != on_host;
+  float* p_stage = on_host ? fs->step_master : fs->offload_master_in;
+  float* g_stage = on_host ? fs->step_grad : fs->offload_grad_acc;
+  if (off & (OFFLOAD_PARAMS | OFFLOAD_OPTIM | OFFLOAD_GRADS)) device_synchronize();  // host memory is read below
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
+    float *p = U->master, *g = U->grad;
+    if (p_away) cross(p = p_stage, U->master, U->shard, on_host);
+    if (g_away) cross(g = g_stage, U->grad, U->shard, on_host);
     for (int s = 0; s < U->nseg; s++) {
       const DecaySegment* seg = &U->segs[s];
       AdamWArgs a = args;
       if (!seg->decay) a.weight_decay = 0.0f;
       size_t o = (size_t)seg->start, n = (size_t)(seg->end - seg->start);
-      adamw_update(fs->kctx, U->master + o, NULL, U->grad + o, U->m + o, U->v + o, n, a);
+      if (on_host) adamw_update_host(fs->kctx, p + o, g + o, U->m + o, U->v + o, n, a);
+      else adamw_update(fs->kctx, p + o, NULL, g + o, U->m + o, U->v + o, n, a);
     }
-    fill_zero_f32(fs->kctx, U->grad, U->shard);
+    if (p_away) cross(U->master, p, U->shard, !on_host);
+    zero_grad_shard(fs, U);
   }
   device_event_record(fs->params_updated, STREAM_COMPUTE);
   trace_span(fs->trace, "optimizer", -1, TRACK_COMPUTE, m0, trace_mark(fs->trace, TRACK_COMPUTE));

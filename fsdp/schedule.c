@@ -59,7 +59,12 @@ static void unshard(FSDP* fs, int u) {
   double t0 = trace_now();
   int m0 = trace_mark(fs->trace, TRACK_ALL_GATHER);
   if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
-  cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, U->master, U->shard);
+  const float* master = U->master;
+  if (fs->opt.offload & OFFLOAD_PARAMS) {  // the master shard is in host memory: copy it in first
+    device_copy_async(fs->offload_master_in, U->master, (size_t)U->shard * sizeof(float), STREAM_ALL_GATHER);
+    master = fs->offload_master_in;
+  }
+  cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, master, U->shard);
   comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
   fs->comm_seconds += trace_now() - t0;
   trace_span(fs->trace, "all-gather", u, TRACK_ALL_GATHER, m0, trace_mark(fs->trace, TRACK_ALL_GATHER));
@@ -198,7 +203,16 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   }
   fs->comm_seconds += trace_now() - t0;
   trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
-  add_f32(fs->kctx_reduce, U->grad, chunk, U->shard);
+  if (fs->opt.offload & OFFLOAD_GRADS) {
+    // The gradient shard is in host memory: bring it in, accumulate on the device, send it back
+    // (all on this stream, so the staging buffer is reused in order).
+    size_t bytes = (size_t)U->shard * sizeof(float);
+    device_copy_async(fs->offload_grad_acc, U->grad, bytes, STREAM_REDUCE_SCATTER);
+    add_f32(fs->kctx_reduce, fs->offload_grad_acc, chunk, U->shard);
+    device_copy_async(U->grad, fs->offload_grad_acc, bytes, STREAM_REDUCE_SCATTER);
+  } else {
+    add_f32(fs->kctx_reduce, U->grad, chunk, U->shard);
+  }
   // Compute waits on this before it reuses the buffer or reads the gradient shard.
   device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);
   fs->reduce_scatters++;

@@ -200,6 +200,10 @@ typedef struct {
 } AdamWArgs;
 void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
                   size_t n, AdamWArgs a);
+// The same update on the host, on host memory (--offload optim: the shards and AdamW state in
+// pinned host memory), with OpenMP threads; the call returns when it is done. The CPU backend's
+// adamw_update gives the same bits.
+void adamw_update_host(KernelCtx* ctx, float* p, const float* g, float* m, float* v, size_t n, AdamWArgs a);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,7 @@
 #include "fsdp/fsdp.h"
 #include "timeline/timeline.h"
 
-#define NSTREAMS 3
+#define NSTREAMS DEVICE_STREAMS
 #define MAX_REGIONS 64
 
 struct DeviceEvent {
@@ -124,6 +124,32 @@ void device_free(void* p) {
       regions[i] = regions[--nregions];
       return;
     }
+}
+
+// Pinned host memory (--offload) is reserved the same way: the host-side optimizer and copies
+// are modelled, never run.
+void* device_host_alloc_zeroed(size_t bytes, const char* what) {
+  timeline_call(__func__);
+  return device_alloc_zeroed(bytes, what);
+}
+
+void device_host_free(void* p) {
+  timeline_call(__func__);
+  device_free(p);
+}
+
+void device_host_zero(void* p, size_t bytes) {
+  timeline_call(__func__);
+  (void)p;
+  timeline_host_wait((double)bytes / timeline_cluster()->host.memory_bytes_s);
+}
+
+// An asynchronous copy over PCIe, queued on its stream like a kernel.
+void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s) {
+  timeline_call(__func__);
+  (void)dst;
+  (void)src;
+  timeline_issue(s, (double)bytes / timeline_cluster()->host.pcie_bytes_s, "host copy", 0);
 }
 
 // Is p inside the reserved device memory? (Collectives on host values are synchronous.)

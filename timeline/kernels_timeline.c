@@ -250,6 +250,11 @@ void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
   timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * n + 8.0 * (n / NORM_BLOCK));
 }
+// --offload optim: the same 28 bytes per element through host memory, on the host's clock.
+void adamw_update_host(KernelCtx* ctx, float* p, const float* g, float* m, float* v, size_t n, AdamWArgs a) {
+  timeline_call(__func__);
+  timeline_host_wait(28.0 * n / timeline_cluster()->host.memory_bytes_s);
+}
 // AdamW reads p, g, m, v and writes p, m, v (fp32), and the bf16 copy when asked.
 void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v, size_t n,
                   AdamWArgs a) {

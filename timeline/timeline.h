@@ -53,6 +53,7 @@ typedef struct {
   double launch_s;           // host time to issue one kernel or collective
   double sync_copy_s;        // a small synchronous copy (tokens in, loss out), beyond the wait
   double pcie_bytes_s;       // host <-> device copies
+  double memory_bytes_s;     // one rank's share of host memory bandwidth (--offload optim)
 } HostSpec;
 
 typedef struct {

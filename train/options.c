@@ -47,6 +47,10 @@ static void print_help(void) {
       "  --wrap W              block (default): one unit per transformer block | linear: one\n"
       "                        unit per matmul weight (GPT), norms and biases with their\n"
       "                        neighbour: smaller slots and gradient buffers (the 1T recipe)\n"
+      "  --offload LIST        keep in pinned host memory instead of the device (any of, comma\n"
+      "                        separated): params (fp32 master shards), optim (AdamW state;\n"
+      "                        the step runs on the host), grads (gradient shards),\n"
+      "                        activations (block outputs); all | none (default)\n"
       "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
       "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
       "  --comm-timeout S      end every rank when a collective is unfinished after S seconds,\n"
@@ -140,7 +144,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT,
-       OPT_BACKEND, OPT_WRAP };
+       OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
 
 Options parse_options(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
@@ -180,6 +184,7 @@ Options parse_options(int argc, char** argv) {
       {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
       {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
+      {"offload", required_argument, 0, OPT_OFFLOAD},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -223,6 +228,10 @@ Options parse_options(int argc, char** argv) {
         else if (!strcmp(optarg, "block")) o.fsdp.recompute = RECOMPUTE_BLOCK;
         else if (!strcmp(optarg, "selective")) o.fsdp.recompute = RECOMPUTE_SELECTIVE;
         else usage_error("--recompute expects none, block or selective, got '%s'", optarg);
+        break;
+      case OPT_OFFLOAD:
+        if (fsdp_parse_offload(optarg, &o.fsdp.offload))
+          usage_error("--offload expects a comma-separated list of params, optim, grads, activations (or all, none), got '%s'", optarg);
         break;
       case OPT_WRAP:
         if (!strcmp(optarg, "block")) o.fsdp.wrap = WRAP_BLOCK;

@@ -43,6 +43,9 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   log0("| %-22s | %-30s |\n", "recompute", o->fsdp.recompute == RECOMPUTE_BLOCK       ? "block (activation checkpointing)"
                                           : o->fsdp.recompute == RECOMPUTE_SELECTIVE ? "selective (norms, activations)"
                                                                                      : "none");
+  char offload[64];
+  fsdp_offload_name(o->fsdp.offload, offload, sizeof offload);
+  log0("| %-22s | %-30s |\n", "offload to host", offload);
   log0("| %-22s | %-30s |\n", "wrap", o->fsdp.wrap == WRAP_LINEAR ? "linear (a unit per matmul)" : "block");
   log0("| %-22s | %-30s |\n", "gradient accumulation", o->fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
   log0("| %-22s | %-30d |\n", "micro-batch (B)", m->B);
@@ -157,6 +160,7 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
          fs.plan.total / 1073741824.0, o->memory_limit_gib, rec[0] ? "; " : "", rec);
   }
   log0("plan_bytes_per_rank %zu\n", fs.plan.total);
+  log0("plan_host_bytes_per_rank %zu\n", fs.plan.host_total);
 }
 
 // Refuses a plan that does not fit before anything is allocated, and says what to change.

@@ -49,6 +49,7 @@ extern "C" KernelCtx* kernels_init(int device) {
   CUDA_CHECK(cudaStreamCreate(&ctx->stream));
   CUDA_CHECK(cudaStreamCreate(&ctx->comm_streams[0]));
   CUDA_CHECK(cudaStreamCreate(&ctx->comm_streams[1]));
+  CUDA_CHECK(cudaStreamCreate(&ctx->comm_streams[2]));  // the copy stream (--offload activations)
   CUBLAS_CHECK(cublasLtCreate(&ctx->lt));
   ctx->workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
   CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
@@ -87,6 +88,7 @@ extern "C" void kernels_shutdown(KernelCtx* ctx) {
   CUBLAS_CHECK(cublasLtDestroy(ctx->lt));
   CUDA_CHECK(cudaFree(ctx->workspace));
   CUDA_CHECK(cudaFree(ctx->scratch));
+  CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[2]));
   CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[1]));
   CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[0]));
   CUDA_CHECK(cudaStreamDestroy(ctx->stream));
@@ -108,6 +110,7 @@ extern "C" void* kernels_cuda_stream(int which) {
   }
   if (which == 1) return (void*)live_ctx->comm_streams[0];
   if (which == 2) return (void*)live_ctx->comm_streams[1];
+  if (which == 3) return (void*)live_ctx->comm_streams[2];
   return (void*)live_ctx->stream;
 }
 

@@ -31,8 +31,9 @@ struct KernelCtx {
   cudaDeviceProp prop;
   struct MatmulCache* matmul_cache;  // owned by matmul.cu
   // The FSDP runtime's two communication streams (fsdp/device_cuda.c maps StreamId onto
-  // stream / comm_streams[0] (all-gather) / comm_streams[1] (reduce-scatter)).
-  cudaStream_t comm_streams[2];
+  // stream / comm_streams[0] (all-gather) / comm_streams[1] (reduce-scatter) / comm_streams[2]
+  // (activation copies of --offload activations)).
+  cudaStream_t comm_streams[3];
   void* scratch;  // KERNEL_SCRATCH_BYTES of device memory, see above
   size_t scratch_bytes;
   struct KernelCtx* views[2];  // the same context on comm_streams[0] and [1] (kernels_stream_ctx)
