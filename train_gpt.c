@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     }
     o.accum = o.global_batch / (B * world);
   }
-  model_num_units(&cfg, o.fsdp.wrap);  // refuses a --wrap policy the model does not have
+  model_check_options(&cfg, &o.fsdp);  // before any data is read
   if (o.plan && o.plan_backend && strcmp(o.plan_backend, kernels_backend()))
     usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
                 o.plan_backend);

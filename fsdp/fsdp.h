@@ -9,6 +9,8 @@
 //   skipped non-finite steps, loss scaling       fsdp/optimizer.c, fsdp/scaler.c
 //   checkpoints (verified, crash-safe)           fsdp/checkpoint.c, fsdp/checkpoint_format.c
 //   memory plan (one allocation)                 fsdp/memplan.c
+//   CPU offload: shards and AdamW on the host    fsdp/schedule.c, fsdp/optimizer.c
+//   CPU offload: block outputs (a device ring)   fsdp/offload.c
 //   communication (MPI / NCCL)                   fsdp/comm.h
 //   the schedule on modelled clocks (--predict)  timeline/timeline.h
 // fsdp/README.md explains each concept and the paper section it comes from.
@@ -76,6 +78,8 @@ typedef struct {
   int slot, grad_slot;             // indices in the pools, -1 when none
 } Unit;
 
+#define ACT_RING 3  // --offload activations: block outputs on the device (fsdp/offload.c)
+
 typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } ShardStrategy;
 
 typedef struct {
@@ -133,7 +137,7 @@ typedef struct {
   Unit* units;
   int64_t max_padded;               // largest non-root unit: the slot size
   int block_units;                  // units per transformer block (set by the model; 1 with
-                                    // --wrap block): --recompute block gathers them together
+                                    // --wrap block)
   // slot pool (the rate limiter of FSDP paper section 4.2, as a sliding window)
   int nslots;
   act_t** slots;
@@ -171,6 +175,12 @@ typedef struct {
   // copied in to accumulate into (grads), and the optimizer step's copies of the master and
   // gradient shards when they live on the other side of the step (host step: optim).
   float *offload_master_in, *offload_grad_acc, *step_master, *step_grad;
+  // block outputs (fsdp/offload.c): L slices on the device, or on the host with a device ring
+  int act_blocks;
+  size_t act_elems;
+  act_t *act_device, *act_host;
+  int act_holder[ACT_RING], act_released[ACT_RING];  // per ring slot: whose output, read for the last time
+  DeviceEvent *act_compute_done[ACT_RING], *act_copy_done[ACT_RING];
   int nonfinite_unit;               // after fsdp_grad_norm: the first unit whose gradient shard
                                     // held a NaN or inf on any rank, -1 when none
 } FSDP;
@@ -239,15 +249,28 @@ void fsdp_pre_forward(FSDP* fs, int unit);    // unshard (wait for prefetch) + p
 void fsdp_post_forward(FSDP* fs, int unit);   // reshard, unless kept for backward
 void fsdp_end_forward(FSDP* fs);              // evaluation: reshard everything still unsharded
 void fsdp_pre_backward(FSDP* fs, int unit);   // unshard + gradient buffer + prefetch previous
-// --recompute block, before a block's backward: unshards units first..last (the block's units)
-// for the re-run of its forward, then prefetches the unit before them; fsdp_pre_backward of
-// each follows.
-void fsdp_pre_recompute(FSDP* fs, int first, int last);
+// --recompute block, before a block's backward, around the re-run forward of each of its units:
+// unshard (no new all-gather for a unit still gathered) and reshard all but the block's last
+// unit, whose backward comes next; fsdp_pre_backward of each unit follows.
+void fsdp_pre_recompute(FSDP* fs, int unit);
+void fsdp_post_recompute(FSDP* fs, int unit);
 void fsdp_post_backward(FSDP* fs, int unit);  // reduce-scatter gradient, reshard
 // Parameter and gradient views into the unsharded buffers (valid between the points).
 act_t* fsdp_param(FSDP* fs, int unit, int param);
 float* fsdp_grad(FSDP* fs, int unit, int param);
 const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param);
+
+// ---- block outputs (fsdp/offload.c) ---------------------------------------------------
+// The outputs of the model's `blocks` blocks (elems act_t each), kept for backward: planned on
+// the device, or on the host with --offload activations. Forward: block l writes its output to
+// fsdp_act_out(l), then calls fsdp_act_written(l). Backward: fsdp_act_in(l) is block l's
+// output on the device (copied back if needed, and the previous one prefetched);
+// fsdp_act_release(l) after its last reader.
+void fsdp_plan_block_outputs(FSDP* fs, int blocks, size_t elems);
+act_t* fsdp_act_out(FSDP* fs, int l);
+void fsdp_act_written(FSDP* fs, int l);
+const act_t* fsdp_act_in(FSDP* fs, int l);
+void fsdp_act_release(FSDP* fs, int l);
 
 // ---- optimizer (fsdp/optimizer.c) ---------------------------------------------------
 // Global L2 norm of the sharded gradient, the same bits for any world size; NaN or inf when

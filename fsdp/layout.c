@@ -238,14 +238,13 @@ void fsdp_finalize_layout(FSDP* fs) {
   // Slots: strategies that reshard after forward need only the K-slot sliding window; the
   // others keep every block unsharded from its forward to its backward.
   fs->nslots = fs->reshard_after_forward ? fs->opt.limit_all_gathers : blocks;
-  // --recompute block re-runs a block's forward with all its units unsharded: with several
-  // units per block (--wrap linear) that is their number, plus one for the backward prefetch.
-  if (fs->opt.recompute == RECOMPUTE_BLOCK && fs->block_units > 1 && fs->nslots < fs->block_units + 1)
-    fs->nslots = fs->block_units + 1;
   if (fs->nslots > blocks) fs->nslots = blocks;
   // Gradient buffers: two (one being written, one being reduced) when every micro-step
-  // reduces; one per block when accumulation keeps unsharded gradients (paper section 3.4).
-  fs->ngrad_slots = fs->opt.sync_accum ? (blocks < 2 ? blocks : 2) : blocks;
+  // reduces, one with --limit-all-gathers 1 (the least memory: a unit's backward then waits for
+  // the previous unit's reduction); one per unit when accumulation keeps unsharded gradients
+  // (paper section 3.4).
+  int two = fs->opt.limit_all_gathers < 2 ? 1 : 2;
+  fs->ngrad_slots = fs->opt.sync_accum ? (blocks < two ? blocks : two) : blocks;
 
   MemPlan* p = &fs->plan;
   size_t sb = (size_t)shard_total * sizeof(float);
@@ -327,6 +326,10 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
   }
   fs->params_updated = device_event_create();
   fs->root_free = device_event_create();
+  for (int s = 0; s < ACT_RING; s++) {
+    fs->act_compute_done[s] = device_event_create();
+    fs->act_copy_done[s] = device_event_create();
+  }
   fs->norm_host = xmalloc((size_t)(max_shard / NORM_BLOCK) * sizeof(double), "gradient norm blocks");
   fsdp_init_shards(fs, seed);
 }

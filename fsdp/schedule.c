@@ -155,22 +155,39 @@ static void borrow_grad_buffer(FSDP* fs, int u) {
   if (fresh) fill_zero_f32(fs->kctx, U->full_grads, U->padded);
 }
 
+// The unit backward gathers after unit u: the reverse of forward (after the root, lm_head,
+// comes the last block), except that with --recompute block and several units per block the
+// block's re-run forward starts from its first unit.
+static int backward_next(const FSDP* fs, int u) {
+  int recompute_units = fs->opt.recompute == RECOMPUTE_BLOCK && fs->block_units > 1;
+  if (u == 0) return recompute_units ? fs->nunits - fs->block_units : fs->nunits - 1;
+  if (recompute_units && (u - 1) % fs->block_units == 0) return u - fs->block_units;
+  return u - 1;
+}
+
 void fsdp_pre_backward(FSDP* fs, int u) {
   unshard(fs, u);
   device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
   borrow_grad_buffer(fs, u);
-  // Backward order is the reverse of forward: after the root (lm_head) comes the last block.
-  int prev = u == 0 ? fs->nunits - 1 : u - 1;
-  if (fs->opt.prefetch_backward) prefetch(fs, prev);
+  if (fs->opt.prefetch_backward) prefetch(fs, backward_next(fs, u));
   fs->compute_start[u] = trace_mark(fs->trace, TRACK_COMPUTE);
 }
 
-void fsdp_pre_recompute(FSDP* fs, int first, int last) {
-  // All of the block's units at once (the layout gave --recompute block enough slots), then
-  // the prefetch the first unit's pre-backward would issue, now, ahead of the recomputation.
-  for (int u = first; u <= last; u++) unshard(fs, u);
-  for (int u = first; u <= last; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
-  if (fs->opt.prefetch_backward) prefetch(fs, first - 1);
+// The last unit of its block: the first one backward needs after the block's recomputation.
+static int last_of_block(const FSDP* fs, int u) { return (u - 1) % fs->block_units == fs->block_units - 1; }
+
+void fsdp_pre_recompute(FSDP* fs, int u) {
+  unshard(fs, u);
+  device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
+  // Prefetch what comes next: the block's next unit, or after its last the unit before it,
+  // which backward takes after this one.
+  if (fs->opt.prefetch_backward) prefetch(fs, last_of_block(fs, u) ? u - 1 : u + 1);
+}
+
+void fsdp_post_recompute(FSDP* fs, int u) {
+  // Memory over traffic: a unit is gathered once more for its backward rather than holding all
+  // of a block's units (--wrap linear) at once. The block's last unit is needed next: kept.
+  if (!last_of_block(fs, u) && (fs->reshard_after_forward)) reshard(fs, u);
 }
 
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across

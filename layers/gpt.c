@@ -52,7 +52,7 @@ typedef struct GPT {
   // backward and forward scratch, shared by all blocks
   act_t *scratch_c, *dresidual, *dln, *dqkv, *datty, *dfch;
   // planned regions holding every block's activations of one kind (carved per block)
-  act_t *r_ln1, *r_qkv, *r_atty, *r_res2, *r_ln2, *r_fch, *r_fch_gelu, *r_out;
+  act_t *r_ln1, *r_qkv, *r_atty, *r_res2, *r_ln2, *r_fch, *r_fch_gelu;
   float *r_stats, *r_lse;
 } GPT;
 
@@ -134,7 +134,7 @@ void gpt_plan(Model* m) {
   plan_acts(p, A, Lc == 1 ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln2);
   plan_acts(p, A, Lm == 1 ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lm * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
   plan_acts(p, A, Lc == 1 ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lc * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
-  plan_acts(p, A, "block out (L x N x C)", L * N * C, sizeof(act_t), (void**)&g->r_out);
+  fsdp_plan_block_outputs(fs, L, N * C);  // the block outputs: the schedule's (--offload activations)
   plan_acts(p, A, Lc == 1 ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lc * N, sizeof(float), (void**)&g->r_stats);
   plan_acts(p, A, Lm == 1 ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lm * N * H, sizeof(float), (void**)&g->r_lse);
   plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
@@ -172,7 +172,7 @@ void gpt_carve(Model* m) {
     b->ln2 = g->r_ln2 + sc * N * C;
     b->fch = g->r_fch + sm * N * 4 * C;
     b->fch_gelu = g->r_fch_gelu + sc * N * 4 * C;
-    b->out = g->r_out + l * N * C;
+    b->out = NULL;  // where the schedule puts it: fsdp_act_out in forward, fsdp_act_in in backward
     b->ln1_mean = g->r_stats + (0 * Lc + sc) * N;
     b->ln1_rstd = g->r_stats + (1 * Lc + sc) * N;
     b->ln2_mean = g->r_stats + (2 * Lc + sc) * N;
@@ -191,7 +191,7 @@ static AttnShape attn_shape(const Model* m) {
 #define G(i) fsdp_grad(fs, stage_unit(m, l, STAGE_OF[i]), param_index(m, i))
 
 // One stage of the pre-norm GPT-2 block x -> ln1 -> attention -> +x -> ln2 -> MLP -> +.
-static void stage_forward(Model* m, int l, int s, const act_t* x) {
+static void stage_forward(Model* m, int l, int s, const act_t* x, act_t* out) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
@@ -210,8 +210,8 @@ static void stage_forward(Model* m, int l, int s, const act_t* x) {
       matmul_forward_gelu(k, a->fch_gelu, a->fch, a->ln2, P(P_FC_W), P(P_FC_B), N, C, 4 * C);
       break;
     case S_FCPROJ:
-      matmul_forward(k, a->out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
-      add_inplace(k, a->out, a->res2, (size_t)N * C);
+      matmul_forward(k, out, a->fch_gelu, P(P_FCPROJ_W), P(P_FCPROJ_B), N, 4 * C, C);
+      add_inplace(k, out, a->res2, (size_t)N * C);
       break;
   }
 }
@@ -257,24 +257,33 @@ static void stage_backward(Model* m, int l, int s, const act_t* x) {
 
 // A block's forward with its units' schedule points: each stage's unit is unsharded before
 // its first stage and resharded after its last (one unit around all four with --wrap block).
+// The output goes where the schedule keeps block outputs (a host copy follows with --offload
+// activations).
 static void block_forward(Model* m, int l, const act_t* x) {
-  int split = m->fs->block_units > 1;
+  FSDP* fs = m->fs;
+  BlockActs* a = &((GPT*)m->impl)->blocks[l];
+  int split = fs->block_units > 1;
+  a->out = fsdp_act_out(fs, l);
   for (int s = 0; s < NUM_STAGES; s++) {
-    if (split || s == 0) fsdp_pre_forward(m->fs, stage_unit(m, l, s));
-    stage_forward(m, l, s, x);
-    if (split || s == NUM_STAGES - 1) fsdp_post_forward(m->fs, stage_unit(m, l, s));
+    if (split || s == 0) fsdp_pre_forward(fs, stage_unit(m, l, s));
+    stage_forward(m, l, s, x, a->out);
+    if (split || s == NUM_STAGES - 1) fsdp_post_forward(fs, stage_unit(m, l, s));
   }
+  fsdp_act_written(fs, l);
 }
 
 static void block_backward(Model* m, int l, const act_t* x) {
   FSDP* fs = m->fs;
   int split = fs->block_units > 1;
   // Activation checkpointing: refill the shared slices with this block's forward (the same
-  // kernels on the same inputs, so the same bits), on parameters gathered for backward.
-  if (fs->opt.recompute == RECOMPUTE_BLOCK) {
-    fsdp_pre_recompute(fs, stage_unit(m, l, 0), stage_unit(m, l, NUM_STAGES - 1));
-    for (int s = 0; s < NUM_STAGES; s++) stage_forward(m, l, s, x);
-  }
+  // kernels on the same inputs, so the same bits), on parameters gathered for backward. The
+  // block's output is not needed again (its gradient comes from above): it goes to scratch.
+  if (fs->opt.recompute == RECOMPUTE_BLOCK)
+    for (int s = 0; s < NUM_STAGES; s++) {
+      if (split || s == 0) fsdp_pre_recompute(fs, stage_unit(m, l, s));
+      stage_forward(m, l, s, x, ((GPT*)m->impl)->scratch_c);
+      if (split || s == NUM_STAGES - 1) fsdp_post_recompute(fs, stage_unit(m, l, s));
+    }
   for (int s = NUM_STAGES - 1; s >= 0; s--) {
     if (split || s == NUM_STAGES - 1) fsdp_pre_backward(fs, stage_unit(m, l, s));
     stage_backward(m, l, s, x);
@@ -312,9 +321,15 @@ void gpt_backward(Model* m) {
   // lm_head and final norm (the logits buffer holds d logits).
   matmul_backward(k, g->dln, fsdp_grad(fs, 0, R_WTE), NULL, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), N, C, m->cfg.Vp);
   fill_zero_act(k, g->dresidual, (size_t)N * C);
+  g->blocks[L - 1].out = (act_t*)fsdp_act_in(fs, L - 1);
   layernorm_backward(k, g->dresidual, fsdp_grad(fs, 0, R_LNF_W), fsdp_grad(fs, 0, R_LNF_B), g->dln,
                      block_input(m, L), fsdp_param(fs, 0, R_LNF_W), g->lnf_mean, g->lnf_rstd, N, C);
-  for (int l = L - 1; l >= 0; l--) block_backward(m, l, block_input(m, l));
+  fsdp_act_release(fs, L - 1);
+  for (int l = L - 1; l >= 0; l--) {
+    if (l > 0) g->blocks[l - 1].out = (act_t*)fsdp_act_in(fs, l - 1);  // the block's input
+    block_backward(m, l, block_input(m, l));
+    if (l > 0) fsdp_act_release(fs, l - 1);
+  }
   embedding_backward(k, fsdp_grad(fs, 0, R_WTE), fsdp_grad(fs, 0, R_WPE), g->dresidual, m->inputs, N, m->T, C);
   fsdp_post_backward(fs, 0);
 }

@@ -4,9 +4,15 @@
 #include "fsdp/dist.h"
 #include "layers/model.h"
 
-int model_num_units(const ModelConfig* cfg, int wrap) {
-  if (wrap == WRAP_LINEAR && cfg->kind != MODEL_GPT)
+void model_check_options(const ModelConfig* cfg, const FSDPOptions* o) {
+  if (o->wrap == WRAP_LINEAR && cfg->kind != MODEL_GPT)
     fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT models have one); use --wrap block", cfg->name);
+  if ((o->offload & OFFLOAD_ACTIVATIONS) && cfg->kind != MODEL_GPT)
+    fatal("--offload activations: model %s keeps its block outputs on the device (GPT models can offload them); "
+          "leave activations out of --offload", cfg->name);
+}
+
+int model_num_units(const ModelConfig* cfg, int wrap) {
   // --wrap linear: a GPT block is four units, one per matmul weight (layers/gpt.c).
   return 1 + (cfg->L + cfg->Ld) * (wrap == WRAP_LINEAR ? 4 : 1);
 }
@@ -18,6 +24,7 @@ void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te
   m->T = T;
   m->Te = Te;
   m->fs = fs;
+  model_check_options(cfg, &fs->opt);
   if (fs->nunits != model_num_units(cfg, fs->opt.wrap))
     fatal("model %s has %d units but the FSDP runtime was made for %d", cfg->name, model_num_units(cfg, fs->opt.wrap), fs->nunits);
   if (cfg->kind == MODEL_GPT) gpt_plan(m);

@@ -31,8 +31,11 @@ typedef struct {
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen);
 // Lists the presets, one per line, for --help and error messages.
 void model_list_presets(char* out, size_t len);
+// Refuses, naming the fix, an FSDP option the model has no policy for (--wrap linear and
+// --offload activations are GPT's).
+void model_check_options(const ModelConfig* cfg, const FSDPOptions* o);
 // Units of the model: the root + one per block (--wrap block) or one per matmul weight of a
-// block (--wrap linear, GPT only: any other model is refused with a message naming the fix).
+// block (--wrap linear, GPT only).
 int model_num_units(const ModelConfig* cfg, int wrap);
 
 // A model instance bound to an FSDP runtime, with activations for micro-batches of B rows.

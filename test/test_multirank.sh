@@ -181,7 +181,7 @@ done
 # the same parameters, initial values and arithmetic in more, smaller units, so the same bits as
 # --wrap block with every recompute mode and strategy, with accumulation (synchronized or not).
 RC="--model gpt:L=3,C=72,H=3,V=509,T=32 --seq 32 --data $DATA --batch 2 --steps 3 --lr 1e-3 --digest"
-for cfg in "--recompute none" "--recompute block --limit-all-gathers 1" "--recompute selective --no-sync-accum" \
+for cfg in "--recompute none" "--recompute block" "--recompute block --limit-all-gathers 1" "--recompute selective --no-sync-accum" \
            "--recompute block --shard grad-op" "--recompute block --shard none --prefetch none"; do
   $BIN $RC --accum 6 $cfg > "$TMP/wr_ref1.out" 2>&1
   $MPIRUN -np 3 $BIN $RC --accum 2 $cfg > "$TMP/wr_ref3.out" 2>&1
@@ -192,6 +192,27 @@ for cfg in "--recompute none" "--recompute block --limit-all-gathers 1" "--recom
     grep -q "units  *| 13 " "$TMP/wr_1.out" &&
     ok "--wrap linear $cfg: 13 units, bit-identical to --wrap block on 1 rank (accum 6) and 3 ranks (accum 2)" ||
     bad "--wrap linear $cfg: W=1 $d1 vs $(digest "$TMP/wr_1.out"); W=3 $d3 vs $(digest "$TMP/wr_3.out")"
+done
+
+# --offload moves shards, AdamW state (and its step) and block outputs to host memory; on the
+# CPU backend every copy and the host step must give the same bits as keeping everything in
+# place: each of the 15 subsets, at W=1 (accum 6) and W=3 (accum 2), with 5 blocks (more than
+# the device ring of 3 block outputs) and the recompute modes and wrapping policies in turn.
+RC="--model gpt:L=5,C=72,H=3,V=509,T=32 --seq 32 --data $DATA --batch 2 --steps 3 --lr 1e-3 --digest"
+$BIN $RC --accum 6 > "$TMP/off_ref1.out" 2>&1
+$MPIRUN -np 3 $BIN $RC --accum 2 > "$TMP/off_ref3.out" 2>&1
+d1=$(digest "$TMP/off_ref1.out") d3=$(digest "$TMP/off_ref3.out")
+i=0
+for sub in params optim grads activations params,optim params,grads params,activations optim,grads optim,activations \
+           grads,activations params,optim,grads params,optim,activations params,grads,activations optim,grads,activations all; do
+  extra=$(case $((i % 4)) in 0) echo "";; 1) echo "--recompute block";; 2) echo "--recompute selective --wrap linear";;
+          3) echo "--recompute block --wrap linear --limit-all-gathers 1";; esac)
+  i=$((i + 1))
+  $BIN $RC --accum 6 --offload $sub $extra > "$TMP/off_1.out" 2>&1
+  $MPIRUN -np 3 $BIN $RC --accum 2 --offload $sub $extra > "$TMP/off_3.out" 2>&1
+  [ -n "$d1" ] && [ -n "$d3" ] && [ "$d1" = "$(digest "$TMP/off_1.out")" ] && [ "$d3" = "$(digest "$TMP/off_3.out")" ] &&
+    ok "--offload $sub${extra:+ $extra}: bit-identical to no offload on 1 rank (accum 6) and 3 ranks (accum 2)" ||
+    bad "--offload $sub $extra: W=1 $d1 vs $(digest "$TMP/off_1.out"); W=3 $d3 vs $(digest "$TMP/off_3.out"): $(grep -m1 error "$TMP/off_1.out" "$TMP/off_3.out")"
 done
 
 # Sharded layout, init and memory on W ranks (each rank checks its own shard).

@@ -36,8 +36,9 @@ def unit_numel(shapes):
     return end
 
 
-def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wrap="block"):
-    """Bytes of every region of one rank's plan, in fp32 (the CPU backend)."""
+def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wrap="block", offload=(), host=None):
+    """Bytes of every region of one rank's plan, in fp32 (the CPU backend). With --offload the
+    offloaded regions go to the pinned host part, whose total is stored in host["bytes"]."""
     Vp = up(V, 128)
     root = unit_numel([Vp * C, T * C, C, C])
     if wrap == "block":
@@ -52,28 +53,43 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wr
     pb = max(pbs)  # the slot size: the largest non-root unit
     shard_total = pr // F + L * sum(p // F for p in pbs)
     units = L * len(blocks)
-    nslots = K if reshard else units
-    if recompute == "block" and len(blocks) > 1:
-        nslots = max(nslots, len(blocks) + 1)  # a block's units together, plus one prefetch
-    nslots = min(nslots, units)
-    ngrad = min(2, units) if sync else units
+    nslots = min(K if reshard else units, units)
+    ngrad = min(2 if K > 1 else 1, units) if sync else units  # --limit-all-gathers 1: one buffer
     N, f = B * T, 4
     # --recompute: one shared slice for what is recomputed (block: all but the block outputs;
     # selective: norms, their statistics and the GELU), L slices for the rest.
     Lm = 1 if recompute == "block" else L
     Lc = L if recompute == "none" else 1
-    regions = [shard_total * f] * 4 + [
-        pr * f, nslots * pb * f, pr * f, ngrad * pb * f, max(pr // F, pb // F) // 128 * 8,
-        # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, out, stats, lse, encoded, lnf,
-        # lnf stats, logits, losses, loss sum
-        Lc * N * C * f, Lm * N * 3 * C * f, Lm * N * C * f, Lm * N * C * f, Lc * N * C * f,
-        Lm * N * 4 * C * f, Lc * N * 4 * C * f, L * N * C * f, 4 * Lc * N * f, Lm * N * H * f,
-        N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f, 8,
-        # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
-        N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
-    total = 0
-    for r in regions:
+    sb, one = shard_total * f, max(pr // F, pb // F) * f  # all shards; the largest one (staging)
+    dev, hst = [], []
+    # master, gradient, adamw m, v: on the host when offloaded
+    for what, n in (("params", sb), ("grads", sb), ("optim", sb), ("optim", sb)):
+        (hst if what in offload else dev).append(n)
+    dev += [pr * f, nslots * pb * f, pr * f, ngrad * pb * f, one // 4 // 128 * 8]
+    # staging: a master / gradient shard crossing PCIe (device), the host step's copies (host)
+    dev += [one] * (("params" in offload) + ("grads" in offload))
+    if "optim" in offload:
+        hst += [one] * (("params" not in offload) + ("grads" not in offload))
+    # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, block outputs (or their device ring
+    # of 3, the L outputs on the host), stats, lse, encoded, lnf, lnf stats, logits, losses,
+    # loss sum
+    dev += [Lc * N * C * f, Lm * N * 3 * C * f, Lm * N * C * f, Lm * N * C * f, Lc * N * C * f,
+            Lm * N * 4 * C * f, Lc * N * 4 * C * f]
+    if "activations" in offload:
+        hst.append(L * N * C * f)
+        dev.append(3 * N * C * f)
+    else:
+        dev.append(L * N * C * f)
+    dev += [4 * Lc * N * f, Lm * N * H * f, N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f, 8,
+            # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
+            N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
+    total = host_total = 0
+    for r in dev:
         total = up(total, 256) + r
+    for r in hst:
+        host_total = up(host_total, 256) + r
+    if host is not None:
+        host["bytes"] = host_total
     return total, shard_total
 
 
@@ -82,9 +98,9 @@ def run(args):
     return p.returncode, p.stdout + p.stderr
 
 
-def plan_bytes(out):
+def plan_bytes(out, key="plan_bytes_per_rank"):
     for line in out.splitlines():
-        if line.startswith("plan_bytes_per_rank "):
+        if line.startswith(key + " "):
             return int(line.split()[1])
     return None
 
@@ -115,15 +131,27 @@ for spec, shape, B, T in configs:
         check("plan %s --recompute %s: %s bytes" % (spec, mode, plan_bytes(out)), rc == 0 and plan_bytes(out) == want,
               "got %s, computed by hand %d" % (plan_bytes(out), want))
 # --wrap linear: four units per block, slots and gradient buffers the size of the largest
-# matmul unit; with --recompute block a block's four units plus one prefetch are unsharded.
+# matmul unit; --limit-all-gathers 1 also leaves one gradient buffer.
 for spec, shape, B, T in configs:
     for W, strategy, mode, K in [(1, "full", "none", 2), (3, "full", "block", 2), (4, "grad-op", "none", 2), (8, "hybrid:4", "selective", 3),
-                                 (2, "full", "block", 7)]:
+                                 (2, "full", "block", 1)]:
         rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy,
                        "--wrap", "linear", "--recompute", mode, "--limit-all-gathers", str(K)])
         want, _ = gpt_plan(B=B, W=W, strategy=strategy, recompute=mode, K=K, wrap="linear", **shape)
         check("plan %s W=%d %s --wrap linear --recompute %s -K %d: %s bytes" % (spec, W, strategy, mode, K, plan_bytes(out)),
               rc == 0 and plan_bytes(out) == want, "got %s, computed by hand %d" % (plan_bytes(out), want))
+# --offload: the offloaded regions move to the pinned host part, staging takes their place.
+for spec, shape, B, T in configs:
+    for W, strategy, mode, wrap, off in [(1, "full", "none", "block", "optim"), (3, "full", "block", "linear", "params,grads"),
+                                         (4, "grad-op", "selective", "block", "params,optim,grads,activations"),
+                                         (2, "hybrid:2", "block", "linear", "optim,activations"), (2, "full", "none", "block", "grads,optim")]:
+        rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy,
+                       "--recompute", mode, "--wrap", wrap, "--offload", off])
+        h = {}
+        want, _ = gpt_plan(B=B, W=W, strategy=strategy, recompute=mode, wrap=wrap, offload=off.split(","), host=h, **shape)
+        got, got_h = plan_bytes(out), plan_bytes(out, "plan_host_bytes_per_rank")
+        check("plan %s W=%d %s --recompute %s --wrap %s --offload %s: %s + %s host bytes" % (spec, W, strategy, mode, wrap, off, got, got_h),
+              rc == 0 and got == want and got_h == h["bytes"], "got %s + %s, computed by hand %d + %d" % (got, got_h, want, h["bytes"]))
 blk = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block"])[1])
 lin = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block",
                       "--wrap", "linear"])[1])

@@ -235,6 +235,14 @@ run wrap_back $BIN $M $CONST --steps 5 --wrap linear --resume "$TMP/ck_opts" --d
   [ "$(digest "$TMP/wrap_back.out")" = "$(digest "$TMP/ref.out")" ] &&
   ok "saved with --wrap linear, resumed with --wrap block and on 3 ranks with --recompute block; saved with --wrap block, resumed with linear: bit-identical" ||
   bad "resume across --wrap" "$(show wrap_res; show wrap_res3; show wrap_back)"
+# --offload only moves where state lives: a checkpoint saved with everything on the host resumes
+# without offload, and the other way (on 3 ranks, with the host step), bit for bit.
+run off_save $BIN $M $CONST --steps 3 --accum 3 --offload all --recompute block --save "$TMP/ck_off"
+run off_res $BIN $M $CONST --steps 5 --accum 3 --resume "$TMP/ck_off" --digest
+run off_res3 $MPIRUN -np 3 $BIN $M $CONST --steps 5 --offload optim,grads --resume "$TMP/ck_wrap" --digest
+[ "$(digest "$TMP/off_res.out")" = "$(digest "$TMP/ref_a3.out")" ] && [ "$(digest "$TMP/off_res3.out")" = "$(digest "$TMP/ref_a3.out")" ] &&
+  ok "saved with --offload all, resumed without; saved without, resumed on 3 ranks with --offload optim,grads: bit-identical" ||
+  bad "resume across --offload" "$(show off_res; show off_res3)"
 run ls_bad $BIN $M --loss-scale 1e30
 [ $rc = 2 ] && has ls_bad "would overflow the gradients on the first step" && ok "a loss scale that would overflow is refused" ||
   bad "--loss-scale 1e30" "$(show ls_bad)"

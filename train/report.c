@@ -79,45 +79,65 @@ static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, in
   return fs.plan.total;  // (the layout tables are left to the process: planning is short-lived)
 }
 
-// What would make a plan fit in `limit` bytes per rank: the first of the memory-saving options,
-// added to the run's own, whose plan fits; else the fewest ranks with all of them. Into out.
+// The options of g that differ from the run's own f, as flags (for a recommendation).
+static void added_flags(const FSDPOptions* f, const FSDPOptions* g, char* out, size_t len) {
+  static const char* rc[] = {"none", "block", "selective"};
+  size_t used = 0;
+  out[0] = 0;
+#define ADD(...) used += (size_t)snprintf(out + used, used < len ? len - used : 0, __VA_ARGS__)
+  if (g->recompute != f->recompute) ADD("%s--recompute %s", used ? " " : "", rc[g->recompute]);
+  if (g->strategy != f->strategy) ADD("%s--shard %s", used ? " " : "", fsdp_strategy_name(g->strategy));
+  if (g->offload != f->offload) {
+    char names[64];
+    fsdp_offload_name(g->offload, names, sizeof names);
+    ADD("%s--offload %s", used ? " " : "", names);
+  }
+  if (g->wrap != f->wrap) ADD("%s--wrap linear", used ? " " : "");
+  if (g->limit_all_gathers != f->limit_all_gathers) ADD("%s--limit-all-gathers %d", used ? " " : "", g->limit_all_gathers);
+#undef ADD
+}
+
+// What would make a plan fit in `limit` bytes per rank: the memory-saving options added one at
+// a time to the run's own, the first set whose plan fits; else the fewest ranks with all of
+// them. Into out. The order: recompute (FLOPs, no memory traffic), full sharding, per-linear
+// units (smaller collectives), then offload by what it saves per byte over PCIe (AdamW state,
+// block outputs, then shards copied at every gather and reduction), then no prefetch.
 static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, size_t limit,
                       char* out, size_t len) {
-  struct {
-    const char* flags;
-    int recompute, full, limit_ag;  // limit_ag: 0 = as given
-  } steps[] = {
-      {"--recompute selective", RECOMPUTE_SELECTIVE, 0, 0},
-      {"--recompute block", RECOMPUTE_BLOCK, 0, 0},
-      {"--recompute block --shard full", RECOMPUTE_BLOCK, 1, 0},
-      {"--recompute block --shard full --limit-all-gathers 1", RECOMPUTE_BLOCK, 1, 1},
-  };
-  FSDPOptions f = o->fsdp;
-  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-    if (steps[i].recompute < f.recompute && f.recompute == RECOMPUTE_BLOCK) continue;  // already saving more
-    FSDPOptions g = o->fsdp;
-    if (g.recompute != RECOMPUTE_BLOCK) g.recompute = steps[i].recompute;
-    if (steps[i].full) g.strategy = SHARD_FULL;
-    if (steps[i].limit_ag) g.limit_all_gathers = 1;
+  int gpt = cfg->kind == MODEL_GPT;
+  FSDPOptions f = o->fsdp, g = f;
+  char flags[256];
+  for (int step = 0; step < 8; step++) {
+    switch (step) {
+      case 0: if (g.recompute == RECOMPUTE_NONE) g.recompute = RECOMPUTE_SELECTIVE; break;
+      case 1: g.recompute = RECOMPUTE_BLOCK; break;
+      case 2: g.strategy = SHARD_FULL; break;
+      case 3: if (gpt) g.wrap = WRAP_LINEAR; break;
+      case 4: g.offload |= OFFLOAD_OPTIM; break;
+      case 5: if (gpt) g.offload |= OFFLOAD_ACTIVATIONS; break;
+      case 6: g.offload |= OFFLOAD_PARAMS | OFFLOAD_GRADS; break;
+      case 7: g.limit_all_gathers = 1; break;
+    }
     size_t need = plan_total(cfg, g, B, T, Te, world);
     if (need <= limit) {
-      snprintf(out, len, "recommendation: add %s to fit on %d rank%s (%.2f GiB per rank)", steps[i].flags, world,
+      added_flags(&f, &g, flags, sizeof flags);
+      snprintf(out, len, "recommendation: add %s to fit on %d rank%s (%.2f GiB per rank)", flags, world,
                world > 1 ? "s" : "", need / 1073741824.0);
       return;
     }
-    f = g;
   }
+  added_flags(&f, &g, flags, sizeof flags);
   for (int w = world * 2; w <= (1 << 20); w *= 2) {
-    if (f.strategy == SHARD_HYBRID && w % f.hybrid_factor) continue;
-    size_t need = plan_total(cfg, f, B, T, Te, w);
+    if (g.strategy == SHARD_HYBRID && w % g.hybrid_factor) continue;
+    size_t need = plan_total(cfg, g, B, T, Te, w);
     if (need <= limit) {
-      snprintf(out, len, "recommendation: --recompute block --shard full --limit-all-gathers 1 fits from --world %d "
-               "(%.2f GiB per rank); or lower --batch", w, need / 1073741824.0);
+      snprintf(out, len, "recommendation: %s fits from --world %d (%.2f GiB per rank); or lower --batch", flags, w,
+               need / 1073741824.0);
       return;
     }
   }
-  snprintf(out, len, "recommendation: none of --recompute, --shard full or more ranks fits this in %.2f GiB per rank; "
-           "lower --batch or --seq", limit / 1073741824.0);
+  snprintf(out, len, "recommendation: none of %s or more ranks fits this in %.2f GiB per rank; lower --batch or --seq",
+           flags, limit / 1073741824.0);
 }
 
 // --plan: the layout and the memory plan of one rank of a `world`-rank run, from the same

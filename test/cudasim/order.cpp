@@ -1,8 +1,10 @@
 // order.cpp: the stream-order checker of order.h. Happens-before with vector clocks (one
 // component per stream) over operations, and a shadow per 4-byte word of each device
 // allocation, created when an operation first touches it: (stream, number) of the last writer
-// and of the last reader. An access is ordered after an earlier one when they are on the same
-// stream, or when the current clock has seen the earlier operation's number on its stream.
+// and of the last reader on each of up to kReaders streams (a word read by a copy and by a
+// kernel on two streams must be ordered before the next write after both, not only the later).
+// An access is ordered after an earlier one when they are on the same stream, or when the
+// current clock has seen the earlier operation's number on its stream.
 #include "test/cudasim/order.h"
 
 #include <stdlib.h>
@@ -22,9 +24,10 @@ void clock_join(Clock* a, const Clock& b) {
     if (b.t[i] > a->t[i]) a->t[i] = b.t[i];
 }
 
+const int kReaders = 4;  // the project's streams: compute, all-gather, reduce-scatter, copy
 struct Word {
-  uint32_t w_seq, r_seq;  // 0: none
-  uint8_t w_stream, r_stream;
+  uint32_t w_seq, r_seq[kReaders];  // 0: none
+  uint8_t w_stream, r_stream[kReaders];
 };
 
 static std::unordered_map<uintptr_t, Word*> shadows;  // by allocation base (device thread only)
@@ -79,13 +82,26 @@ void order_access(const void* p, size_t n, int is_write) {
       w->w_seq = 0;  // report a word once
     }
     if (is_write) {
-      if (w->r_seq && w->r_stream != op->stream && op->clock.t[w->r_stream] < w->r_seq) {
-        race("write after read", al, al->base + i * 4, w->r_stream, w->r_seq);
-      }
+      for (int r = 0; r < kReaders; r++)
+        if (w->r_seq[r] && w->r_stream[r] != op->stream && op->clock.t[w->r_stream[r]] < w->r_seq[r]) {
+          race("write after read", al, al->base + i * 4, w->r_stream[r], w->r_seq[r]);
+          break;
+        }
       w->w_stream = (uint8_t)op->stream, w->w_seq = op->seq;
-      w->r_seq = 0;
+      memset(w->r_seq, 0, sizeof w->r_seq);
     } else {
-      w->r_stream = (uint8_t)op->stream, w->r_seq = op->seq;
+      // This stream's entry, else a free one; a fifth stream (beyond what the project uses)
+      // drops the first entry.
+      int slot = 0;
+      for (int r = 0; r < kReaders; r++)
+        if (w->r_seq[r] && w->r_stream[r] == op->stream) { slot = r; goto found; }
+      for (int r = 0; r < kReaders; r++)
+        if (!w->r_seq[r]) { slot = r; goto found; }
+      memmove(&w->r_seq[0], &w->r_seq[1], (kReaders - 1) * sizeof w->r_seq[0]);
+      memmove(&w->r_stream[0], &w->r_stream[1], (kReaders - 1) * sizeof w->r_stream[0]);
+      slot = kReaders - 1;
+    found:
+      w->r_stream[slot] = (uint8_t)op->stream, w->r_seq[slot] = op->seq;
     }
   }
 }

@@ -63,6 +63,7 @@ same "--limit-all-gathers 2 --prefetch forward" X=1 -- --limit-all-gathers 2 --p
 for seed in 2 3 4; do same "stream interleaving CUDASIM_SEED=$seed" CUDASIM_SEED=$seed --; done
 same "--recompute block (activation checkpointing)" X=1 -- --recompute block
 same "--wrap linear (a unit per matmul weight)" CUDASIM_SEED=5 -- --wrap linear
+same "--offload params,optim,grads (AdamW on the host)" CUDASIM_SEED=6 -- --offload params,optim,grads
 same "--wrap linear --recompute block --limit-all-gathers 1" X=1 -- --wrap linear --recompute block --limit-all-gathers 1
 same "--loss-scale dynamic, doubled every 2 steps (power-of-two scaling is exact in bf16)" X=1 -- --loss-scale dynamic --loss-scale-window 2
 # Selective recompute runs the GELU unfused (gelu_forward) where the forward fused it into the
@@ -75,6 +76,22 @@ if table=$(python3 test/compare_losses.py "$TMP/sel.json" "$TMP/nosel.json"); th
 else
   bad "--recompute selective: $(grep -m1 cudasim "$TMP/sel.out") $table"
 fi
+
+# --offload activations with more blocks than the device ring holds (5 > 3): block outputs go to
+# the host in forward and come back in backward on the copy stream; the same bits in every
+# interleaving, with recompute and per-linear wrapping.
+OFFM="--model gpt:L=5,C=64,H=4,V=256,T=10 --data $DATA --batch 4 --seq 10 --steps 2 --lr 3e-3 --warmup 50"
+./train_gpt_sim $OFFM --digest > "$TMP/offref.out" 2>&1
+offref=$(digest "$TMP/offref.out")
+for cfg in "--offload activations" "--offload all --recompute block" "--offload activations,grads --wrap linear --recompute block --limit-all-gathers 1"; do
+  n=0
+  for seed in 1 2; do
+    CUDASIM_SEED=$seed ./train_gpt_sim $OFFM $cfg --digest > "$TMP/off.out" 2>&1
+    [ -n "$offref" ] && [ "$(digest "$TMP/off.out")" = "$offref" ] && ! grep -q '^cudasim: [a-z]*check' "$TMP/off.out" && n=$((n + 1))
+  done
+  [ $n = 2 ] && ok "$cfg (5 blocks, a ring of 3 on the device): same final parameters in 2 interleavings ($offref)" ||
+    bad "$cfg: digest $(digest "$TMP/off.out") vs $offref: $(grep -m1 '^cudasim' "$TMP/off.out")"
+done
 
 # ---- 3. NCCL over MPI ----------------------------------------------------------------------
 # The bounds of test/gpu/test_gpu.sh part 5: W ranks with accumulation 1 against one rank with
@@ -222,6 +239,21 @@ if build_variant extra-collective train_gpt.c 's/(    comm_all_reduce\(fs\.world
   else
     bad "planted fault: extra collective not reported (exit $rc): $(tail -3 "$TMP/extra.out")"
   fi
+fi
+
+# (c) --offload activations: block l + 3 overwrites the ring slot of block l's output without
+# waiting for the copy stream to have sent it to the host. The checker must see the copy's read
+# and the kernel's write unordered.
+OFF="$OFFM --offload activations"
+if build_variant no-act-wait fsdp/offload.c 's/  if \(offloaded\(fs\)\) device_stream_wait_timed\(STREAM_COMPUTE, fs->act_copy_done\[l % ACT_RING\]\);\n//'; then
+  caught=0
+  for seed in 1 2 3; do
+    CUDASIM_SEED=$seed timeout 600 "$TMP/no-act-wait/train" $OFF > "$TMP/naw$seed.out" 2>&1
+    grep -q '^cudasim: streamcheck:' "$TMP/naw$seed.out" && caught=$((caught + 1))
+  done
+  line=$(grep -h -m1 '^cudasim: streamcheck:' "$TMP"/naw*.out | head -1)
+  if [ $caught = 3 ]; then ok "planted fault: a removed wait before a block output's ring slot is reused (fsdp/offload.c) is caught in 3 of 3 interleavings: ${line:0:200}"
+  else bad "planted fault: the activation ring without its wait went unnoticed in $((3 - caught)) of 3 interleavings"; fi
 fi
 
 # ---- 6. memory ---------------------------------------------------------------------------

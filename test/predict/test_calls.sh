@@ -61,6 +61,8 @@ same "GPT, 3 ranks, no-sync accumulation" 3 "$GPT --accum 2 --no-sync-accum"
 same "GPT, 2 ranks, DDP (none), forward prefetch only" 2 "$GPT --shard none --prefetch forward"
 same "GPT, 2 ranks, --wrap linear --recompute block" 2 "$GPT --wrap linear --recompute block"
 same "GPT, 1 rank, --wrap linear --recompute selective --limit-all-gathers 3" 1 "$GPT --wrap linear --recompute selective --limit-all-gathers 3"
+same "GPT (4 blocks), 2 ranks, --offload all --recompute block --wrap linear --limit-all-gathers 1" 2 "$GPT --model gpt:L=4,C=96,H=4,V=256,T=10 --offload all --recompute block --wrap linear --limit-all-gathers 1"
+same "GPT, 1 rank, --offload optim (the AdamW step on the host)" 1 "$GPT --offload optim"
 same "T5, 2 ranks, hybrid:1" 2 "$T5 --shard hybrid:1"
 same "T5 v1.1, 1 rank, 2 micro-steps" 1 "$T5G --accum 2"
 

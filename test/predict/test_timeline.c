@@ -15,7 +15,7 @@ static Cluster toy_cluster(int world) {
   memset(&c, 0, sizeof c);
   c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy"};
   c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6};
-  c.host = (HostSpec){0.0, 0.0, 1e12};
+  c.host = (HostSpec){0.0, 0.0, 1e12, 1e12};
   c.world = world;
   return c;
 }
