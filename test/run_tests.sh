@@ -22,6 +22,7 @@ part "command line" bash test/test_cli.sh
 part "pretrained weights (--init-from, --export)" /usr/bin/python3 test/test_weights.py
 part "transformers parity (exported GPT-2, T5)" /usr/bin/python3 test/test_hf_parity.py
 part "planner and benchmark" python3 test/test_plan.py
+part "plan table (the AWS post's runs)" bash test/test_plan_table.sh
 part "benchmark scripts" bash test/test_bench_scripts.sh
 part "multi-rank FSDP" bash test/test_multirank.sh
 part "faults and bad input" bash test/test_trust.sh

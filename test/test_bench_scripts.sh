@@ -271,5 +271,12 @@ check "bench_cpu.sh table: PyTorch row with 4 timed steps" \
   grep -qE '^\| PyTorch .* eager \(fp32\) \| 4 \| [0-9]+ \|' "$C/results.md"
 check "bench_cpu.sh names the machine and the load" grep -q "load average" "$C/results.md"
 
+# bench_adamw.sh: the host AdamW of --offload optim beside PyTorch's, a table with three rows.
+bash scripts/bench_adamw.sh --elements 200000 --rounds 1 --trials 2 > "$TMP/adamw.md" 2>&1
+check "bench_adamw.sh prints fsdp.c and both PyTorch AdamW rows with bandwidths" \
+  test "$(grep -cE '^\| (fsdp.c adamw_update_host|torch.optim.AdamW \((single tensor|foreach)\)) \| [0-9.]+ \|' "$TMP/adamw.md")" = 3
+bash scripts/bench_adamw.sh --elements 0 > /dev/null 2>&1
+[ $? = 2 ] && ok "bench_adamw.sh refuses a zero element count (exit 2)" || bad "bench_adamw.sh refuses --elements 0"
+
 cases_summary
 [ $fail = 0 ]

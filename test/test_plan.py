@@ -152,6 +152,16 @@ for spec, shape, B, T in configs:
         got, got_h = plan_bytes(out), plan_bytes(out, "plan_host_bytes_per_rank")
         check("plan %s W=%d %s --recompute %s --wrap %s --offload %s: %s + %s host bytes" % (spec, W, strategy, mode, wrap, off, got, got_h),
               rc == 0 and got == want and got_h == h["bytes"], "got %s + %s, computed by hand %d + %d" % (got, got_h, want, h["bytes"]))
+# --plan says what each option not in use would save, each equal to the difference of two plans.
+base = ["--plan", "--backend", "cpu", "--world", "2", "--model", "gpt2-124m", "--batch", "4"]
+rc, out = run(base)
+for flag in ("--recompute block", "--wrap linear", "--offload optim", "--offload activations", "--limit-all-gathers 1"):
+    line = [l for l in out.splitlines() if l.strip().startswith(flag + " ")]
+    _, other = run(base + flag.split())
+    d, h = plan_bytes(other) - plan_bytes(out), plan_bytes(other, "plan_host_bytes_per_rank") - plan_bytes(out, "plan_host_bytes_per_rank")
+    want = "%+9.2f GiB device" % (d / 2**30) + (", %+9.2f GiB pinned host" % (h / 2**30) if h else "")
+    check("--plan: %s would change the plan by %s" % (flag, want.replace("  ", "")), len(line) == 1 and line[0].endswith(want),
+          "%s vs %s" % (line, want))
 blk = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block"])[1])
 lin = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block",
                       "--wrap", "linear"])[1])

@@ -70,13 +70,45 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   if (c->kind == MODEL_T5) log0("| %-22s | %-30.4g |\n", "IBM T5 formula (s=enc)", M * t5_flops_ibm(c, m->B, m->Te));
 }
 
-// Bytes per rank of the plan of a `world`-rank run with the FSDP options f (plan only).
-static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, int Te, int world) {
+// Device bytes per rank of the plan of a `world`-rank run with the FSDP options f (plan only);
+// its pinned host bytes into *host when not NULL.
+static size_t plan_totals(const ModelConfig* cfg, FSDPOptions f, int B, int T, int Te, int world, size_t* host) {
   FSDP fs;
   fsdp_init_plan(&fs, model_num_units(cfg, f.wrap), f, world);
   Model m;
   model_plan(&m, cfg, &fs, B, T, Te);
+  if (host) *host = fs.plan.host_total;
   return fs.plan.total;  // (the layout tables are left to the process: planning is short-lived)
+}
+
+static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, int Te, int world) {
+  return plan_totals(cfg, f, B, T, Te, world, NULL);
+}
+
+// What each memory option the run does not use would change, added alone to its options.
+static void print_savings(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, const MemPlan* plan) {
+  int gpt = cfg->kind == MODEL_GPT;
+  log0("what each memory option would save per rank, added alone to this run's:\n");
+  for (int i = 0; i < 9; i++) {
+    FSDPOptions g = o->fsdp;
+    const char* flag = NULL;
+    switch (i) {
+      case 0: if (g.recompute == RECOMPUTE_NONE) g.recompute = RECOMPUTE_SELECTIVE, flag = "--recompute selective"; break;
+      case 1: if (g.recompute != RECOMPUTE_BLOCK) g.recompute = RECOMPUTE_BLOCK, flag = "--recompute block"; break;
+      case 2: if (g.strategy != SHARD_FULL) g.strategy = SHARD_FULL, flag = "--shard full"; break;
+      case 3: if (gpt && g.wrap != WRAP_LINEAR) g.wrap = WRAP_LINEAR, flag = "--wrap linear"; break;
+      case 4: if (!(g.offload & OFFLOAD_OPTIM)) g.offload |= OFFLOAD_OPTIM, flag = "--offload optim"; break;
+      case 5: if (gpt && !(g.offload & OFFLOAD_ACTIVATIONS)) g.offload |= OFFLOAD_ACTIVATIONS, flag = "--offload activations"; break;
+      case 6: if (!(g.offload & OFFLOAD_PARAMS)) g.offload |= OFFLOAD_PARAMS, flag = "--offload params"; break;
+      case 7: if (!(g.offload & OFFLOAD_GRADS)) g.offload |= OFFLOAD_GRADS, flag = "--offload grads"; break;
+      case 8: if (g.limit_all_gathers > 1) g.limit_all_gathers = 1, flag = "--limit-all-gathers 1"; break;
+    }
+    if (!flag) continue;
+    size_t host = 0, dev = plan_totals(cfg, g, B, T, Te, world, &host);
+    log0("  %-24s %+9.2f GiB device", flag, ((double)dev - (double)plan->total) / 1073741824.0);
+    if (host != plan->host_total) log0(", %+9.2f GiB pinned host", ((double)host - (double)plan->host_total) / 1073741824.0);
+    log0("\n");
+  }
 }
 
 // The options of g that differ from the run's own f, as flags (for a recommendation).
@@ -169,9 +201,10 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   double shard_elems = (double)padded_total / fs.F, largest = (double)fs.max_padded;
   log0("FSDP paper formula (3.2.1): sum psi / F + max psi = %.4g + %.4g = %.4g elements\n", shard_elems, largest,
        shard_elems + largest);
-  log0("  as bytes: 16 B x %.4g (fp32 master, gradient, adam m, v) + %d slot%s x %zu B x %.4g = %.4g GiB\n",
+  log0("  as bytes: 16 B x %.4g (fp32 master, gradient, adam m, v; --offload moves them to the host) + %d slot%s x %zu B x %.4g = %.4g GiB\n",
        shard_elems, fs.nslots, fs.nslots == 1 ? "" : "s", sizeof(act_t), largest,
        (16.0 * shard_elems + fs.nslots * sizeof(act_t) * largest) / 1073741824.0);
+  print_savings(o, cfg, B, T, Te, world, &fs.plan);
   if (o->memory_limit_gib > 0) {  // planning for a device of that size: does it fit, and if not, what would
     size_t limit = (size_t)(o->memory_limit_gib * 1073741824.0);
     char rec[512] = "";

@@ -257,7 +257,8 @@ if build_variant no-act-wait fsdp/offload.c 's/  if \(offloaded\(fs\)\) device_s
 fi
 
 # ---- 6. memory ---------------------------------------------------------------------------
-for cfg in GPT T5; do
+cp "$TMP/off.out" "$TMP/OFFLOAD.sim.out"  # the last --offload run of section 2
+for cfg in GPT T5 OFFLOAD; do
   out=$(cat "$TMP/$cfg.sim.out")
   plan=$(echo "$out" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\1/p')
   used=$(echo "$out" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\2/p')
