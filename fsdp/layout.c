@@ -66,6 +66,10 @@ int fsdp_parse_offload(const char* s, int* bits) {
 void fsdp_offload_name(int bits, char* out, size_t len) {
   size_t used = 0;
   out[0] = 0;
+  if (bits == (OFFLOAD_PARAMS | OFFLOAD_OPTIM | OFFLOAD_GRADS | OFFLOAD_ACTIVATIONS)) {
+    snprintf(out, len, "all");
+    return;
+  }
   for (int i = 0; i < NOFFLOADS; i++)
     if (bits & OFFLOADS[i].bit) used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%s", used ? "," : "", OFFLOADS[i].name);
   if (!bits) snprintf(out, len, "none");

@@ -208,9 +208,28 @@ static int by_tflops(const void* a, const void* b) {
   return (x->p.seed_tflops < y->p.seed_tflops) - (x->p.seed_tflops > y->p.seed_tflops);
 }
 
-// --predict-sweep: the options a user tunes (strategy and hybrid factor, the all-gather limit,
-// prefetch, the micro-batch within the memory plan), each predicted, ranked by TFLOPS per GPU
-// among the plans that fit.
+// Predicts option set v at micro-batches 1, 2, 4, ... while they fit; appends the rows.
+static void sweep_batches(const Options* o, FSDPOptions f, const Cluster* c, const ModelConfig* cfg, SweepRow* rows,
+                          int* n, int cap) {
+  for (int b = 1; b <= 2048 && *n < cap; b *= 2) {
+    Options v = *o;
+    v.fsdp = f;
+    v.batch = b;
+    v.global_batch = 0;
+    SweepRow* r = &rows[*n];
+    if (predict_run(&v, c, cfg, NULL, &r->p)) continue;
+    r->fsdp = v.fsdp;
+    r->batch = b;
+    (*n)++;
+    if (!r->p.fits) break;  // larger batches fit even less
+  }
+}
+
+// --predict-sweep: the options a user tunes, each predicted, ranked by TFLOPS per GPU among the
+// plans that fit. First the schedule (strategy and hybrid factor, the all-gather limit,
+// prefetch) with the run's memory options, over micro-batches within the memory plan; then, for
+// the best schedule found, the memory options (recompute, wrapping, offload), which trade
+// FLOPs, collectives and PCIe traffic for a larger micro-batch.
 int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, int show) {
   int W = c->world, G = c->net.gpus_per_node;
   FSDPOptions strategies[16];
@@ -230,41 +249,54 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
     }
   static const int limits[] = {1, 2, 4};
   static const int prefetch[][2] = {{1, 1}, {1, 0}, {0, 1}, {0, 0}};
-  int cap = ns * 3 * 4 * 12, n = 0;
+  int cap = ns * 3 * 4 * 12 + 3 * 2 * 4 * 12, n = 0;
   SweepRow* rows = xcalloc(cap, sizeof(SweepRow), "sweep");
   for (int s = 0; s < ns; s++)
     for (int l = 0; l < 3; l++) {
       int reshards = strategies[s].strategy == SHARD_FULL || strategies[s].strategy == SHARD_HYBRID;
       if (!reshards && l > 0) continue;  // the slot pool holds every block anyway
-      for (int pf = 0; pf < 4; pf++)
-        for (int b = 1; b <= 2048; b *= 2) {
-          Options v = *o;
-          v.fsdp = strategies[s];
-          v.fsdp.limit_all_gathers = limits[l];
-          v.fsdp.prefetch_forward = prefetch[pf][0];
-          v.fsdp.prefetch_backward = prefetch[pf][1];
-          v.batch = b;
-          v.global_batch = 0;
-          SweepRow* r = &rows[n];
-          if (predict_run(&v, c, cfg, NULL, &r->p)) continue;
-          r->fsdp = v.fsdp;
-          r->batch = b;
-          n++;
-          if (!r->p.fits) break;  // larger batches fit even less
-        }
+      for (int pf = 0; pf < 4; pf++) {
+        FSDPOptions f = strategies[s];
+        f.limit_all_gathers = limits[l];
+        f.prefetch_forward = prefetch[pf][0];
+        f.prefetch_backward = prefetch[pf][1];
+        sweep_batches(o, f, c, cfg, rows, &n, cap);
+      }
     }
+  qsort(rows, n, sizeof *rows, by_tflops);
+  if (n > 0) {
+    static const int recompute[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_BLOCK};
+    static const int offload[] = {0, OFFLOAD_OPTIM, OFFLOAD_OPTIM | OFFLOAD_ACTIVATIONS,
+                                  OFFLOAD_PARAMS | OFFLOAD_OPTIM | OFFLOAD_GRADS | OFFLOAD_ACTIVATIONS};
+    int gpt = cfg->kind == MODEL_GPT;
+    FSDPOptions best = rows[0].fsdp;
+    for (int r = 0; r < 3; r++)
+      for (int w = 0; w < (gpt ? 2 : 1); w++)
+        for (int off = 0; off < 4; off++) {
+          FSDPOptions f = best;
+          f.recompute = recompute[r];
+          f.wrap = w ? WRAP_LINEAR : WRAP_BLOCK;
+          f.offload = gpt ? offload[off] : offload[off] & ~OFFLOAD_ACTIVATIONS;
+          if (!gpt && off == 2) continue;  // the same as optim alone without activations
+          if (f.recompute == best.recompute && f.wrap == best.wrap && f.offload == best.offload) continue;
+          sweep_batches(o, f, c, cfg, rows, &n, cap);
+        }
+  }
   qsort(rows, n, sizeof *rows, by_tflops);
   printf("predict-sweep | %s | %d x %s on %s | %d configurations, ranked by TFLOPS per GPU (%s formula)\n", cfg->name, W,
          c->gpu.name, c->net.name, n, predict_seed_formula(cfg));
-  printf("| %4s | %-10s | %5s | %-8s | %5s | %10s | %9s | %9s | %8s | %9s |\n", "rank", "shard", "limit", "prefetch",
-         "batch", "step (ms)", "exposed", "TFLOPS", "MFU", "mem GiB");
+  printf("| %4s | %-10s | %5s | %-8s | %-9s | %-6s | %-18s | %5s | %10s | %9s | %9s | %8s | %9s |\n", "rank", "shard",
+         "limit", "prefetch", "recompute", "wrap", "offload", "batch", "step (ms)", "exposed", "TFLOPS", "MFU", "mem GiB");
+  static const char* rc_names[] = {"none", "block", "selective"};
   for (int i = 0; i < n && i < show; i++) {
-    char strat[32];
+    char strat[32], off[64];
     strategy_name(&rows[i].fsdp, strat, sizeof strat);
+    fsdp_offload_name(rows[i].fsdp.offload, off, sizeof off);
     const Prediction* p = &rows[i].p;
-    printf("| %4d | %-10s | %5d | %-8s | %5d | %10.1f | %9.1f | %9.2f | %7.1f%% | %8.2f%s |\n", i + 1, strat,
-           rows[i].fsdp.limit_all_gathers, prefetch_name(&rows[i].fsdp), rows[i].batch, p->step_s * 1e3,
-           p->exposed_comm_s * 1e3, p->seed_tflops, 100 * p->mfu, p->plan_bytes / 1073741824.0, p->fits ? "" : " (too big)");
+    printf("| %4d | %-10s | %5d | %-8s | %-9s | %-6s | %-18s | %5d | %10.1f | %9.1f | %9.2f | %7.1f%% | %8.2f%s |\n", i + 1,
+           strat, rows[i].fsdp.limit_all_gathers, prefetch_name(&rows[i].fsdp), rc_names[rows[i].fsdp.recompute],
+           rows[i].fsdp.wrap == WRAP_LINEAR ? "linear" : "block", off, rows[i].batch, p->step_s * 1e3, p->exposed_comm_s * 1e3,
+           p->seed_tflops, 100 * p->mfu, p->plan_bytes / 1073741824.0, p->fits ? "" : " (too big)");
   }
   if (n > 0) printf("predict_tflops_per_gpu %.2f\n", rows[0].p.seed_tflops);
   free(rows);
