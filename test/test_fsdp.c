@@ -978,7 +978,8 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
   Verdict v = verdict();
   int want_slots = s->reshard ? (K < L ? K : L) : L;
   VCHECK(&v, fs.nslots == want_slots, "%d slots, expected %d", fs.nslots, want_slots);
-  int want_gslots = sync ? (L < 2 ? L : 2) : L;
+  int two = K < 2 ? 1 : 2;  // --limit-all-gathers 1 also means one gradient buffer
+  int want_gslots = sync ? (L < two ? L : two) : L;
   VCHECK(&v, fs.ngrad_slots == want_gslots, "%d gradient buffers, expected %d", fs.ngrad_slots, want_gslots);
   check_resharded(&fs, &v, "before the step");
 

@@ -75,10 +75,11 @@ static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, i
 }
 
 // Below the unit spans of fsdp/trace.c, every kernel, copy and collective of the measured step
-// on three more tracks, one per stream, on the same clock.
+// on four more tracks, one per stream, on the same clock.
 static void write_kernel_tracks(Trace* t, int first_op) {
-  static const char* names[] = {"compute kernels", "all-gather stream kernels", "reduce-scatter stream kernels"};
-  for (int i = 0; i < 3; i++)
+  static const char* names[DEVICE_STREAMS] = {"compute kernels", "all-gather stream kernels",
+                                              "reduce-scatter stream kernels", "copy stream (--offload activations)"};
+  for (int i = 0; i < DEVICE_STREAMS; i++)
     fprintf(t->f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
             3 + i, names[i]);
   for (int i = first_op; i < timeline_nops(); i++) {
