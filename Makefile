@@ -132,6 +132,8 @@ $(BUILD)/cuda/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_HEADERS)
 $(BUILD)/cuda/%.o: %.c $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CUDA_HOST) -c $< -o $@
+# The host AdamW of --offload optim: vectorized sqrtf as in the CPU kernels (see CPU_KERNEL_FLAGS).
+$(BUILD)/cuda/kernels/host/%.o: CFLAGS_CUDA_HOST += -fno-math-errno
 
 ifneq ($(NVCC),)
 train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)
