@@ -110,11 +110,13 @@ int main(int argc, char** argv) {
   log0("| %-22s | %-30s |\n", "device", device);
   memplan_print(&fs.plan);
   int on_cpu = !strcmp(kernels_backend(), "cpu");
+  // On the CPU backend the plan's pinned host part (--offload) is host memory like the rest.
+  size_t cpu_plan = fs.plan.total + fs.plan.host_total;
   if (on_cpu)  // host pages are committed when first touched: measured after the first step
-    log0("memory: plan %zu bytes; the resident growth is measured after the first step\n", fs.plan.total);
+    log0("memory: plan %zu bytes; the resident growth is measured after the first step\n", cpu_plan);
   else
-    log0("memory: plan %zu bytes, measured %.0f bytes (device free memory before and after the allocation)\n",
-         fs.plan.total, measured);
+    log0("memory: plan %zu bytes, measured %.0f bytes (device free memory before and after the allocation)%s\n",
+         fs.plan.total, measured, fs.plan.host_total ? "; the pinned host part is in the plan's second table" : "");
 
   // Model FLOPs utilization against the dense peak of the device, or a measured one.
   double flops_step = M * model_flops(&cfg, B, T, Te);
@@ -224,7 +226,7 @@ int main(int argc, char** argv) {
     if (on_cpu && step == start_step) {
       size_t now = resident_bytes();
       log0("memory: plan %zu bytes, measured %zu bytes (resident growth from the allocation to the end of the first step)\n",
-           fs.plan.total, now > resident_before ? now - resident_before : 0);
+           cpu_plan, now > resident_before ? now - resident_before : 0);
     }
     if (logf) {
       // JSON has no NaN or Infinity: a non-finite loss or norm (a skipped step) is null.

@@ -321,5 +321,15 @@ run nothing $BIN $M $CONST --steps 3 --resume "$TMP/good" --save "$TMP/good2"
 run mem $BIN $M --steps 2
 has mem "memory: plan [0-9]+ bytes, measured [1-9][0-9]* bytes" && ok "the CPU memory line reports a measured, non-zero figure" ||
   bad "memory line" "$(grep memory "$TMP/mem.out")"
+# With --offload the plan's pinned host part is host memory too: the measured resident growth of
+# first step (the pages every region touches) must be within 2% of both parts together.
+run memoff $BIN --model gpt:L=6,C=384,H=6,V=509,T=64 --data "$TMP/train.bin" --seq 64 --batch 2 --steps 1 --offload all --recompute block
+line=$(grep -m1 "memory: plan [0-9]* bytes, measured" "$TMP/memoff.out")
+plan=$(echo "$line" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\1/p')
+used=$(echo "$line" | sed -n 's/^memory: plan \([0-9]*\) bytes, measured \([0-9]*\) bytes.*/\2/p')
+host=$(grep -m1 "^pinned host memory (per rank, one allocation of" "$TMP/memoff.out" | grep -o "[0-9]* bytes" | awk '{print $1}')
+[ -n "$plan" ] && [ -n "$host" ] && [ "$host" -gt 0 ] && python3 -c "import sys; sys.exit(0 if abs($used - $plan) <= 0.02 * $plan else 1)" &&
+  ok "--offload all: the measured memory ($used bytes) is within 2% of the plan's device and host parts ($plan, $host of it on the host)" ||
+  bad "offload memory" "$line / host '$host'"
 cases_summary
 [ $fail = 0 ]
