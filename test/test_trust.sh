@@ -321,7 +321,7 @@ run nothing $BIN $M $CONST --steps 3 --resume "$TMP/good" --save "$TMP/good2"
 run mem $BIN $M --steps 2
 has mem "memory: plan [0-9]+ bytes, measured [1-9][0-9]* bytes" && ok "the CPU memory line reports a measured, non-zero figure" ||
   bad "memory line" "$(grep memory "$TMP/mem.out")"
-# With --offload the plan's pinned host part is host memory too: the measured resident growth of
+# With --offload the plan's pinned host part is host memory too: the measured resident growth of the
 # first step (the pages every region touches) must be within 2% of both parts together.
 run memoff $BIN --model gpt:L=6,C=384,H=6,V=509,T=64 --data "$TMP/train.bin" --seq 64 --batch 2 --steps 1 --offload all --recompute block
 line=$(grep -m1 "memory: plan [0-9]* bytes, measured" "$TMP/memoff.out")
