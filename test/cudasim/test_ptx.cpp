@@ -7,12 +7,16 @@
 //     and ldmatrix fragments feed mma as the attention kernel uses them (A row-major, B given
 //     n-major for the "q.k" form).
 //   - ex2.approx.ftz: flushes subnormals, ex2(-inf) = +0.
+//   - cuda_fp16.h's conversions against the compiler's IEEE _Float16: every half to float and
+//     back, every tie between neighbouring halves (to even), a million floats across the range,
+//     and the edges (65504, 65520 to inf, subnormals, -0).
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "test/cudasim/include/cuda_bf16.h"
+#include "test/cudasim/include/cuda_fp16.h"
 #include "test/cudasim/ptx.h"
 #include "test/test.h"
 
@@ -185,7 +189,66 @@ static void test_ex2() {
   EXPECT("ex2(0.3) within 2^-22 relative", fabs((double)y - pow(2.0, 0.3)) <= pow(2.0, 0.3) * 2.4e-7, "%.9g", y);
 }
 
+static uint16_t ref_f2h(float f) {  // the compiler's IEEE conversion (round to nearest even)
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+static float bits_f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void test_half() {
+  int bad = 0, first = -1;
+  for (uint32_t h = 0; h < 65536; h++) {  // half -> float exact, and back unchanged
+    float f = cudasim_h_bits2f((uint16_t)h);
+    _Float16 r;
+    uint16_t hb = (uint16_t)h;
+    memcpy(&r, &hb, 2);
+    int nan = ((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff);
+    int ok = nan ? (isnan(f) && isnan((float)r) && (cudasim_f2h_bits(f) & 0x7e00) == 0x7e00)
+                 : (f == (float)r && signbit(f) == signbit((float)r) && cudasim_f2h_bits(f) == h);
+    if (!ok && !bad++) first = (int)h;
+  }
+  EXPECT("every half -> float is exact and converts back to itself (NaNs stay quiet NaNs)", !bad, "%d bad, first 0x%04x", bad, first);
+  bad = 0;
+  for (uint32_t h = 0; h < 0x7bff; h++) {  // the float halfway between two neighbours: to even
+    float lo = cudasim_h_bits2f((uint16_t)h), hi = cudasim_h_bits2f((uint16_t)(h + 1));
+    float mid = lo + (hi - lo) / 2;  // exact: halves have 11 significant bits
+    uint16_t want = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+    if (cudasim_f2h_bits(mid) != want || ref_f2h(mid) != want || cudasim_f2h_bits(-mid) != (want | 0x8000) ||
+        cudasim_f2h_bits(nextafterf(mid, 0)) != h || cudasim_f2h_bits(nextafterf(mid, INFINITY)) != h + 1)
+      if (!bad++) first = (int)h;
+  }
+  EXPECT("every tie between neighbouring halves rounds to even, and a float ulp off it to the nearer", !bad, "%d bad, first 0x%04x", bad, first);
+  bad = 0;
+  uint32_t worst = 0;
+  for (uint64_t u = 0; u < 0x100000000ull; u += 4093) {  // a million floats over every exponent
+    float f = bits_f((uint32_t)u);
+    uint16_t got = cudasim_f2h_bits(f), want = ref_f2h(f);
+    if (isnan(f) ? (got & 0x7e00) != 0x7e00 : got != want)
+      if (!bad++) worst = (uint32_t)u;
+  }
+  EXPECT("a million floats across the range convert as IEEE _Float16 does", !bad, "%d bad, first 0x%08x", bad, worst);
+  EXPECT("65504 is the largest half (0x7bff)", cudasim_f2h_bits(65504.0f) == 0x7bff, "0x%04x", cudasim_f2h_bits(65504.0f));
+  EXPECT("65519.996 rounds down to 65504", cudasim_f2h_bits(nextafterf(65520.0f, 0)) == 0x7bff, "0x%04x",
+         cudasim_f2h_bits(nextafterf(65520.0f, 0)));
+  EXPECT("65520 (the tie with 65536) rounds to inf", cudasim_f2h_bits(65520.0f) == 0x7c00 && cudasim_f2h_bits(-1e9f) == 0xfc00,
+         "0x%04x", cudasim_f2h_bits(65520.0f));
+  EXPECT("2^-24 is the smallest subnormal; 2^-25 ties to 0; 1.5 x 2^-25 rounds up to it",
+         cudasim_f2h_bits(ldexpf(1, -24)) == 1 && cudasim_f2h_bits(ldexpf(1, -25)) == 0 && cudasim_f2h_bits(ldexpf(1.5f, -25)) == 1,
+         "0x%04x 0x%04x", cudasim_f2h_bits(ldexpf(1, -24)), cudasim_f2h_bits(ldexpf(1, -25)));
+  EXPECT("-0 stays -0, and a subnormal sum rounds into the smallest normal", cudasim_f2h_bits(-0.0f) == 0x8000 &&
+         cudasim_f2h_bits(ldexpf(1023.75f, -24)) == 0x0400, "0x%04x", cudasim_f2h_bits(ldexpf(1023.75f, -24)));
+  __half2 v = __floats2half2_rn(1.5f, -2.25f);
+  EXPECT("__half2 holds both halves", __low2float(v) == 1.5f && __high2float(v) == -2.25f, "%g %g", __low2float(v), __high2float(v));
+}
+
 int main() {
+  test_half();
   test_tables();
   test_mma();
   test_ldmatrix();
