@@ -8,6 +8,8 @@
 #   make test-gpu        on a GPU: every CUDA kernel against the CPU reference, CUDA vs CPU
 #                        training, reproducibility, compute-sanitizer
 #   make cuda-config     print the CUDA/NCCL locations the build found
+#   PRECISION=fp16       (with train_gpt, test-gpu, sim-bins, test-sim) the CUDA build with fp16
+#                        activations instead of bf16 (see PRECISION below)
 .DEFAULT_GOAL := train_gpt_cpu
 
 # ---- CPU binary ---------------------------------------------------------------------
@@ -48,6 +50,25 @@ export_weights_cpu: $(BUILD)/cpu/export_weights.o $(CPU_LIB_OBJS)
 	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
 
 # ---- CUDA binary --------------------------------------------------------------------
+# PRECISION: the 16-bit type of the CUDA build's activations and gathered parameters (act_t):
+# bf16 (the default) or fp16 (-DFSDP_FP16: fp16 tensor cores and cuBLASLt types, fp16 NCCL
+# reductions with --reduce-dtype fp16, the dynamic loss scale on by default). Each precision
+# has its own objects (build/cuda, build/cuda-fp16; build/sim, build/sim-fp16); the binaries
+# train_gpt, generate and export_weights are relinked when PRECISION changes (build/precision
+# records the last one), and the simulator's fp16 trainer is train_gpt_sim_fp16.
+PRECISION ?= bf16
+ifeq ($(PRECISION),fp16)
+  PRECISION_FLAGS := -DFSDP_FP16
+  PSUF := -fp16
+else ifeq ($(PRECISION),bf16)
+  PRECISION_FLAGS :=
+  PSUF :=
+else
+  $(error PRECISION=$(PRECISION): expected bf16 (the default) or fp16)
+endif
+CUDA_BUILD := $(BUILD)/cuda$(PSUF)
+PRECISION_STAMP := $(BUILD)/precision
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(PRECISION_STAMP) 2>/dev/null)" = "$(PRECISION)" ] || echo $(PRECISION) > $(PRECISION_STAMP); })
 # kernels/cuda/*.cu with nvcc; the host C files (train_gpt.c, fsdp/ without *_cpu.c, layers/,
 # data/, train/) with the C compiler and -DFSDP_CUDA (act_t = bf16 bits).
 # Communication (CUDA_COMM): nccl (fsdp/comm_nccl.c, linked with NCCL, compiled with mpicc when
@@ -97,7 +118,7 @@ NCCL_SO := $(call find_so,nccl,$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib /u
 # -gencode for the GPU's own code (sm_90: H100/H200) plus PTX of the same level, which the
 # driver can compile for newer GPUs. No Hopper-only (sm_90a) instructions are used.
 NVCC_FLAGS ?= -O3 -std=c++17 -lineinfo -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
-  -gencode arch=compute_$(CUDA_ARCH),code=compute_$(CUDA_ARCH) -Xcompiler -Wall,-Wextra
+  -gencode arch=compute_$(CUDA_ARCH),code=compute_$(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(PRECISION_FLAGS)
 ifeq ($(origin CUDA_COMM),undefined)
   CUDA_COMM := $(if $(and $(NCCL_SO),$(wildcard fsdp/comm_nccl.c)),nccl,single)
 endif
@@ -113,34 +134,35 @@ else
   NCCL_LIBS :=
 endif
 CFLAGS_CUDA_HOST ?= -O3 -march=native -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE \
-  -DFSDP_CUDA $(CUDA_MPI_FLAGS) $(addprefix -I,$(CUDA_INC_DIRS))
+  -DFSDP_CUDA $(PRECISION_FLAGS) $(CUDA_MPI_FLAGS) $(addprefix -I,$(CUDA_INC_DIRS))
 CUDA_RPATH += $(dir $(NCCL_LIBS))
 LDLIBS_CUDA := $(CUBLASLT_SO) $(CUBLAS_SO) $(CUDART_SO) $(NCCL_LIBS) \
   $(addprefix -Wl$(comma)-rpath$(comma),$(patsubst %/,%,$(sort $(CUDA_RPATH)))) -lstdc++ -lm -fopenmp
 
 CUDA_KERNEL_SRCS := $(wildcard kernels/cuda/*.cu)
-CUDA_KERNEL_OBJS := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CUDA_KERNEL_SRCS))
+CUDA_KERNEL_OBJS := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(CUDA_KERNEL_SRCS))
 CUDA_HOST_SRCS := train_gpt.c $(filter-out $(CUDA_COMM_EXCLUDE),$(wildcard fsdp/*.c)) $(wildcard layers/*.c) \
                   $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c) $(wildcard kernels/host/*.c)
-CUDA_HOST_OBJS := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_HOST_SRCS))
+CUDA_HOST_OBJS := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_HOST_SRCS))
 CUDA_HEADERS := $(HEADERS) $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h)
 
-$(BUILD)/cuda/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_HEADERS)
+$(CUDA_BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -I. -DFSDP_CUDA -c $< -o $@
 
-$(BUILD)/cuda/%.o: %.c $(CUDA_HEADERS)
+$(CUDA_BUILD)/%.o: %.c $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CUDA_HOST) -c $< -o $@
 # The host AdamW of --offload optim: vectorized sqrtf as in the CPU kernels (see CPU_KERNEL_FLAGS).
-$(BUILD)/cuda/kernels/host/%.o: CFLAGS_CUDA_HOST += -fno-math-errno
+$(CUDA_BUILD)/kernels/host/%.o: CFLAGS_CUDA_HOST += -fno-math-errno
 
 ifneq ($(NVCC),)
-train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)
-	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
+train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS) $(PRECISION_STAMP)
+	$(CC_CUDA_HOST) $(filter %.o,$^) -o $@ $(LDLIBS_CUDA)
 # the tools of generate_cpu / export_weights_cpu on the CUDA backend
-generate export_weights: %: $(filter-out $(BUILD)/cuda/train_gpt.o,$(CUDA_HOST_OBJS)) $(BUILD)/cuda/%.o $(CUDA_KERNEL_OBJS)
-	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
+generate export_weights: %: $(filter-out $(CUDA_BUILD)/train_gpt.o,$(CUDA_HOST_OBJS)) $(CUDA_BUILD)/%.o \
+                            $(CUDA_KERNEL_OBJS) $(PRECISION_STAMP)
+	$(CC_CUDA_HOST) $(filter %.o,$^) -o $@ $(LDLIBS_CUDA)
 else
 .PHONY: train_gpt
 train_gpt:
@@ -159,6 +181,7 @@ cuda-config:
 	@echo "nccl        $(NCCL_SO)"
 	@echo "CUDA_COMM   $(CUDA_COMM) (host compiler $(CC_CUDA_HOST))"
 	@echo "CUDA_ARCH   $(CUDA_ARCH)"
+	@echo "PRECISION   $(PRECISION) (objects in $(CUDA_BUILD))"
 
 # ---- tests --------------------------------------------------------------------------
 TEST_SRCS := $(wildcard test/test_*.c)
@@ -184,7 +207,7 @@ test-bins: $(TEST_BINS) train_gpt_cpu generate_cpu export_weights_cpu $(BUILD)/t
 
 # CI has nvcc but no GPU: `make test` compiles the CUDA binary and GPU tests when it can.
 ifneq ($(NVCC),)
-  TEST_CUDA_BUILD := train_gpt generate export_weights $(BUILD)/test-gpu/test_kernels_gpu
+  TEST_CUDA_BUILD := train_gpt generate export_weights $(BUILD)/test-gpu/test_kernels_gpu cuda-fp16-build
 else
   TEST_CUDA_BUILD := cuda-skip-note
 endif
@@ -197,39 +220,52 @@ test:
 	@bash test/setup.sh
 	@$(MAKE) --no-print-directory test-suite
 
-test-suite: test-bins sim-bins predict-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
+test-suite: test-bins sim-bins sim-bins-fp16 predict-bins $(TEST_CUDA_BUILD) data/addition/train_000.bin
 	bash test/run_tests.sh
+# The fp16 builds, from a make of their own (PRECISION is read once per make): the simulator's
+# fp16 kernels and trainer for the suite, and the fp16 CUDA binary objects (compiled, not run).
+sim-bins-fp16:
+	@$(MAKE) --no-print-directory PRECISION=fp16 sim-bins
+cuda-fp16-build:
+	@$(MAKE) --no-print-directory PRECISION=fp16 $(BUILD)/cuda-fp16/train_gpt $(BUILD)/test-gpu-fp16/test_kernels_gpu
 
 # ---- GPU tests (run on a machine with a GPU) ----------------------------------------
 # test_kernels_gpu holds both backends: the CUDA kernels, and the CPU reference kernels compiled
 # as C with act_t = float, whose kernels.h symbols objcopy renames to cpu_<name> (the list is
 # generated from kernels.h; test/gpu/cpu_ref.h declares them, checked against kernels.h).
-GPU_TEST := $(BUILD)/test-gpu
-CPU_REF_OBJS := $(patsubst kernels/cpu/%.c,$(GPU_TEST)/cpu_ref/%.o,$(wildcard kernels/cpu/*.c))
+# The CPU reference objects are the same for both precisions (build/test-gpu/cpu_ref); the
+# test binary is build/test-gpu/test_kernels_gpu, or build/test-gpu-fp16/ for PRECISION=fp16.
+CPU_REF := $(BUILD)/test-gpu
+GPU_TEST := $(BUILD)/test-gpu$(PSUF)
+CPU_REF_OBJS := $(patsubst kernels/cpu/%.c,$(CPU_REF)/cpu_ref/%.o,$(wildcard kernels/cpu/*.c))
 CFLAGS_CPU_REF := -O3 -march=native -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE
 
-$(GPU_TEST)/cpu_syms.txt: kernels/kernels.h
+$(CPU_REF)/cpu_syms.txt: kernels/kernels.h
 	@mkdir -p $(dir $@)
 	grep -oE '^[A-Za-z_][A-Za-z_0-9 ]*[ *]+[a-z_][a-z_0-9]*\(' $< | sed -E 's/.*[ *]([a-z_][a-z_0-9]*)\($$/\1 cpu_\1/' > $@
 
-$(GPU_TEST)/cpu_ref/%.o: kernels/cpu/%.c $(HEADERS) $(GPU_TEST)/cpu_syms.txt
+$(CPU_REF)/cpu_ref/%.o: kernels/cpu/%.c $(HEADERS) $(CPU_REF)/cpu_syms.txt
 	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CPU_REF) $(CPU_KERNEL_FLAGS) -c $< -o $@.plain.o
-	objcopy --redefine-syms=$(GPU_TEST)/cpu_syms.txt $@.plain.o $@
+	objcopy --redefine-syms=$(CPU_REF)/cpu_syms.txt $@.plain.o $@
 	@rm -f $@.plain.o
 
 # cpu_ref.h's prototypes must be kernels.h's with act_t = float: compiled together, they
 # conflict if they ever differ.
-$(GPU_TEST)/cpu_ref_check.o: test/gpu/cpu_ref_check.c test/gpu/cpu_ref.h kernels/kernels.h
+$(CPU_REF)/cpu_ref_check.o: test/gpu/cpu_ref_check.c test/gpu/cpu_ref.h kernels/kernels.h
 	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CPU_REF) -c $< -o $@
 
-$(GPU_TEST)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(GPU_TEST)/cpu_ref_check.o \
+$(GPU_TEST)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(CPU_REF)/cpu_ref_check.o \
                               $(CUDA_KERNEL_OBJS) $(CPU_REF_OBJS) $(CUDA_HEADERS)
+	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CUDA_HOST) $< $(CUDA_KERNEL_OBJS) $(CPU_REF_OBJS) -o $@ $(LDLIBS_CUDA)
 
 test-gpu: $(GPU_TEST)/test_kernels_gpu train_gpt train_gpt_cpu data/addition/train_000.bin
-	bash test/gpu/test_gpu.sh
+	GPU_TEST=$(GPU_TEST) bash test/gpu/test_gpu.sh
+# The fp16 binary for the fp16 build's checks, beside train_gpt (not overwriting it).
+$(BUILD)/cuda-fp16/train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)
+	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
 
 # ---- CUDA simulator (test/cudasim/README.md) ------------------------------------------
 # kernels/cuda/*.cu compiled by g++ against test/cudasim/include (the simulator's CUDA headers)
@@ -239,18 +275,23 @@ test-gpu: $(GPU_TEST)/test_kernels_gpu train_gpt train_gpt_cpu data/addition/tra
 # off so every access is the size the source wrote. The simulator's own files are plain C++.
 SIM_OPT ?= -O2
 # build/sim, or build/sim-O0 for SIM_OPT=-O0 (kernels without optimization, for gdb)
-SIM := $(BUILD)/sim$(subst -O2,,$(SIM_OPT))
+# The simulator's runtime (libcudasim.a, test_ptx, test_cublaslt) serves both precisions
+# (SIM_RT); the kernels, the host code and what links them are per precision (SIM: build/sim or
+# build/sim-fp16; the fp16 trainer is ./train_gpt_sim_fp16).
+SIM_RT := $(BUILD)/sim$(subst -O2,,$(SIM_OPT))
+SIM := $(SIM_RT)$(PSUF)
+SIM_BIN_SUFFIX := $(subst -,_,$(PSUF))
 SIM_CXX ?= g++
 SIM_INC := -I. -Itest/cudasim/include
 SIM_INSTRUMENT := -fsanitize=thread --param tsan-instrument-func-entry-exit=0 -fno-tree-vectorize \
   -fno-tree-slp-vectorize -fno-store-merging
-SIM_KERNEL_FLAGS := -std=c++17 $(SIM_OPT) -g -gdwarf-4 -DFSDP_CUDA $(SIM_INC) $(SIM_INSTRUMENT) \
+SIM_KERNEL_FLAGS := -std=c++17 $(SIM_OPT) -g -gdwarf-4 -DFSDP_CUDA $(PRECISION_FLAGS) $(SIM_INC) $(SIM_INSTRUMENT) \
   -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas
 SIM_RT_FLAGS := -std=c++17 -O2 -g $(SIM_INC) -Wall -Wextra -Wno-unused-parameter
 SIM_HEADERS := $(wildcard test/cudasim/*.h test/cudasim/include/*.h test/cudasim/include/*/*.h \
   test/cudasim/include/cub/*/*.cuh)
 SIM_RT_SRCS := $(filter-out test/cudasim/test_% test/cudasim/nccl.cpp,$(wildcard test/cudasim/*.cpp))
-SIM_RT_OBJS := $(patsubst test/cudasim/%.cpp,$(SIM)/rt/%.o,$(SIM_RT_SRCS))
+SIM_RT_OBJS := $(patsubst test/cudasim/%.cpp,$(SIM_RT)/rt/%.o,$(SIM_RT_SRCS))
 SIM_KERNEL_OBJS := $(patsubst kernels/cuda/%.cu,$(SIM)/kernels/%.o,$(CUDA_KERNEL_SRCS))
 SIM_LIBS := -lstdc++ -lm -fopenmp -ldl
 
@@ -259,23 +300,23 @@ $(SIM)/kernels/%.cpp: kernels/cuda/%.cu test/cudasim/cu2cpp.sh
 	sh test/cudasim/cu2cpp.sh $< $@
 $(SIM)/kernels/%.o: $(SIM)/kernels/%.cpp $(CUDA_HEADERS) $(SIM_HEADERS) Makefile
 	$(SIM_CXX) $(SIM_KERNEL_FLAGS) -c $< -o $@
-$(SIM)/rt/%.o: test/cudasim/%.cpp $(SIM_HEADERS)
+$(SIM_RT)/rt/%.o: test/cudasim/%.cpp $(SIM_HEADERS)
 	@mkdir -p $(dir $@)
 	$(SIM_CXX) $(SIM_RT_FLAGS) -c $< -o $@
-$(SIM)/libcudasim.a: $(SIM_RT_OBJS)
+$(SIM_RT)/libcudasim.a: $(SIM_RT_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 # test/gpu/test_kernels_gpu.c itself, on the simulator (--profile small in the suite).
-$(SIM)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(GPU_TEST)/cpu_ref_check.o $(SIM_KERNEL_OBJS) \
-                         $(CPU_REF_OBJS) $(SIM)/libcudasim.a $(HEADERS)
-	$(or $(CC),cc) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -I. -D_GNU_SOURCE -DFSDP_CUDA $(SIM_INC) \
-	  -c $< -o $@.o
-	$(SIM_CXX) $@.o $(SIM_KERNEL_OBJS) $(CPU_REF_OBJS) $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
+$(SIM)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(CPU_REF)/cpu_ref_check.o $(SIM_KERNEL_OBJS) \
+                         $(CPU_REF_OBJS) $(SIM_RT)/libcudasim.a $(HEADERS)
+	$(or $(CC),cc) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -I. -D_GNU_SOURCE -DFSDP_CUDA $(PRECISION_FLAGS) \
+	  $(SIM_INC) -c $< -o $@.o
+	$(SIM_CXX) $@.o $(SIM_KERNEL_OBJS) $(CPU_REF_OBJS) $(SIM_RT)/libcudasim.a -o $@ $(SIM_LIBS)
 
-$(SIM)/test_ptx: test/cudasim/test_ptx.cpp $(SIM)/libcudasim.a test/test.h
-	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
-$(SIM)/test_cublaslt: test/cudasim/test_cublaslt.cpp $(SIM)/libcudasim.a test/test.h
-	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM)/libcudasim.a -o $@ $(SIM_LIBS)
+$(SIM_RT)/test_ptx: test/cudasim/test_ptx.cpp $(SIM_RT)/libcudasim.a test/test.h
+	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM_RT)/libcudasim.a -o $@ $(SIM_LIBS)
+$(SIM_RT)/test_cublaslt: test/cudasim/test_cublaslt.cpp $(SIM_RT)/libcudasim.a test/test.h
+	$(SIM_CXX) $(SIM_RT_FLAGS) $< $(SIM_RT)/libcudasim.a -o $@ $(SIM_LIBS)
 print-sim-kernel-flags:
 	@echo $(SIM_KERNEL_FLAGS)
 print-sim-host-objs:
@@ -291,26 +332,27 @@ SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
 MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 $(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h
 	@mkdir -p $(dir $@)
-	$(CC_CPU) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE -DFSDP_CUDA $(SIM_INC) \
-	  -c $< -o $@
-$(SIM)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl.h
+	$(CC_CPU) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE -DFSDP_CUDA \
+	  $(PRECISION_FLAGS) $(SIM_INC) -c $< -o $@
+$(SIM_RT)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl.h
 	@mkdir -p $(dir $@)
 	$(SIM_CXX) $(SIM_RT_FLAGS) $(MPI_COMPILE_FLAGS) -c $< -o $@
 ifneq ($(MPICC),)
-train_gpt_sim: $(SIM_HOST_OBJS) $(SIM_KERNEL_OBJS) $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
+train_gpt_sim$(SIM_BIN_SUFFIX): $(SIM_HOST_OBJS) $(SIM_KERNEL_OBJS) $(SIM_RT)/rt/nccl.o $(SIM_RT)/libcudasim.a
 	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
 # generate.c's CUDA build on the simulator (bf16 logits), for test/test_weights.py
 generate_sim: $(filter-out $(SIM)/host/train_gpt.o,$(SIM_HOST_OBJS)) $(SIM)/host/generate.o $(SIM_KERNEL_OBJS) \
-              $(SIM)/rt/nccl.o $(SIM)/libcudasim.a
+              $(SIM_RT)/rt/nccl.o $(SIM_RT)/libcudasim.a
 	$(MPICC) $^ -o $@ $(SIM_LIBS) -lpthread
 else
-train_gpt_sim:
+train_gpt_sim$(SIM_BIN_SUFFIX):
 	@echo "error: train_gpt_sim needs MPI (mpicc): the simulated NCCL runs over it"; exit 1
 endif
 
-SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM)/test_ptx $(SIM)/test_cublaslt $(SIM_KERNEL_OBJS)
-sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim generate_sim) train_gpt_cpu
-test-sim: sim-bins
+SIM_TESTS := $(SIM)/test_kernels_gpu $(SIM_RT)/test_ptx $(SIM_RT)/test_cublaslt $(SIM_KERNEL_OBJS)
+# (PRECISION=fp16: the fp16 kernels, their test and train_gpt_sim_fp16; generate_sim is bf16 only)
+sim-bins: $(SIM_TESTS) $(if $(MPICC),train_gpt_sim$(SIM_BIN_SUFFIX) $(if $(PSUF),,generate_sim)) train_gpt_cpu
+test-sim: sim-bins sim-bins-fp16
 	bash test/cudasim/run_sim_tests.sh
 
 # ---- prediction binary (timeline/timeline.h) ----------------------------------------
@@ -369,6 +411,6 @@ print-run-args:
 	@echo $(RUN_ARGS)
 
 clean:
-	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim predict_gpt
+	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim train_gpt_sim_fp16 generate_sim predict_gpt
 
-.PHONY: predict-bins test test-suite test-bins test-gpu test-sim sim-bins train_gpt_sim cuda-config cuda-skip-note run print-run-args clean
+.PHONY: predict-bins test test-suite test-bins test-gpu test-sim sim-bins sim-bins-fp16 cuda-fp16-build train_gpt_sim cuda-config cuda-skip-note run print-run-args clean

@@ -52,7 +52,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (o.fsdp.reduce_dtype != DT_F32 && !strcmp(kernels_backend(), "cpu"))
-    usage_error("%s", "--reduce-dtype bf16 needs the CUDA build (train_gpt); the CPU backend reduces in fp32");
+    usage_error("--reduce-dtype %s needs the CUDA build (train_gpt); the CPU backend reduces in fp32",
+                dtype_name(o.fsdp.reduce_dtype));
+  if (o.fsdp.reduce_dtype != DT_F32 && o.fsdp.reduce_dtype != ACT_DTYPE) {  // the staging buffer is act_t
+    snprintf(err, sizeof err, "this train_gpt was built for " ACT_NAME " activations and reduces in " ACT_NAME
+             " or fp32; for %s, build with `make train_gpt PRECISION=%s`", dtype_name(o.fsdp.reduce_dtype),
+             dtype_name(o.fsdp.reduce_dtype));
+    usage_error("--reduce-dtype: %s", err);
+  }
   int A = o.accum, M = W * A;  // micro-batches per optimizer step, over all ranks
   if (o.fsdp.sim_world > 1 && W > 1) usage_error("%s", "--sim-world simulates several ranks from one: run it without mpirun");
 
@@ -155,8 +162,8 @@ int main(int argc, char** argv) {
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
   int bad_steps = 0;
-  LossScaler scaler;  // --loss-scale: 1 and static unless asked (fp32 and bf16 need none)
-  scaler_init(&scaler, o.loss_scale_dynamic ? 65536.0 : o.loss_scale, o.loss_scale_dynamic, o.loss_scale_window);
+  LossScaler scaler;  // --loss-scale: 1 and static unless asked or an fp16 build (fp32 and bf16 need none)
+  scaler_init(&scaler, o.loss_scale, o.loss_scale_dynamic, o.loss_scale_window);
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
@@ -221,7 +228,7 @@ int main(int argc, char** argv) {
     if (recompute_step > 0) log0(" | hw %.3g TFLOPS", (flops_step + recompute_step) / W / (ms / 1e3) / 1e12);
     if (peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / peak);
     if (!finite) log0(" | SKIPPED");
-    if (scaler.dynamic && finite && scaler.scale != scale) log0(" | loss scale %g -> %g", scale, scaler.scale);
+    if (scaler.dynamic && finite && scaler.scale != scale) log0(" | loss scale %.0f -> %.0f", scale, scaler.scale);
     log0("\n");
     if (on_cpu && step == start_step) {
       size_t now = resident_bytes();
@@ -247,7 +254,7 @@ int main(int argc, char** argv) {
       if (fs.nonfinite_unit >= 0)
         snprintf(where, sizeof where, "; the first unit whose gradient shard was non-finite: %s", fs.units[fs.nonfinite_unit].name);
       if (overflow)
-        log0("step %5d | gradient overflow at loss scale %g%s: the update was skipped on every rank; the scale is now %g\n",
+        log0("step %5d | gradient overflow at loss scale %.0f%s: the update was skipped on every rank; the scale is now %.0f\n",
              step + 1, scale, where, scaler.scale);
       else
         log0("step %5d | non-finite %s%s: the update was skipped on every rank (%d of --max-bad-steps %d)\n", step + 1,

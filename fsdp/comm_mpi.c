@@ -153,7 +153,7 @@ static MPI_Datatype mpi_type(DType t) {
     case DT_F32: return MPI_FLOAT;
     case DT_F64: return MPI_DOUBLE;
     case DT_I64: return MPI_INT64_T;
-    case DT_BF16: return MPI_UINT16_T;
+    case DT_BF16: case DT_F16: return MPI_UINT16_T;
   }
   return MPI_BYTE;
 }
@@ -210,7 +210,7 @@ static void fold_rows(void* out, const void* in, size_t n, int size, DType t) {
       y[i] = s;
     }
   } else {
-    fatal("the MPI backend does not reduce bf16; use --reduce-dtype fp32");
+    fatal("the MPI backend does not reduce 16-bit floats; use --reduce-dtype fp32");
   }
 }
 

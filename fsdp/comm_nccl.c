@@ -63,6 +63,7 @@ static ncclDataType_t nccl_type(DType t) {
     case DT_F64: return ncclFloat64;
     case DT_I64: return ncclInt64;
     case DT_BF16: return ncclBfloat16;
+    case DT_F16: return ncclFloat16;
   }
   return ncclFloat32;
 }

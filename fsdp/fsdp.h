@@ -185,7 +185,9 @@ typedef struct {
                                     // held a NaN or inf on any rank, -1 when none
 } FSDP;
 
-#ifdef FSDP_CUDA
+#if defined(FSDP_CUDA) && defined(FSDP_FP16)
+#define ACT_DTYPE DT_F16
+#elif defined(FSDP_CUDA)
 #define ACT_DTYPE DT_BF16
 #else
 #define ACT_DTYPE DT_F32
@@ -287,6 +289,7 @@ void fsdp_poison_grad(FSDP* fs, int u);
 // finite (the step is skipped on every rank), doubled after `window` finite steps in a row.
 #define LOSS_SCALE_MIN 1.0
 #define LOSS_SCALE_MAX 16777216.0  // 2^24
+#define LOSS_SCALE_DYNAMIC_INIT 65536.0  // 2^16, where a dynamic scale starts (as PyTorch's GradScaler)
 typedef struct {
   double scale;
   int dynamic, window, good;

@@ -271,9 +271,9 @@ void fsdp_finalize_layout(FSDP* fs) {
   snprintf(name, sizeof name, "grad buffers (%d x %lld)", fs->ngrad_slots, (long long)max_padded);
   memplan_add(p, "grad buffers", name, (size_t)fs->ngrad_slots * max_padded * sizeof(float),
               (void**)&fs->region_grad_slots);
-  if (fs->opt.reduce_dtype == DT_BF16) {
+  if (fs->opt.reduce_dtype != DT_F32) {
     int64_t largest = fs->units[0].padded > max_padded ? fs->units[0].padded : max_padded;
-    memplan_add(p, "grad buffers", "bf16 reduce staging", (size_t)largest * sizeof(act_t), (void**)&fs->reduce_staging);
+    memplan_add(p, "grad buffers", "16-bit reduce staging", (size_t)largest * sizeof(act_t), (void**)&fs->reduce_staging);
   }
   int64_t max_shard = 0;
   for (int u = 0; u < fs->nunits; u++)

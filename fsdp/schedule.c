@@ -205,14 +205,15 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   double t0 = trace_now();
   int m0 = trace_mark(fs->trace, TRACK_REDUCE_SCATTER);
   if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
-  if (fs->opt.reduce_dtype == DT_BF16) {
-    // Reduce in bf16 (half the bytes on the wire, FSDP's reduce_dtype), accumulate in fp32:
-    // the gradient goes through a bf16 staging buffer and its reduced chunk comes back into
-    // the fp32 buffer before the accumulation below.
+  if (fs->opt.reduce_dtype != DT_F32) {
+    // Reduce in the 16-bit activation type (half the bytes on the wire, FSDP's reduce_dtype),
+    // accumulate in fp32: the gradient goes through a 16-bit staging buffer and its reduced
+    // chunk comes back into the fp32 buffer before the accumulation below. (fp16 sums can
+    // overflow: the loss scaler's norm check sees the inf and skips the step.)
     act_t* staging = fs->reduce_staging;
     cast_f32_to_act(fs->kctx_reduce, staging, g, U->padded);
-    comm_reduce_scatter(fs->shard_group, staging, U->shard, DT_BF16);
-    comm_all_reduce(fs->replica_group, staging + (size_t)fs->shard_rank * U->shard, U->shard, DT_BF16);
+    comm_reduce_scatter(fs->shard_group, staging, U->shard, fs->opt.reduce_dtype);
+    comm_all_reduce(fs->replica_group, staging + (size_t)fs->shard_rank * U->shard, U->shard, fs->opt.reduce_dtype);
     cast_act_to_f32(fs->kctx_reduce, chunk, staging + (size_t)fs->shard_rank * U->shard, U->shard);
   } else {
     comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);

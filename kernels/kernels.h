@@ -2,13 +2,13 @@
 //
 // Two backends implement every function declared here:
 //   kernels/cpu/*.c   fp32 reference (C11 + OpenMP), built into train_gpt_cpu
-//   kernels/cuda/*.cu bf16 storage, fp32 accumulation, built into train_gpt
+//   kernels/cuda/*.cu bf16 (or fp16) storage, fp32 accumulation, built into train_gpt
 // The layer code (layers/) and the FSDP runtime (fsdp/) call only this API, so the
 // schedule, the model and the training loop are one code path for both backends.
 //
 // Conventions
 // - act_t is the storage type of activations and of unsharded (gathered) parameters:
-//   float on the CPU backend, bf16 bits on the CUDA backend. Master weights, optimizer
+//   float on the CPU backend, bf16 (fp16) bits on the CUDA backend. Master weights, optimizer
 //   state and parameter gradients are always fp32 (float).
 // - Linear weights are stored (out_features, in_features), row-major, as in PyTorch.
 // - "N" is the number of token rows (batch * sequence). Tensors are row-major.
@@ -29,10 +29,17 @@
 extern "C" {
 #endif
 
-#ifdef FSDP_CUDA
+// ACT_NAME names act_t's format: the CUDA backend stores bf16, or IEEE fp16 when built with
+// `make PRECISION=fp16` (-DFSDP_FP16; kernels/cuda/common.cuh's act16 is the one switch).
+#if defined(FSDP_CUDA) && defined(FSDP_FP16)
+typedef uint16_t act_t;  // fp16 bits; kernels reinterpret as __half
+#define ACT_NAME "fp16"
+#elif defined(FSDP_CUDA)
 typedef uint16_t act_t;  // bf16 bits; kernels reinterpret as __nv_bfloat16
+#define ACT_NAME "bf16"
 #else
 typedef float act_t;
+#define ACT_NAME "fp32"
 #endif
 
 typedef struct KernelCtx KernelCtx;  // backend-private; NULL is valid on the CPU backend

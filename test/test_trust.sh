@@ -246,6 +246,17 @@ run off_res3 $MPIRUN -np 3 $BIN $M $CONST --steps 5 --offload optim,grads --resu
 run ls_bad $BIN $M --loss-scale 1e30
 [ $rc = 2 ] && has ls_bad "would overflow the gradients on the first step" && ok "a loss scale that would overflow is refused" ||
   bad "--loss-scale 1e30" "$(show ls_bad)"
+run ls_bad_dyn $BIN $M --loss-scale dynamic:33554432
+rc1=$rc
+run ls_bad_word $BIN $M --loss-scale dynamically
+[ $rc1 = 2 ] && has ls_bad_dyn "would overflow the gradients on the first step.*got 'dynamic:33554432'" && [ $rc = 2 ] &&
+  has ls_bad_word "got 'dynamically'" && ok "a dynamic scale starting at 2^25, and 'dynamically', are refused" ||
+  bad "--loss-scale dynamic:2^25 / dynamically" "$(show ls_bad_dyn; show ls_bad_word)"
+# dynamic:S starts from S (the settings table says so) and still gives the bits of no scaler.
+run ls_dyn_s $BIN $LS --loss-scale dynamic:1024 --loss-scale-window 2
+[ "$(digest "$TMP/ls_dyn_s.out")" = "$(digest "$TMP/ls_none.out")" ] && has ls_dyn_s "loss scale +\| dynamic 1024, window 2" &&
+  has ls_dyn_s "step +2/5 .*loss scale 1024 -> 2048" && ok "--loss-scale dynamic:1024 starts at 1024, doubles, same bits" ||
+  bad "--loss-scale dynamic:1024" "$(show ls_dyn_s)"
 
 # ---- data ---------------------------------------------------------------------------------
 cp data/addition/train_000.bin "$TMP/live.bin"

@@ -51,7 +51,8 @@ static void print_help(void) {
       "                        separated): params (fp32 master shards), optim (AdamW state;\n"
       "                        the step runs on the host), grads (gradient shards),\n"
       "                        activations (block outputs); all | none (default)\n"
-      "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 (CUDA only)\n"
+      "  --reduce-dtype D      gradient reduction dtype: fp32 (default) | bf16 | fp16 (CUDA only, the\n"
+      "                        build's activation type: make train_gpt PRECISION=bf16|fp16)\n"
       "  --init-dir DIR        without MPI: rank 0 publishes the NCCL id in DIR (shared by all)\n"
       "  --comm-timeout S      end every rank when a collective is unfinished after S seconds,\n"
       "                        naming the rank and the collective (default 600; 0 = never)\n"
@@ -78,8 +79,9 @@ static void print_help(void) {
       "  --max-bad-steps N     a step with a NaN/inf loss or gradient is skipped on every rank;\n"
       "                        stop at the N-th (default 3)\n"
       "  --loss-scale S        multiply the loss gradient by S, a power of two (1 = none), or\n"
-      "                        'dynamic': from 65536, halved on overflow (the step skipped on\n"
-      "                        every rank), doubled after --loss-scale-window steps (2000)\n"
+      "                        'dynamic[:S]': from S (65536), halved on overflow (the step skipped on\n"
+      "                        every rank), doubled after --loss-scale-window steps (2000);\n"
+      "                        dynamic is the default of an fp16 build (PRECISION=fp16)\n"
       "  --inject-nonfinite STEP:RANK[:UNIT]   testing: a NaN in RANK's gradient of UNIT\n"
       "                        (default 0) at STEP, to see the guard above work\n"
       "pretrained weights\n"
@@ -152,6 +154,9 @@ Options parse_options(int argc, char** argv) {
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                         .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32}};
+#ifdef FSDP_FP16
+  o.loss_scale_dynamic = 1, o.loss_scale = LOSS_SCALE_DYNAMIC_INIT;  // fp16 gradients need it (--loss-scale 1: off)
+#endif
   static struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, 'd'},
       {"val-data", required_argument, 0, 'V'},    {"batch", required_argument, 0, 'b'},
@@ -272,7 +277,8 @@ Options parse_options(int argc, char** argv) {
       case 'R':
         if (!strcmp(optarg, "fp32")) o.fsdp.reduce_dtype = DT_F32;
         else if (!strcmp(optarg, "bf16")) o.fsdp.reduce_dtype = DT_BF16;
-        else usage_error("--reduce-dtype expects fp32 or bf16, got '%s'", optarg);
+        else if (!strcmp(optarg, "fp16")) o.fsdp.reduce_dtype = DT_F16;
+        else usage_error("--reduce-dtype expects fp32, bf16 or fp16, got '%s'", optarg);
         break;
       case 'Y': o.plan_world = (int)parse_long(name, optarg, 1, 1 << 24); break;
       case 'z': o.memory_limit_gib = parse_float(name, optarg, 1e-6f, 1e9f); break;
@@ -280,18 +286,23 @@ Options parse_options(int argc, char** argv) {
       case 'g': o.predict = optarg; break;
       case OPT_PREDICT_SWEEP: o.predict_sweep = 1; break;
       case OPT_LOSS_SCALE: {
-        if (!strcmp(optarg, "dynamic")) {
-          o.loss_scale_dynamic = 1;
-          break;
+        // 'dynamic', 'dynamic:S' (S the starting scale) or a static S.
+        const char* num = optarg;
+        o.loss_scale_dynamic = !strncmp(optarg, "dynamic", 7);
+        if (o.loss_scale_dynamic) {
+          o.loss_scale = LOSS_SCALE_DYNAMIC_INIT;
+          if (!optarg[7]) break;
+          if (optarg[7] != ':') num = "";  // "dynamicX": refused below
+          else num = optarg + 8;
         }
         char* end;
-        double v = strtod(optarg, &end);
+        double v = strtod(num, &end);
         int e;
         // A power of two keeps scaling exact; above 2^24 the first step's gradients would
         // overflow (bf16 and fp32 keep 2^127 of range; gradients of large models reach 2^100).
-        if (!*optarg || *end || !(v >= LOSS_SCALE_MIN && v <= LOSS_SCALE_MAX) || frexp(v, &e) != 0.5)
-          usage_error("--loss-scale expects 'dynamic' or a power of two from 1 to 16777216 (2^24; larger scales "
-                      "would overflow the gradients on the first step), got '%s'", optarg);
+        if (!*num || *end || !(v >= LOSS_SCALE_MIN && v <= LOSS_SCALE_MAX) || frexp(v, &e) != 0.5)
+          usage_error("--loss-scale expects 'dynamic', 'dynamic:S' or S, with S a power of two from 1 to 16777216 "
+                      "(2^24; larger scales would overflow the gradients on the first step), got '%s'", optarg);
         o.loss_scale = v;
         break;
       }

@@ -47,6 +47,14 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   fsdp_offload_name(o->fsdp.offload, offload, sizeof offload);
   log0("| %-22s | %-30s |\n", "offload to host", offload);
   log0("| %-22s | %-30s |\n", "wrap", o->fsdp.wrap == WRAP_LINEAR ? "linear (a unit per matmul)" : "block");
+  char precision[64], scale[64];
+  snprintf(precision, sizeof precision, "%s compute, reduce %s", ACT_NAME, dtype_name(o->fsdp.reduce_dtype));
+  log0("| %-22s | %-30s |\n", "precision", precision);
+  if (o->loss_scale_dynamic)
+    snprintf(scale, sizeof scale, "dynamic %.0f, window %d", o->loss_scale, o->loss_scale_window);
+  else
+    snprintf(scale, sizeof scale, o->loss_scale == 1.0 ? "none" : "static %.0f", o->loss_scale);
+  log0("| %-22s | %-30s |\n", "loss scale", scale);
   log0("| %-22s | %-30s |\n", "gradient accumulation", o->fsdp.sync_accum ? "reduce every micro-step" : "no sync (reduce on last)");
   log0("| %-22s | %-30d |\n", "micro-batch (B)", m->B);
   if (c->kind == MODEL_T5) {
@@ -181,7 +189,8 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   model_plan(&m, cfg, &fs, B, T, Te);
   print_model_line(cfg);
 #ifdef FSDP_CUDA
-  log0("plan for the cuda backend: bf16 activations and unsharded parameters, fp32 shards and AdamW state\n");
+  log0("plan for the cuda backend: 16-bit activations and unsharded parameters (bf16 or fp16: the same bytes), fp32 "
+       "shards and AdamW state\n");
 #else
   log0("plan for the cpu backend: fp32 throughout\n");
 #endif

@@ -22,87 +22,87 @@ static __device__ __forceinline__ float gelu_grad(float x) {
 #define GRID_STRIDE(i, n) \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void gelu_forward_kernel(bf16* out, const bf16* x, size_t n) {
-  GRID_STRIDE(i, n) out[i] = f2bf(gelu(bf2f(x[i])));
+__global__ void gelu_forward_kernel(act16* out, const act16* x, size_t n) {
+  GRID_STRIDE(i, n) out[i] = f2act(gelu(act2f(x[i])));
 }
 
-__global__ void gelu_backward_kernel(bf16* dx, const bf16* x, const bf16* dout, size_t n) {
-  GRID_STRIDE(i, n) dx[i] = f2bf(bf2f(dout[i]) * gelu_grad(bf2f(x[i])));
+__global__ void gelu_backward_kernel(act16* dx, const act16* x, const act16* dout, size_t n) {
+  GRID_STRIDE(i, n) dx[i] = f2act(act2f(dout[i]) * gelu_grad(act2f(x[i])));
 }
 
-__global__ void relu_forward_kernel(bf16* out, const bf16* x, size_t n) {
+__global__ void relu_forward_kernel(act16* out, const act16* x, size_t n) {
   GRID_STRIDE(i, n) {
-    float v = bf2f(x[i]);
-    out[i] = f2bf(v > 0.0f ? v : 0.0f);
+    float v = act2f(x[i]);
+    out[i] = f2act(v > 0.0f ? v : 0.0f);
   }
 }
 
 // The subgradient at exactly 0 is 0, matching the forward's strict comparison.
-__global__ void relu_backward_kernel(bf16* dx, const bf16* x, const bf16* dout, size_t n) {
-  GRID_STRIDE(i, n) dx[i] = bf2f(x[i]) > 0.0f ? dout[i] : f2bf(0.0f);
+__global__ void relu_backward_kernel(act16* dx, const act16* x, const act16* dout, size_t n) {
+  GRID_STRIDE(i, n) dx[i] = act2f(x[i]) > 0.0f ? dout[i] : f2act(0.0f);
 }
 
 // Element i of row n of out: gate = x[n, i], up = x[n, F + i].
-__global__ void geglu_forward_kernel(bf16* out, const bf16* x, int N, int F) {
+__global__ void geglu_forward_kernel(act16* out, const act16* x, int N, int F) {
   size_t total = (size_t)N * F;
   GRID_STRIDE(e, total) {
     size_t n = e / F, i = e % F;
-    const bf16* row = x + n * 2 * (size_t)F;
-    out[e] = f2bf(gelu(bf2f(row[i])) * bf2f(row[F + i]));
+    const act16* row = x + n * 2 * (size_t)F;
+    out[e] = f2act(gelu(act2f(row[i])) * act2f(row[F + i]));
   }
 }
 
 // d/dgate = dout * up * gelu'(gate), d/dup = dout * gelu(gate). One thread writes both halves
 // of its element, after reading both inputs, so dx may alias x.
-__global__ void geglu_backward_kernel(bf16* dx, const bf16* x, const bf16* dout, int N, int F) {
+__global__ void geglu_backward_kernel(act16* dx, const act16* x, const act16* dout, int N, int F) {
   size_t total = (size_t)N * F;
   GRID_STRIDE(e, total) {
     size_t n = e / F, i = e % F;
-    const bf16* row = x + n * 2 * (size_t)F;
-    float g = bf2f(row[i]), u = bf2f(row[F + i]), d = bf2f(dout[e]);
-    bf16* drow = dx + n * 2 * (size_t)F;
-    drow[i] = f2bf(d * u * gelu_grad(g));
-    drow[F + i] = f2bf(d * gelu(g));
+    const act16* row = x + n * 2 * (size_t)F;
+    float g = act2f(row[i]), u = act2f(row[F + i]), d = act2f(dout[e]);
+    act16* drow = dx + n * 2 * (size_t)F;
+    drow[i] = f2act(d * u * gelu_grad(g));
+    drow[F + i] = f2act(d * gelu(g));
   }
 }
 
 extern "C" void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
   if (!n) return;
-  gelu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(out), as_bf16(x), n);
+  gelu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
   if (!n) return;
-  gelu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(dx), as_bf16(x),
-                                                                                   as_bf16(dout), n);
+  gelu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x),
+                                                                                   as_act16(dout), n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void relu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
   if (!n) return;
-  relu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(out), as_bf16(x), n);
+  relu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
   if (!n) return;
-  relu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(dx), as_bf16(x),
-                                                                                   as_bf16(dout), n);
+  relu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x),
+                                                                                   as_act16(dout), n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
   size_t n = (size_t)N * F;
   if (!n) return;
-  geglu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(out), as_bf16(x), N, F);
+  geglu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), N, F);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
   size_t n = (size_t)N * F;
   if (!n) return;
-  geglu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_bf16(dx), as_bf16(x),
-                                                                                    as_bf16(dout), N, F);
+  geglu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x),
+                                                                                    as_act16(dout), N, F);
   CUDA_LAUNCH_CHECK();
 }

@@ -12,7 +12,7 @@
 // same float the CPU computes:
 //   g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + ((1-b2) g') g'
 //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p),  mhat = m / bc1,  vhat = v / bc2
-__global__ void adamw_kernel(float* p, bf16* p_act, const float* g, float* m, float* v, size_t n,
+__global__ void adamw_kernel(float* p, act16* p_act, const float* g, float* m, float* v, size_t n,
                              float lr, float b1, float b2, float omb1, float omb2, float eps,
                              float wd, float gscale, float bc1, float bc2) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -26,7 +26,7 @@ __global__ void adamw_kernel(float* p, bf16* p_act, const float* g, float* m, fl
     float upd = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(wd, pi));
     pi = __fsub_rn(pi, __fmul_rn(lr, upd));
     p[i] = pi;
-    if (p_act) p_act[i] = f2bf(pi);
+    if (p_act) p_act[i] = f2act(pi);
   }
 }
 
@@ -38,7 +38,7 @@ extern "C" void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float
   float bc2 = (float)(1.0 - pow((double)a.beta2, a.step));
   float omb1 = 1.0f - a.beta1, omb2 = 1.0f - a.beta2;
   adamw_kernel<<<grid_for(n, ADAM_THREADS), ADAM_THREADS, 0, ctx->stream>>>(
-      p, p_act ? as_bf16(p_act) : NULL, g, m, v, n, a.lr, a.beta1, a.beta2, omb1, omb2, a.eps,
+      p, p_act ? as_act16(p_act) : NULL, g, m, v, n, a.lr, a.beta1, a.beta2, omb1, omb2, a.eps,
       a.weight_decay, a.grad_scale, bc1, bc2);
   CUDA_LAUNCH_CHECK();
 }

@@ -85,19 +85,19 @@ constexpr int kThreads = 128;  // every kernel in this file: 4 warps
 constexpr int kTile = 64;      // query rows per CTA (forward, dq) and keys per tile / per CTA
 
 struct AttnArgs {
-  const bf16* q;
-  const bf16* k;
-  const bf16* v;
-  const bf16* bias;   // [H, Tq, Tk] or NULL
-  const bf16* out;    // backward: forward output, [B*Tq, H*D]
-  const bf16* dout;   // backward: [B*Tq, H*D]
+  const act16* q;
+  const act16* k;
+  const act16* v;
+  const act16* bias;   // [H, Tq, Tk] or NULL
+  const act16* out;    // backward: forward output, [B*Tq, H*D]
+  const act16* dout;   // backward: [B*Tq, H*D]
   const float* lse;   // backward: [B, H, Tq]
   const float* Dvec;  // backward: rowsum(dout*out), [B, H, Tq]
-  bf16* o;            // forward output
+  act16* o;            // forward output
   float* lse_out;     // forward lse
-  bf16* dq;
-  bf16* dk;
-  bf16* dv;
+  act16* dq;
+  act16* dk;
+  act16* dv;
   float* dbias;  // [H, Tq, Tk] or NULL, accumulates
   int B, Tq, Tk, H, D, q_stride, kv_stride, causal, vec;
   float scale, scale_log2;
@@ -107,9 +107,9 @@ struct AttnArgs {
 
 // Two floats rounded to bf16 in one b32 register, lo in the lower half (an mma A fragment).
 // Built from the bit patterns, not by punning a __nv_bfloat162 (strict aliasing).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+__device__ __forceinline__ uint32_t pack_act16(float lo, float hi) {
+  return (uint32_t)act16_bits(f2act(lo)) |
+         ((uint32_t)act16_bits(f2act(hi)) << 16);
 }
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -125,8 +125,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 // acc[16 x 8*NT] += A[16 x 16*KS] * B^T, A row-major rows a_rows (stride LD), B stored as
 // [n][k] row-major (n = 8*NT rows, stride LD): the "q.k" form (S = Q K^T, dP = dO V^T).
 template <int KS, int NT, int LD>
-__device__ __forceinline__ void mma_rows_nk(float (&acc)[NT][4], const bf16* a_rows,
-                                            const bf16* b_nk, int lane) {
+__device__ __forceinline__ void mma_rows_nk(float (&acc)[NT][4], const act16* a_rows,
+                                            const act16* b_nk, int lane) {
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk) {
     uint32_t af[4];
@@ -136,8 +136,8 @@ __device__ __forceinline__ void mma_rows_nk(float (&acc)[NT][4], const bf16* a_r
       uint32_t bf[4];
       ldsm_x4(bf, b_nk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 +
                       ((lane >> 3) & 1) * 8);
-      mma_bf16(acc[2 * np], af, bf[0], bf[1]);
-      mma_bf16(acc[2 * np + 1], af, bf[2], bf[3]);
+      mma_act16(acc[2 * np], af, bf[0], bf[1]);
+      mma_act16(acc[2 * np + 1], af, bf[2], bf[3]);
     }
   }
 }
@@ -147,21 +147,21 @@ __device__ __forceinline__ void mma_rows_nk(float (&acc)[NT][4], const bf16* a_r
 // (O += P V, dq += dS K, dV += P^T dO, dK += dS^T Q).
 template <int NP, int DP, int LD>
 __device__ __forceinline__ void mma_regs_kn(float (&acc)[DP / 8][4], const float (&p)[NP][4],
-                                            const bf16* b_kn, int lane) {
+                                            const act16* b_kn, int lane) {
 #pragma unroll
   for (int kk = 0; kk < NP / 2; ++kk) {
     uint32_t af[4];
-    af[0] = pack_bf16(p[2 * kk][0], p[2 * kk][1]);
-    af[1] = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
-    af[2] = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
-    af[3] = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    af[0] = pack_act16(p[2 * kk][0], p[2 * kk][1]);
+    af[1] = pack_act16(p[2 * kk][2], p[2 * kk][3]);
+    af[2] = pack_act16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    af[3] = pack_act16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
 #pragma unroll
     for (int dp = 0; dp < DP / 16; ++dp) {
       uint32_t bf[4];
       ldsm_x4_t(bf, b_kn + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
                         (lane >> 4) * 8);
-      mma_bf16(acc[2 * dp], af, bf[0], bf[1]);
-      mma_bf16(acc[2 * dp + 1], af, bf[2], bf[3]);
+      mma_act16(acc[2 * dp], af, bf[0], bf[1]);
+      mma_act16(acc[2 * dp + 1], af, bf[2], bf[3]);
     }
   }
 }
@@ -177,20 +177,20 @@ __device__ __forceinline__ void zero_acc(float (&acc)[N][4]) {
 // Copies ROWS x DP of a strided bf16 matrix into a shared tile (row stride DP + 8); rows >=
 // nrows and columns >= D are zero-filled. Whole CTA. vec: 16-byte cp.async (caller commits).
 template <int ROWS, int DP>
-__device__ __forceinline__ void load_tile(bf16* sm, const bf16* g, size_t stride, int nrows,
+__device__ __forceinline__ void load_tile(act16* sm, const act16* g, size_t stride, int nrows,
                                           int D, int vec) {
   constexpr int LD = DP + 8, CH = DP / 8;
   if (vec) {
     for (int c = threadIdx.x; c < ROWS * CH; c += kThreads) {
       const int r = c / CH, cc = c % CH;
-      bf16* dst = sm + r * LD + cc * 8;
+      act16* dst = sm + r * LD + cc * 8;
       if (r < nrows && cc * 8 < D)
         cp_async16(dst, g + (size_t)r * stride + cc * 8);
       else
         *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
     }
   } else {
-    const bf16 zero = __float2bfloat16_rn(0.0f);
+    const act16 zero = f2act(0.0f);
     for (int e = threadIdx.x; e < ROWS * DP; e += kThreads) {
       const int r = e / DP, d = e % DP;
       sm[r * LD + d] = (r < nrows && d < D) ? g[(size_t)r * stride + d] : zero;
@@ -201,22 +201,22 @@ __device__ __forceinline__ void load_tile(bf16* sm, const bf16* g, size_t stride
 // Writes a warp's 16 x DP accumulator slice (times mul_lo for row g, mul_hi for row g+8) as
 // bf16 into 16 rows of a shared tile.
 template <int DP>
-__device__ __forceinline__ void stage_acc(bf16* sm, const float (&acc)[DP / 8][4], float mul_lo,
+__device__ __forceinline__ void stage_acc(act16* sm, const float (&acc)[DP / 8][4], float mul_lo,
                                           float mul_hi, int lane) {
   constexpr int LD = DP + 8;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < DP / 8; ++nt) {
     *reinterpret_cast<uint32_t*>(sm + g * LD + nt * 8 + 2 * t) =
-        pack_bf16(acc[nt][0] * mul_lo, acc[nt][1] * mul_lo);
+        pack_act16(acc[nt][0] * mul_lo, acc[nt][1] * mul_lo);
     *reinterpret_cast<uint32_t*>(sm + (g + 8) * LD + nt * 8 + 2 * t) =
-        pack_bf16(acc[nt][2] * mul_hi, acc[nt][3] * mul_hi);
+        pack_act16(acc[nt][2] * mul_hi, acc[nt][3] * mul_hi);
   }
 }
 
 // One warp stores 16 staged rows (nrows of them valid, D columns) to a strided matrix.
 template <int DP>
-__device__ __forceinline__ void store_rows16(const bf16* sm, bf16* g, size_t stride, int nrows,
+__device__ __forceinline__ void store_rows16(const act16* sm, act16* g, size_t stride, int nrows,
                                              int D, int vec, int lane) {
   constexpr int LD = DP + 8, CH = DP / 8;
   if (vec) {
@@ -240,9 +240,9 @@ __device__ __forceinline__ void store_rows16(const bf16* sm, bf16* g, size_t str
 // clamped column is past Tk and masked; a clamped row is past Tq and never stored.
 template <int NT, bool HAS_BIAS>
 __device__ __forceinline__ void scores_rows(float (&s)[NT][4], const AttnArgs& a,
-                                            const bf16* bias, int row0, int col0, int t,
+                                            const act16* bias, int row0, int col0, int t,
                                             bool need_mask) {
-  const bf16* brow[2];
+  const act16* brow[2];
   if (HAS_BIAS) {
     brow[0] = bias + (size_t)min(row0, a.Tq - 1) * a.Tk;
     brow[1] = bias + (size_t)min(row0 + 8, a.Tq - 1) * a.Tk;
@@ -254,7 +254,7 @@ __device__ __forceinline__ void scores_rows(float (&s)[NT][4], const AttnArgs& a
       const int row = row0 + ((e >> 1) << 3);
       const int col = col0 + nt * 8 + 2 * t + (e & 1);
       float x = s[nt][e] * a.scale_log2;
-      if (HAS_BIAS) x += __bfloat162float(__ldg(brow[e >> 1] + min(col, a.Tk - 1))) * kLog2e;
+      if (HAS_BIAS) x += act2f(__ldg(brow[e >> 1] + min(col, a.Tk - 1))) * kLog2e;
       if (need_mask && (col >= a.Tk || (a.causal && col > row))) x = -INFINITY;
       s[nt][e] = x;
     }
@@ -271,24 +271,24 @@ __device__ __forceinline__ int key_tiles(const AttnArgs& a, int q0, int qrows) {
 
 template <int DP>
 constexpr size_t fwd_smem() {
-  return (size_t)5 * kTile * (DP + 8) * sizeof(bf16);
+  return (size_t)5 * kTile * (DP + 8) * sizeof(act16);
 }
 
 template <int DP, bool HAS_BIAS>
 __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
   constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
   DYNAMIC_SMEM(smem);
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = Qs + BM * LD;      // [2][BN][LD]
-  bf16* Vs = Ks + 2 * BN * LD;  // [2][BN][LD]
+  act16* Qs = reinterpret_cast<act16*>(smem);
+  act16* Ks = Qs + BM * LD;      // [2][BN][LD]
+  act16* Vs = Ks + 2 * BN * LD;  // [2][BN][LD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y, b = blockIdx.z;
   const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D;
   const int qrows = min(BM, Tq - q0);
   const size_t hoff = (size_t)h * a.D;
-  const bf16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
-  const bf16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
-  const bf16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
+  const act16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
+  const act16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
+  const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
   const int n_tiles = key_tiles(a, q0, qrows);
 
   auto load_kv = [&](int it, int stage) {
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
   zero_acc(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row0 = q0 + warp * 16 + g;
-  bf16* q_warp = Qs + warp * 16 * LD;
+  act16* q_warp = Qs + warp * 16 * LD;
 
   for (int it = 0; it < n_tiles; ++it) {
     if (it + 1 < n_tiles) {
@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
       cp_async_wait<0>();
     }
     __syncthreads();
-    const bf16* Kt = Ks + (it & 1) * BN * LD;
-    const bf16* Vt = Vs + (it & 1) * BN * LD;
+    const act16* Kt = Ks + (it & 1) * BN * LD;
+    const act16* Vt = Vs + (it & 1) * BN * LD;
     const int k0 = it * BN;
 
     float s[NT][4];
@@ -392,16 +392,16 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
 
 // One warp per (b, i, h) row of D elements; a fixed shuffle tree, so deterministic.
 __global__ void __launch_bounds__(kThreads)
-    attn_bwd_rowdot_kernel(float* Dvec, const bf16* out, const bf16* dout, int B, int Tq, int H,
+    attn_bwd_rowdot_kernel(float* Dvec, const act16* out, const act16* dout, int B, int Tq, int H,
                            int D) {
   const long rows = (long)B * Tq * H;
   const long r = (long)blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
-  const bf16* o = out + (size_t)r * D;  // [B*Tq, H*D] row-major: (b*Tq + i)*H + h = r
-  const bf16* d = dout + (size_t)r * D;
+  const act16* o = out + (size_t)r * D;  // [B*Tq, H*D] row-major: (b*Tq + i)*H + h = r
+  const act16* d = dout + (size_t)r * D;
   float sum = 0.0f;
-  for (int c = lane; c < D; c += 32) sum += __bfloat162float(o[c]) * __bfloat162float(d[c]);
+  for (int c = lane; c < D; c += 32) sum += act2f(o[c]) * act2f(d[c]);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   if (lane == 0) {
@@ -418,28 +418,28 @@ template <int DP>
 struct DkdvCfg {
   static constexpr int BQ = DP <= 64 ? 64 : 32;  // query rows per inner iteration
   static constexpr size_t smem =
-      (size_t)(2 * kTile + 4 * BQ) * (DP + 8) * sizeof(bf16) + (size_t)4 * BQ * sizeof(float);
+      (size_t)(2 * kTile + 4 * BQ) * (DP + 8) * sizeof(act16) + (size_t)4 * BQ * sizeof(float);
 };
 
 template <int DP, bool HAS_BIAS>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs a) {
   constexpr int BK = kTile, BQ = DkdvCfg<DP>::BQ, LD = DP + 8, NT = BQ / 8, DT = DP / 8;
   DYNAMIC_SMEM(smem);
-  bf16* Ks = reinterpret_cast<bf16*>(smem);
-  bf16* Vs = Ks + BK * LD;
-  bf16* Qs = Vs + BK * LD;       // [2][BQ][LD]
-  bf16* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
+  act16* Ks = reinterpret_cast<act16*>(smem);
+  act16* Vs = Ks + BK * LD;
+  act16* Qs = Vs + BK * LD;       // [2][BQ][LD]
+  act16* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
   float* Ls = reinterpret_cast<float*>(dOs + 2 * BQ * LD);  // [2][BQ] lse * log2(e)
   float* Ds = Ls + 2 * BQ;                                  // [2][BQ] D
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int k0 = blockIdx.x * BK, h = blockIdx.y, b = blockIdx.z;
   const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D;
   const size_t hoff = (size_t)h * a.D;
-  const bf16* qg = a.q + (size_t)b * Tq * a.q_stride + hoff;
-  const bf16* dog = a.dout + (size_t)b * Tq * C + hoff;
+  const act16* qg = a.q + (size_t)b * Tq * a.q_stride + hoff;
+  const act16* dog = a.dout + (size_t)b * Tq * C + hoff;
   const float* lse_b = a.lse + ((size_t)b * a.H + h) * Tq;
   const float* D_b = a.Dvec + ((size_t)b * a.H + h) * Tq;
-  const bf16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
+  const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
   const int krows = min(BK, Tk - k0);
 
   load_tile<BK, DP>(Ks, a.k + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, krows,
@@ -466,8 +466,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs 
   zero_acc(dk);
   zero_acc(dv);
   const int krow0 = k0 + warp * 16 + g;  // this thread's keys: krow0, krow0 + 8
-  bf16* k_warp = Ks + warp * 16 * LD;
-  bf16* v_warp = Vs + warp * 16 * LD;
+  act16* k_warp = Ks + warp * 16 * LD;
+  act16* v_warp = Vs + warp * 16 * LD;
 
   for (int it = it_begin; it < it_end; ++it) {
     const int stage = (it - it_begin) & 1;
@@ -479,8 +479,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs 
       cp_async_wait<0>();
     }
     __syncthreads();
-    const bf16* Qt = Qs + stage * BQ * LD;
-    const bf16* dOt = dOs + stage * BQ * LD;
+    const act16* Qt = Qs + stage * BQ * LD;
+    const act16* dOt = dOs + stage * BQ * LD;
     const float* Lt = Ls + stage * BQ;
     const float* Dt = Ds + stage * BQ;
     const int qi0 = it * BQ;
@@ -499,7 +499,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs 
         const int qcol = qi0 + ql;
         float x = s[nt][e] * a.scale_log2;
         if (HAS_BIAS)  // clamped: out-of-range keys are never stored, queries have P = 0
-          x += __bfloat162float(__ldg(bias + (size_t)min(qcol, Tq - 1) * Tk + min(krow, Tk - 1))) *
+          x += act2f(__ldg(bias + (size_t)min(qcol, Tq - 1) * Tk + min(krow, Tk - 1))) *
                kLog2e;
         if (need_mask && qcol < krow) x = -INFINITY;
         s[nt][e] = ex2(x - Lt[ql]);  // P^T
@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs 
 template <int DP>
 struct DqCfg {
   static constexpr int ST = DP <= 112 ? 2 : 1;  // K/V pipeline stages (shared memory <= 100 KB)
-  static constexpr size_t smem = (size_t)(2 * kTile + 2 * ST * kTile) * (DP + 8) * sizeof(bf16);
+  static constexpr size_t smem = (size_t)(2 * kTile + 2 * ST * kTile) * (DP + 8) * sizeof(act16);
 };
 
 // BGRAD: one CTA per (query tile, head) looping over all batches in order, adding dS into
@@ -548,28 +548,28 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a)
   constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
   constexpr int ST = DqCfg<DP>::ST;
   DYNAMIC_SMEM(smem);
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* dOs = Qs + BM * LD;
-  bf16* Ks = dOs + BM * LD;      // [ST][BN][LD]
-  bf16* Vs = Ks + ST * BN * LD;  // [ST][BN][LD]
+  act16* Qs = reinterpret_cast<act16*>(smem);
+  act16* dOs = Qs + BM * LD;
+  act16* Ks = dOs + BM * LD;      // [ST][BN][LD]
+  act16* Vs = Ks + ST * BN * LD;  // [ST][BN][LD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y;
   const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D;
   const int qrows = min(BM, Tq - q0);
   const size_t hoff = (size_t)h * a.D;
-  const bf16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
+  const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
   float* dbias = BGRAD ? a.dbias + (size_t)h * Tq * Tk : nullptr;
   const int n_tiles = key_tiles(a, q0, qrows);
   const int row0 = q0 + warp * 16 + g;
-  bf16* q_warp = Qs + warp * 16 * LD;
-  bf16* do_warp = dOs + warp * 16 * LD;
+  act16* q_warp = Qs + warp * 16 * LD;
+  act16* do_warp = dOs + warp * 16 * LD;
   const int b_begin = BGRAD ? 0 : (int)blockIdx.z;
   const int b_end = BGRAD ? a.B : (int)blockIdx.z + 1;
 
   for (int b = b_begin; b < b_end; ++b) {
     __syncthreads();  // the previous batch's readers of the shared tiles are done
-    const bf16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
-    const bf16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
+    const act16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
+    const act16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
     auto load_kv = [&](int it, int stage) {
       const int k0 = it * BN, rows = min(BN, Tk - k0);
       load_tile<BN, DP>(Ks + stage * BN * LD, kg + (size_t)k0 * a.kv_stride, a.kv_stride, rows,
@@ -612,8 +612,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a)
       }
       __syncthreads();
       const int stage = ST == 2 ? (it & 1) : 0;
-      const bf16* Kt = Ks + stage * BN * LD;
-      const bf16* Vt = Vs + stage * BN * LD;
+      const act16* Kt = Ks + stage * BN * LD;
+      const act16* Vt = Vs + stage * BN * LD;
       const int k0 = it * BN;
 
       float s[NT][4];
@@ -676,9 +676,9 @@ __device__ float block_reduce(float v, bool is_max, float* red) {
   return r;
 }
 
-__device__ __forceinline__ float dot_bf16(const bf16* x, const bf16* y, int D) {
+__device__ __forceinline__ float dot_act16(const act16* x, const act16* y, int D) {
   float s = 0.0f;
-  for (int c = 0; c < D; ++c) s += __bfloat162float(x[c]) * __bfloat162float(y[c]);
+  for (int c = 0; c < D; ++c) s += act2f(x[c]) * act2f(y[c]);
   return s;
 }
 
@@ -693,12 +693,12 @@ __global__ void __launch_bounds__(kThreads)
     const int i = (int)(r % a.Tq), h = (int)((r / a.Tq) % a.H), b = (int)(r / ((long)a.Tq * a.H));
     const int nk = (a.causal && i + 1 < a.Tk) ? i + 1 : a.Tk;
     const size_t hoff = (size_t)h * a.D;
-    const bf16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
-    const bf16* brow = a.bias ? a.bias + ((size_t)h * a.Tq + i) * a.Tk : nullptr;
+    const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
+    const act16* brow = a.bias ? a.bias + ((size_t)h * a.Tq + i) * a.Tk : nullptr;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-      const bf16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-      const float x = a.scale * dot_bf16(qi, kj, a.D) + (brow ? __bfloat162float(brow[j]) : 0.0f);
+      const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+      const float x = a.scale * dot_act16(qi, kj, a.D) + (brow ? act2f(brow[j]) : 0.0f);
       sc[j] = x;
       mx = fmaxf(mx, x);
     }
@@ -714,8 +714,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
       float acc = 0.0f;
       for (int j = 0; j < nk; ++j)
-        acc += sc[j] * __bfloat162float(a.v[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
-      a.o[((size_t)b * a.Tq + i) * C + hoff + c] = __float2bfloat16_rn(acc * inv);
+        acc += sc[j] * act2f(a.v[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
+      a.o[((size_t)b * a.Tq + i) * C + hoff + c] = f2act(acc * inv);
     }
     if (threadIdx.x == 0)
       a.lse_out[((size_t)b * a.H + h) * a.Tq + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
@@ -734,29 +734,29 @@ __global__ void __launch_bounds__(kThreads)
     const int i = (int)(r % a.Tq), h = (int)(r / a.Tq);
     const int nk = (a.causal && i + 1 < a.Tk) ? i + 1 : a.Tk;
     const size_t hoff = (size_t)h * a.D;
-    const bf16* brow = a.bias ? a.bias + ((size_t)h * a.Tq + i) * a.Tk : nullptr;
+    const act16* brow = a.bias ? a.bias + ((size_t)h * a.Tq + i) * a.Tk : nullptr;
     for (int b = 0; b < a.B; ++b) {
-      const bf16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
-      const bf16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
-      const bf16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
+      const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
+      const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
+      const act16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
       float part = 0.0f;
       for (int c = threadIdx.x; c < a.D; c += blockDim.x)
-        part += __bfloat162float(doi[c]) * __bfloat162float(oi[c]);
+        part += act2f(doi[c]) * act2f(oi[c]);
       const float Di = block_reduce(part, false, red);
       const float l = a.lse[((size_t)b * a.H + h) * a.Tq + i];
       for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-        const bf16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-        const bf16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-        const float x = a.scale * dot_bf16(qi, kj, a.D) + (brow ? __bfloat162float(brow[j]) : 0.0f);
+        const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+        const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+        const float x = a.scale * dot_act16(qi, kj, a.D) + (brow ? act2f(brow[j]) : 0.0f);
         const float p = expf(x - l);
-        ds[j] = p * (dot_bf16(doi, vj, a.D) - Di);
+        ds[j] = p * (dot_act16(doi, vj, a.D) - Di);
       }
       __syncthreads();
       for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < nk; ++j)
-          acc += ds[j] * __bfloat162float(a.k[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
-        a.dq[((size_t)b * a.Tq + i) * a.q_stride + hoff + c] = __float2bfloat16_rn(a.scale * acc);
+          acc += ds[j] * act2f(a.k[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
+        a.dq[((size_t)b * a.Tq + i) * a.q_stride + hoff + c] = f2act(a.scale * acc);
       }
       if (a.dbias)
         for (int j = threadIdx.x; j < nk; j += blockDim.x)
@@ -775,31 +775,31 @@ __global__ void __launch_bounds__(kThreads)
   for (long r = blockIdx.x; r < R; r += gridDim.x) {
     const int j = (int)(r % a.Tk), h = (int)((r / a.Tk) % a.H), b = (int)(r / ((long)a.Tk * a.H));
     const size_t hoff = (size_t)h * a.D;
-    const bf16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-    const bf16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+    const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+    const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
     const int i0 = a.causal ? j : 0;
     for (int i = i0 + threadIdx.x; i < a.Tq; i += blockDim.x) {
-      const bf16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
-      const bf16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
-      const bf16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
-      const float Di = dot_bf16(doi, oi, a.D);
-      float x = a.scale * dot_bf16(qi, kj, a.D);
-      if (a.bias) x += __bfloat162float(a.bias[((size_t)h * a.Tq + i) * a.Tk + j]);
+      const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
+      const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
+      const act16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
+      const float Di = dot_act16(doi, oi, a.D);
+      float x = a.scale * dot_act16(qi, kj, a.D);
+      if (a.bias) x += act2f(a.bias[((size_t)h * a.Tq + i) * a.Tk + j]);
       const float p = expf(x - a.lse[((size_t)b * a.H + h) * a.Tq + i]);
       pb[i] = p;
-      pb[a.Tq + i] = p * (dot_bf16(doi, vj, a.D) - Di);
+      pb[a.Tq + i] = p * (dot_act16(doi, vj, a.D) - Di);
     }
     __syncthreads();
     for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
       float accv = 0.0f, acck = 0.0f;
       for (int i = i0; i < a.Tq; ++i) {
-        accv += pb[i] * __bfloat162float(a.dout[((size_t)b * a.Tq + i) * C + hoff + c]);
+        accv += pb[i] * act2f(a.dout[((size_t)b * a.Tq + i) * C + hoff + c]);
         acck += pb[a.Tq + i] *
-                __bfloat162float(a.q[((size_t)b * a.Tq + i) * a.q_stride + hoff + c]);
+                act2f(a.q[((size_t)b * a.Tq + i) * a.q_stride + hoff + c]);
       }
       const size_t o = ((size_t)b * a.Tk + j) * a.kv_stride + hoff + c;
-      a.dk[o] = __float2bfloat16_rn(a.scale * acck);
-      a.dv[o] = __float2bfloat16_rn(accv);
+      a.dk[o] = f2act(a.scale * acck);
+      a.dv[o] = f2act(accv);
     }
     __syncthreads();
   }
@@ -907,9 +907,9 @@ void simple_backward(KernelCtx* ctx, const AttnArgs& a) {
 AttnArgs forward_args(act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,
                       const act_t* pos_bias, const AttnShape& s) {
   AttnArgs a = make_args(s);
-  a.q = as_bf16(q), a.k = as_bf16(k), a.v = as_bf16(v);
-  a.bias = pos_bias ? as_bf16(pos_bias) : nullptr;
-  a.o = as_bf16(out), a.lse_out = lse;
+  a.q = as_act16(q), a.k = as_act16(k), a.v = as_act16(v);
+  a.bias = pos_bias ? as_act16(pos_bias) : nullptr;
+  a.o = as_act16(out), a.lse_out = lse;
   a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) &&
            aligned16(k) && aligned16(v) && aligned16(out))
               ? 1
@@ -921,10 +921,10 @@ AttnArgs backward_args(act_t* dq, act_t* dk, act_t* dv, float* dpos_bias, const 
                        const act_t* out, const float* lse, const act_t* q, const act_t* k,
                        const act_t* v, const act_t* pos_bias, const AttnShape& s) {
   AttnArgs a = make_args(s);
-  a.q = as_bf16(q), a.k = as_bf16(k), a.v = as_bf16(v);
-  a.bias = pos_bias ? as_bf16(pos_bias) : nullptr;
-  a.out = as_bf16(out), a.dout = as_bf16(dout), a.lse = lse;
-  a.dq = as_bf16(dq), a.dk = as_bf16(dk), a.dv = as_bf16(dv);
+  a.q = as_act16(q), a.k = as_act16(k), a.v = as_act16(v);
+  a.bias = pos_bias ? as_act16(pos_bias) : nullptr;
+  a.out = as_act16(out), a.dout = as_act16(dout), a.lse = lse;
+  a.dq = as_act16(dq), a.dk = as_act16(dk), a.dv = as_act16(dv);
   a.dbias = dpos_bias;
   a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) &&
            aligned16(k) && aligned16(v) && aligned16(out) && aligned16(dout) && aligned16(dq) &&

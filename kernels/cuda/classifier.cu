@@ -42,21 +42,21 @@ static __device__ __forceinline__ void lse_combine(float& m, float& s, float m2,
   }
 }
 
-__global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* targets, int V, int Vp,
+__global__ void classifier_kernel(float* losses, act16* logits, const int32_t* targets, int V, int Vp,
                                   float dloss) {
   __shared__ float sm[32], ss[32];
   __shared__ float row_m, row_s;
   int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  bf16* row = logits + (size_t)n * Vp;
+  act16* row = logits + (size_t)n * Vp;
   int t = targets[n];
   if (t < 0) {  // ignored position: no loss, no gradient
-    for (int j = tid; j < Vp; j += blockDim.x) row[j] = f2bf(0.0f);
+    for (int j = tid; j < Vp; j += blockDim.x) row[j] = f2act(0.0f);
     if (tid == 0 && losses) losses[n] = 0.0f;
     return;
   }
   float m = -INFINITY, s = 0.0f;
   for (int j = tid; j < V; j += blockDim.x) {
-    float x = bf2f(row[j]);
+    float x = act2f(row[j]);
     if (x > m) {
       s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
       m = x;
@@ -64,7 +64,7 @@ __global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* ta
       s += x == m ? 1.0f : expf(x - m);
     }
   }
-  float xt = tid == 0 ? bf2f(row[t]) : 0.0f;  // read before the barrier below
+  float xt = tid == 0 ? act2f(row[t]) : 0.0f;  // read before the barrier below
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
@@ -83,26 +83,21 @@ __global__ void classifier_kernel(float* losses, bf16* logits, const int32_t* ta
   for (int j = tid; j < Vp; j += blockDim.x) {
     float g = 0.0f;
     if (j < V) {
-      float x = bf2f(row[j]);
+      float x = act2f(row[j]);
       g = dloss * ((x == M ? 1.0f : expf(x - M)) * inv - (j == t ? 1.0f : 0.0f));
     }
-    row[j] = f2bf(g);
+    row[j] = f2act(g);
   }
 }
 
 extern "C" void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
                                             const int32_t* targets, int N, int V, int Vp, float dloss) {
   if (N <= 0) return;
-  classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, as_bf16(logits), targets, V, Vp, dloss);
+  classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, as_act16(logits), targets, V, Vp, dloss);
   CUDA_LAUNCH_CHECK();
 }
 
-static float bf16_bits_to_float(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
+static float act_bits_to_float(uint16_t b) { return act2f(act16_from_bits(b)); }
 
 // A host function: the caller may pass the row in device memory (copied here on the compute
 // stream, after the kernels that wrote it) or already copied to host memory (train/evaluate.c
@@ -126,12 +121,12 @@ extern "C" void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_ro
   float invt = 1.0f / temperature;
   float mx = -INFINITY;
   for (int j = 0; j < V; j++) {
-    float x = bf16_bits_to_float(row[j]) * invt;
+    float x = act_bits_to_float(row[j]) * invt;
     mx = x > mx ? x : mx;
   }
   double sum = 0.0;  // >= 1: the max contributes 1 (infinite logits as in the kernel above)
   for (int j = 0; j < V; j++) {
-    float x = bf16_bits_to_float(row[j]) * invt;
+    float x = act_bits_to_float(row[j]) * invt;
     probs[j] = x == mx ? 1.0f : expf(x - mx);
     sum += probs[j];
   }

@@ -1,8 +1,9 @@
-// common.cuh: what every CUDA kernel file shares: the context, error checks, bf16 helpers,
-// warp reductions and the deterministic column-sum helpers of reduce.cu.
+// common.cuh: what every CUDA kernel file shares: the context, error checks, the 16-bit
+// activation type (bf16, or fp16 in an fp16 build), warp reductions and the deterministic column-sum helpers of reduce.cu.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,12 +66,30 @@ void cuda_fail(const char* what, const char* detail, const char* file, int line)
 #define DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
-typedef __nv_bfloat16 bf16;
-static __device__ __forceinline__ float bf2f(bf16 x) { return __bfloat162float(x); }
-static __device__ __forceinline__ bf16 f2bf(float x) { return __float2bfloat16_rn(x); }
-// act_t is the bf16 bit pattern in the C API; kernels see it as bf16.
-static inline bf16* as_bf16(act_t* p) { return reinterpret_cast<bf16*>(p); }
-static inline const bf16* as_bf16(const act_t* p) { return reinterpret_cast<const bf16*>(p); }
+// ---- the 16-bit activation type: the one precision switch of the CUDA kernels ----------
+// act16 is bf16 by default and IEEE fp16 in an fp16 build (make PRECISION=fp16 defines
+// FSDP_FP16). Kernels use only act16, act2f, f2act and act16_bits; the tensor-core product and
+// the cuBLASLt types follow the same switch (ptx.cuh mma_act16, matmul.cu ACT16_CUDA_TYPE).
+// bf16 keeps fp32's range with 8 significant bits; fp16 keeps 11 bits but overflows above
+// 65504, which is why an fp16 run needs the dynamic loss scale (fsdp/scaler.c).
+#ifdef FSDP_FP16
+typedef __half act16;
+#define ACT16_CUDA_TYPE CUDA_R_16F
+static __host__ __device__ __forceinline__ float act2f(act16 x) { return __half2float(x); }
+static __host__ __device__ __forceinline__ act16 f2act(float x) { return __float2half_rn(x); }
+static __host__ __device__ __forceinline__ unsigned short act16_bits(act16 x) { return __half_as_ushort(x); }
+static __host__ __device__ __forceinline__ act16 act16_from_bits(unsigned short b) { return __ushort_as_half(b); }
+#else
+typedef __nv_bfloat16 act16;
+#define ACT16_CUDA_TYPE CUDA_R_16BF
+static __host__ __device__ __forceinline__ float act2f(act16 x) { return __bfloat162float(x); }
+static __host__ __device__ __forceinline__ act16 f2act(float x) { return __float2bfloat16_rn(x); }
+static __host__ __device__ __forceinline__ unsigned short act16_bits(act16 x) { return __bfloat16_as_ushort(x); }
+static __host__ __device__ __forceinline__ act16 act16_from_bits(unsigned short b) { return __ushort_as_bfloat16(b); }
+#endif
+// act_t is the act16 bit pattern in the C API; kernels see it as act16.
+static inline act16* as_act16(act_t* p) { return reinterpret_cast<act16*>(p); }
+static inline const act16* as_act16(const act_t* p) { return reinterpret_cast<const act16*>(p); }
 static inline unsigned int ceil_div(size_t a, size_t b) { return (unsigned int)((a + b - 1) / b); }
 
 // Blocks for a grid-stride loop over n elements: enough to fill any current GPU, never 0.
@@ -104,4 +123,4 @@ RowChunks plan_row_chunks(const KernelCtx* ctx, int N, int C, int vectors);
 // out[c] += sum over k = 0..chunks-1 of partials[k*C + c], in that order.
 void finish_column_sums(KernelCtx* ctx, float* out, const float* partials, int chunks, int C);
 // out[c] += sum over rows n of x[n*C + c] (the bias gradient of a linear layer).
-void column_sums_accumulate(KernelCtx* ctx, float* out, const bf16* x, int N, int C);
+void column_sums_accumulate(KernelCtx* ctx, float* out, const act16* x, int N, int C);

@@ -6,14 +6,14 @@
 
 #define EW_THREADS 256
 
-__global__ void add_act_kernel(bf16* y, const bf16* x, size_t n) {
+__global__ void add_act_kernel(act16* y, const act16* x, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    y[i] = f2bf(bf2f(y[i]) + bf2f(x[i]));
+    y[i] = f2act(act2f(y[i]) + act2f(x[i]));
 }
 
-__global__ void scale_act_kernel(bf16* x, float s, size_t n) {
+__global__ void scale_act_kernel(act16* x, float s, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    x[i] = f2bf(bf2f(x[i]) * s);
+    x[i] = f2act(act2f(x[i]) * s);
 }
 
 __global__ void scale_f32_kernel(float* x, float s, size_t n) {
@@ -26,25 +26,25 @@ __global__ void add_f32_kernel(float* y, const float* x, size_t n) {
     y[i] += x[i];
 }
 
-__global__ void cast_f32_to_bf16_kernel(bf16* out, const float* in, size_t n) {
+__global__ void cast_f32_to_act_kernel(act16* out, const float* in, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = f2bf(in[i]);
+    out[i] = f2act(in[i]);
 }
 
-__global__ void cast_bf16_to_f32_kernel(float* out, const bf16* in, size_t n) {
+__global__ void cast_act_to_f32_kernel(float* out, const act16* in, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = bf2f(in[i]);
+    out[i] = act2f(in[i]);
 }
 
 extern "C" void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n) {
   if (!n) return;
-  add_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_bf16(y), as_bf16(x), n);
+  add_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_act16(y), as_act16(x), n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n) {
   if (!n) return;
-  scale_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_bf16(x), s, n);
+  scale_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_act16(x), s, n);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -73,12 +73,12 @@ extern "C" void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n) {
 // Round to nearest even (the all-gather sends these bits; fsdp/schedule.c casts the shard).
 extern "C" void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n) {
   if (!n) return;
-  cast_f32_to_bf16_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_bf16(out), in, n);
+  cast_f32_to_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_act16(out), in, n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n) {
   if (!n) return;
-  cast_bf16_to_f32_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(out, as_bf16(in), n);
+  cast_act_to_f32_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(out, as_act16(in), n);
   CUDA_LAUNCH_CHECK();
 }

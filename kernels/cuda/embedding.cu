@@ -20,14 +20,14 @@
 
 #define EMB_THREADS 256
 
-__global__ void embedding_forward_kernel(bf16* out, const int32_t* tokens, const bf16* wte, const bf16* wpe,
+__global__ void embedding_forward_kernel(act16* out, const int32_t* tokens, const act16* wte, const act16* wpe,
                                          int N, int T, int C) {
   size_t total = (size_t)N * C;
   for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
     size_t n = e / C, c = e % C;
-    float v = bf2f(wte[(size_t)tokens[n] * C + c]);
-    if (wpe) v += bf2f(wpe[(n % T) * C + c]);
-    out[e] = f2bf(v);
+    float v = act2f(wte[(size_t)tokens[n] * C + c]);
+    if (wpe) v += act2f(wpe[(n % T) * C + c]);
+    out[e] = f2act(v);
   }
 }
 
@@ -37,7 +37,7 @@ __global__ void iota_kernel(int32_t* v, int n) {
 }
 
 // Block i: if sorted position i starts a segment of equal ids, add the segment's rows.
-__global__ void embedding_dwte_kernel(float* dwte, const bf16* dout, const int32_t* ids, const int32_t* rows,
+__global__ void embedding_dwte_kernel(float* dwte, const act16* dout, const int32_t* ids, const int32_t* rows,
                                       int N, int C) {
   int i = blockIdx.x;
   int id = ids[i];
@@ -50,26 +50,26 @@ __global__ void embedding_dwte_kernel(float* dwte, const bf16* dout, const int32
     int j = i;
     // Four rows' loads in flight at once; the adds stay in row order.
     for (; j + 4 <= end; j += 4) {
-      float v0 = bf2f(dout[(size_t)rows[j] * C + c]);
-      float v1 = bf2f(dout[(size_t)rows[j + 1] * C + c]);
-      float v2 = bf2f(dout[(size_t)rows[j + 2] * C + c]);
-      float v3 = bf2f(dout[(size_t)rows[j + 3] * C + c]);
+      float v0 = act2f(dout[(size_t)rows[j] * C + c]);
+      float v1 = act2f(dout[(size_t)rows[j + 1] * C + c]);
+      float v2 = act2f(dout[(size_t)rows[j + 2] * C + c]);
+      float v3 = act2f(dout[(size_t)rows[j + 3] * C + c]);
       acc += v0;
       acc += v1;
       acc += v2;
       acc += v3;
     }
-    for (; j < end; j++) acc += bf2f(dout[(size_t)rows[j] * C + c]);
+    for (; j < end; j++) acc += act2f(dout[(size_t)rows[j] * C + c]);
     *w = acc;
   }
 }
 
-__global__ void embedding_dwpe_kernel(float* dwpe, const bf16* dout, int N, int T, int C) {
+__global__ void embedding_dwpe_kernel(float* dwpe, const act16* dout, int N, int T, int C) {
   size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (e >= (size_t)T * C) return;
   int t = (int)(e / C), c = (int)(e % C);
   float acc = dwpe[e];
-  for (int n = t; n < N; n += T) acc += bf2f(dout[(size_t)n * C + c]);
+  for (int n = t; n < N; n += T) acc += act2f(dout[(size_t)n * C + c]);
   dwpe[e] = acc;
 }
 
@@ -78,7 +78,7 @@ extern "C" void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tok
   size_t total = (size_t)N * C;
   if (!total) return;
   embedding_forward_kernel<<<grid_for(total, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(
-      as_bf16(out), tokens, as_bf16(wte), wpe ? as_bf16(wpe) : NULL, N, T, C);
+      as_act16(out), tokens, as_act16(wte), wpe ? as_act16(wpe) : NULL, N, T, C);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -107,11 +107,11 @@ extern "C" void embedding_backward(KernelCtx* ctx, float* dwte, float* dwpe, con
   CUDA_LAUNCH_CHECK();
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, ids_sorted, (const int32_t*)rows_in,
                                              rows_sorted, N, 0, 32, ctx->stream));
-  embedding_dwte_kernel<<<N, EMB_THREADS, 0, ctx->stream>>>(dwte, as_bf16(dout), ids_sorted, rows_sorted, N, C);
+  embedding_dwte_kernel<<<N, EMB_THREADS, 0, ctx->stream>>>(dwte, as_act16(dout), ids_sorted, rows_sorted, N, C);
   CUDA_LAUNCH_CHECK();
   if (dwpe && T > 0) {
     size_t n = (size_t)T * C;
-    embedding_dwpe_kernel<<<ceil_div(n, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(dwpe, as_bf16(dout), N, T, C);
+    embedding_dwpe_kernel<<<ceil_div(n, EMB_THREADS), EMB_THREADS, 0, ctx->stream>>>(dwpe, as_act16(dout), N, T, C);
     CUDA_LAUNCH_CHECK();
   }
 }

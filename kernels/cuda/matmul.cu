@@ -107,7 +107,7 @@ static void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, c
 static void plan_create(KernelCtx* ctx, MatmulPlan* p, const MatmulKey* k) {
   p->key = *k;
   cublasOperation_t ta, tb;
-  cudaDataType_t ab_type = CUDA_R_16BF, cd_type = CUDA_R_16BF;
+  cudaDataType_t ab_type = ACT16_CUDA_TYPE, cd_type = ACT16_CUDA_TYPE;
   // stored (rows, cols, ld) of A, B and C/D, column-major
   uint64_t ar, ac, br, bc, dr, dc;
   int64_t lda, ldb, ldd;
@@ -136,12 +136,12 @@ static void plan_create(KernelCtx* ctx, MatmulPlan* p, const MatmulKey* k) {
   if (k->kind == MM_FORWARD_GELU) epi = k->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
   if (k->has_bias) {
-    cudaDataType_t bt = CUDA_R_16BF;
+    cudaDataType_t bt = ACT16_CUDA_TYPE;
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
   }
   if (k->kind == MM_FORWARD_GELU) {  // the pre-GELU values, laid out like D
     int64_t aux_ld = ldd;
-    cudaDataType_t at = CUDA_R_16BF;
+    cudaDataType_t at = ACT16_CUDA_TYPE;
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at);
   }
@@ -198,9 +198,9 @@ static __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(u));
 }
 
-__global__ void matmul_fallback_kernel(bf16* out_bf16, float* out_f32, bf16* aux, const bf16* A,
-                                       size_t sai, size_t sak, const bf16* B, size_t sbk,
-                                       size_t sbj, const bf16* bias, int M, int Ncol, int K,
+__global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, act16* aux, const act16* A,
+                                       size_t sai, size_t sak, const act16* B, size_t sbk,
+                                       size_t sbj, const act16* bias, int M, int Ncol, int K,
                                        size_t ldo) {
   __shared__ float as[FB_TILE][FB_TILE + 1], bs[FB_TILE][FB_TILE + 1];
   int ti = threadIdx.y, tj = threadIdx.x;
@@ -208,9 +208,9 @@ __global__ void matmul_fallback_kernel(bf16* out_bf16, float* out_f32, bf16* aux
   float acc = 0.0f;
   for (int k0 = 0; k0 < K; k0 += FB_TILE) {
     int ai = blockIdx.y * FB_TILE + ti, ak = k0 + tj;  // A tile: rows i, columns k
-    as[ti][tj] = (ai < M && ak < K) ? bf2f(A[ai * sai + ak * sak]) : 0.0f;
+    as[ti][tj] = (ai < M && ak < K) ? act2f(A[ai * sai + ak * sak]) : 0.0f;
     int bk = k0 + ti, bj = blockIdx.x * FB_TILE + tj;  // B tile: rows k, columns j
-    bs[ti][tj] = (bk < K && bj < Ncol) ? bf2f(B[bk * sbk + bj * sbj]) : 0.0f;
+    bs[ti][tj] = (bk < K && bj < Ncol) ? act2f(B[bk * sbk + bj * sbj]) : 0.0f;
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < FB_TILE; kk++) acc += as[ti][kk] * bs[kk][tj];
@@ -218,20 +218,20 @@ __global__ void matmul_fallback_kernel(bf16* out_bf16, float* out_f32, bf16* aux
   }
   if (i >= M || j >= Ncol) return;
   size_t o = (size_t)i * ldo + j;
-  if (bias) acc += bf2f(bias[j]);
+  if (bias) acc += act2f(bias[j]);
   if (out_f32) {
     out_f32[o] += acc;
   } else if (aux) {
-    aux[o] = f2bf(acc);
-    out_bf16[o] = f2bf(gelu_tanh(acc));
+    aux[o] = f2act(acc);
+    out_act[o] = f2act(gelu_tanh(acc));
   } else {
-    out_bf16[o] = f2bf(acc);
+    out_act[o] = f2act(acc);
   }
 }
 
-static void fallback(KernelCtx* ctx, const MatmulKey* k, bf16* out_bf16, float* out_f32, bf16* aux,
-                     const bf16* A, size_t sai, size_t sak, const bf16* B, size_t sbk, size_t sbj,
-                     const bf16* bias, int M, int Ncol, int K) {
+static void fallback(KernelCtx* ctx, const MatmulKey* k, act16* out_act, float* out_f32, act16* aux,
+                     const act16* A, size_t sai, size_t sak, const act16* B, size_t sbk, size_t sbj,
+                     const act16* bias, int M, int Ncol, int K) {
   struct MatmulCache* mc = ctx->matmul_cache;
   if (!mc->warned_fallback) {
     fprintf(stderr, "note: cuBLASLt has no algorithm for a matmul (kind %d, m=%d n=%d k=%d, alignments %d/%d/%d);"
@@ -240,7 +240,7 @@ static void fallback(KernelCtx* ctx, const MatmulKey* k, bf16* out_bf16, float* 
   }
   dim3 block(FB_TILE, FB_TILE), grid(ceil_div(Ncol, FB_TILE), ceil_div(M, FB_TILE));
   if (grid.y > 65535) cuda_fail("matmul fallback", "too many rows for the fallback kernel", __FILE__, __LINE__);
-  matmul_fallback_kernel<<<grid, block, 0, ctx->stream>>>(out_bf16, out_f32, aux, A, sai, sak, B, sbk, sbj,
+  matmul_fallback_kernel<<<grid, block, 0, ctx->stream>>>(out_act, out_f32, aux, A, sai, sak, B, sbk, sbj,
                                                           bias, M, Ncol, K, (size_t)Ncol);
   CUDA_LAUNCH_CHECK();
 }
@@ -265,8 +265,8 @@ static void forward(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, co
   if (p->has_algo)
     run_plan(ctx, p, weight, inp, out, bias, pre, 0.0f);
   else  // out[n][o] = sum_c inp[n*C + c] * weight[o*C + c]
-    fallback(ctx, &k, as_bf16(out), NULL, gelu ? as_bf16(pre) : NULL, as_bf16(inp), (size_t)C, 1,
-             as_bf16(weight), 1, (size_t)C, bias ? as_bf16(bias) : NULL, N, OC, C);
+    fallback(ctx, &k, as_act16(out), NULL, gelu ? as_act16(pre) : NULL, as_act16(inp), (size_t)C, 1,
+             as_act16(weight), 1, (size_t)C, bias ? as_act16(bias) : NULL, N, OC, C);
 }
 
 extern "C" void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight,
@@ -295,7 +295,7 @@ extern "C" void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, flo
     if (p->has_algo)
       run_plan(ctx, p, weight, dout, dinp, NULL, NULL, 0.0f);
     else  // dinp[n][c] = sum_o dout[n*OC + o] * weight[o*C + c]
-      fallback(ctx, &k, as_bf16(dinp), NULL, NULL, as_bf16(dout), (size_t)OC, 1, as_bf16(weight), (size_t)C, 1,
+      fallback(ctx, &k, as_act16(dinp), NULL, NULL, as_act16(dout), (size_t)OC, 1, as_act16(weight), (size_t)C, 1,
                NULL, N, C, OC);
   }
   {
@@ -304,8 +304,8 @@ extern "C" void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, flo
     if (p->has_algo)
       run_plan(ctx, p, inp, dout, dweight, NULL, NULL, 1.0f);
     else  // dweight[o][c] += sum_n dout[n*OC + o] * inp[n*C + c]
-      fallback(ctx, &k, NULL, dweight, NULL, as_bf16(dout), 1, (size_t)OC, as_bf16(inp), (size_t)C, 1, NULL, OC,
+      fallback(ctx, &k, NULL, dweight, NULL, as_act16(dout), 1, (size_t)OC, as_act16(inp), (size_t)C, 1, NULL, OC,
                C, N);
   }
-  if (dbias) column_sums_accumulate(ctx, dbias, as_bf16(dout), N, OC);
+  if (dbias) column_sums_accumulate(ctx, dbias, as_act16(dout), N, OC);
 }

@@ -19,43 +19,43 @@
 
 // residual (may be NULL): residual = bf16(a + b) and the row normalized is the residual;
 // otherwise the row is a. rms: RMSNorm (no mean, no bias). mean may be NULL for rms.
-__global__ void norm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* residual,
-                                    const bf16* a, const bf16* b, const bf16* weight,
-                                    const bf16* bias, int N, int C, float eps, int rms) {
+__global__ void norm_forward_kernel(act16* out, float* mean, float* rstd, act16* residual,
+                                    const act16* a, const act16* b, const act16* weight,
+                                    const act16* bias, int N, int C, float eps, int rms) {
   int lane = threadIdx.x & 31;
   int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
   if (n >= N) return;  // the whole warp leaves together
   size_t off = (size_t)n * C;
-  const bf16* x = a + off;
+  const act16* x = a + off;
   if (residual) {
     // Each lane later re-reads exactly the channels it wrote, so no barrier is needed.
-    for (int c = lane; c < C; c += 32) residual[off + c] = f2bf(bf2f(a[off + c]) + bf2f(b[off + c]));
+    for (int c = lane; c < C; c += 32) residual[off + c] = f2act(act2f(a[off + c]) + act2f(b[off + c]));
     x = residual + off;
   }
   float m = 0.0f, r;
   if (!rms) {
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += bf2f(x[c]);
+    for (int c = lane; c < C; c += 32) s += act2f(x[c]);
     m = warp_sum(s) / (float)C;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
-      float d = bf2f(x[c]) - m;
+      float d = act2f(x[c]) - m;
       v += d * d;
     }
     r = 1.0f / sqrtf(warp_sum(v) / (float)C + eps);
   } else {
     float ss = 0.0f;
     for (int c = lane; c < C; c += 32) {
-      float xv = bf2f(x[c]);
+      float xv = act2f(x[c]);
       ss += xv * xv;
     }
     r = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
   }
-  bf16* o = out + off;
+  act16* o = out + off;
   if (!rms)
-    for (int c = lane; c < C; c += 32) o[c] = f2bf((bf2f(x[c]) - m) * r * bf2f(weight[c]) + bf2f(bias[c]));
+    for (int c = lane; c < C; c += 32) o[c] = f2act((act2f(x[c]) - m) * r * act2f(weight[c]) + act2f(bias[c]));
   else
-    for (int c = lane; c < C; c += 32) o[c] = f2bf(bf2f(x[c]) * r * bf2f(weight[c]));
+    for (int c = lane; c < C; c += 32) o[c] = f2act(act2f(x[c]) * r * act2f(weight[c]));
   if (lane == 0) {
     if (mean) mean[n] = m;
     rstd[n] = r;
@@ -64,8 +64,8 @@ __global__ void norm_forward_kernel(bf16* out, float* mean, float* rstd, bf16* r
 
 // dx += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight;
 // for RMSNorm the mean(dnorm) term is absent and norm = x * rstd.
-__global__ void norm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* x,
-                                        const bf16* weight, const float* mean,
+__global__ void norm_backward_dx_kernel(act16* dx, const act16* dout, const act16* x,
+                                        const act16* weight, const float* mean,
                                         const float* rstd, int N, int C, int rms) {
   int lane = threadIdx.x & 31;
   int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
@@ -74,23 +74,23 @@ __global__ void norm_backward_dx_kernel(bf16* dx, const bf16* dout, const bf16* 
   float m = rms ? 0.0f : mean[n], r = rstd[n];
   float sd = 0.0f, sdn = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    float norm = (bf2f(x[off + c]) - m) * r;
-    float dnorm = bf2f(dout[off + c]) * bf2f(weight[c]);
+    float norm = (act2f(x[off + c]) - m) * r;
+    float dnorm = act2f(dout[off + c]) * act2f(weight[c]);
     sd += dnorm;
     sdn += dnorm * norm;
   }
   float am = rms ? 0.0f : warp_sum(sd) / (float)C;
   float bm = warp_sum(sdn) / (float)C;
   for (int c = lane; c < C; c += 32) {
-    float norm = (bf2f(x[off + c]) - m) * r;
-    float dnorm = bf2f(dout[off + c]) * bf2f(weight[c]);
-    dx[off + c] = f2bf(bf2f(dx[off + c]) + r * (dnorm - am - norm * bm));
+    float norm = (act2f(x[off + c]) - m) * r;
+    float dnorm = act2f(dout[off + c]) * act2f(weight[c]);
+    dx[off + c] = f2act(act2f(dx[off + c]) + r * (dnorm - am - norm * bm));
   }
 }
 
 // grid (column tiles, chunks): partial sums of dout * norm (dweight) and dout (dbias) over the
 // chunk's rows, in row order. partials: [chunks, C] for dweight, then [chunks, C] for dbias.
-__global__ void norm_param_partials_kernel(float* partials, const bf16* dout, const bf16* x,
+__global__ void norm_param_partials_kernel(float* partials, const act16* dout, const act16* x,
                                            const float* mean, const float* rstd, int N, int C,
                                            int rows, int chunks, int with_bias, int rms) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -100,8 +100,8 @@ __global__ void norm_param_partials_kernel(float* partials, const bf16* dout, co
   float aw = 0.0f, ab = 0.0f;
   for (int n = n0; n < n1; n++) {
     size_t i = (size_t)n * C + c;
-    float d = bf2f(dout[i]);
-    float norm = (bf2f(x[i]) - (rms ? 0.0f : mean[n])) * rstd[n];
+    float d = act2f(dout[i]);
+    float norm = (act2f(x[i]) - (rms ? 0.0f : mean[n])) * rstd[n];
     aw += d * norm;
     ab += d;
   }
@@ -114,8 +114,8 @@ static void norm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, a
                          int N, int C, float eps, int rms) {
   if (N <= 0 || C <= 0) return;
   norm_forward_kernel<<<ceil_div(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-      as_bf16(out), mean, rstd, residual ? as_bf16(residual) : NULL, as_bf16(a), b ? as_bf16(b) : NULL,
-      as_bf16(weight), bias ? as_bf16(bias) : NULL, N, C, eps, rms);
+      as_act16(out), mean, rstd, residual ? as_act16(residual) : NULL, as_act16(a), b ? as_act16(b) : NULL,
+      as_act16(weight), bias ? as_act16(bias) : NULL, N, C, eps, rms);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -124,14 +124,14 @@ static void norm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbia
                           const float* mean, const float* rstd, int N, int C, int rms) {
   if (N <= 0 || C <= 0) return;
   norm_backward_dx_kernel<<<ceil_div(N, ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-      as_bf16(dx), as_bf16(dout), as_bf16(x), as_bf16(weight), mean, rstd, N, C, rms);
+      as_act16(dx), as_act16(dout), as_act16(x), as_act16(weight), mean, rstd, N, C, rms);
   CUDA_LAUNCH_CHECK();
   int with_bias = dbias != NULL;
   RowChunks rc = plan_row_chunks(ctx, N, C, 1 + with_bias);
   float* partials = (float*)ctx->scratch;
   dim3 grid(ceil_div(C, COL_THREADS), rc.chunks);
   norm_param_partials_kernel<<<grid, COL_THREADS, 0, ctx->stream>>>(
-      partials, as_bf16(dout), as_bf16(x), mean, rstd, N, C, rc.rows, rc.chunks, with_bias, rms);
+      partials, as_act16(dout), as_act16(x), mean, rstd, N, C, rc.rows, rc.chunks, with_bias, rms);
   CUDA_LAUNCH_CHECK();
   finish_column_sums(ctx, dweight, partials, rc.chunks, C);
   if (with_bias) finish_column_sums(ctx, dbias, partials + (size_t)rc.chunks * C, rc.chunks, C);

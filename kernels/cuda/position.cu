@@ -23,7 +23,7 @@ extern "C" int relative_position_bucket(int relative_position, int bidirectional
 }
 
 // Thread (i, j): one bucket evaluation, then the H heads (coalesced in j for each head).
-__global__ void relative_bias_forward_kernel(bf16* bias, const bf16* table, int H, int Tq, int Tk,
+__global__ void relative_bias_forward_kernel(act16* bias, const act16* table, int H, int Tq, int Tk,
                                              int bidirectional, int num_buckets, int max_distance) {
   size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (e >= (size_t)Tq * Tk) return;
@@ -62,7 +62,7 @@ extern "C" void relative_bias_forward(KernelCtx* ctx, act_t* bias, const act_t* 
   size_t n = (size_t)Tq * Tk;
   if (!n || H <= 0) return;
   relative_bias_forward_kernel<<<ceil_div(n, POS_THREADS), POS_THREADS, 0, ctx->stream>>>(
-      as_bf16(bias), as_bf16(table), H, Tq, Tk, bidirectional, num_buckets, max_distance);
+      as_act16(bias), as_act16(table), H, Tq, Tk, bidirectional, num_buckets, max_distance);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -50,15 +50,20 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
                : "memory");
 }
 
-// 9.7.14.5.8 mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: c[16x8] += a[16x16] b[16x8].
-// Fragment layout (9.7.14.5.8 figures; g = lane/4, t = lane%4), each b32 register two bf16
-// (lower half first):
+// 9.7.14.5.8 mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32:
+// c[16x8] += a[16x16] b[16x8], a and b of the kernels' act16 type (common.cuh: bf16, or f16 in
+// an fp16 build). Fragment layout (9.7.14.5.8 figures; g = lane/4, t = lane%4), each b32
+// register two 16-bit values (lower half first):
 //   a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..); b0 (k 2t..2t+1, n g),
 //   b1 (k 2t+8.., n g); c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
+#ifdef FSDP_FP16
+#define MMA_ACT16 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#else
+#define MMA_ACT16 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#endif
+__device__ __forceinline__ void mma_act16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm(MMA_ACT16 " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }

@@ -45,17 +45,17 @@ void finish_column_sums(KernelCtx* ctx, float* out, const float* partials, int c
 }
 
 // grid (column tiles, chunks): thread (c, chunk) sums x[n, c] over the chunk's rows in order.
-__global__ void column_partials_kernel(float* partials, const bf16* x, int N, int C, int rows) {
+__global__ void column_partials_kernel(float* partials, const act16* x, int N, int C, int rows) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   int chunk = blockIdx.y;
   int n0 = chunk * rows, n1 = min(N, n0 + rows);
   float s = 0.0f;
-  for (int n = n0; n < n1; n++) s += bf2f(x[(size_t)n * C + c]);
+  for (int n = n0; n < n1; n++) s += act2f(x[(size_t)n * C + c]);
   partials[(size_t)chunk * C + c] = s;
 }
 
-void column_sums_accumulate(KernelCtx* ctx, float* out, const bf16* x, int N, int C) {
+void column_sums_accumulate(KernelCtx* ctx, float* out, const act16* x, int N, int C) {
   RowChunks rc = plan_row_chunks(ctx, N, C, 1);
   if (rc.chunks == 0) return;
   float* partials = (float*)ctx->scratch;

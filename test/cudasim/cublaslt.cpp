@@ -1,7 +1,7 @@
 // cublaslt.cpp (CUDA simulator): cuBLASLt on the CPU, for exactly the products that
 // kernels/cuda/matmul.cu issues: D = alpha op(A) op(B) + beta C, column-major, op(A) m x k,
-// op(B) k x n, C and D m x n; bf16 A and B, fp32 compute and scale (CUBLAS_COMPUTE_32F,
-// CUDA_R_32F) with the sum over k accumulated in increasing k, C = D in bf16 or fp32; epilogues
+// op(B) k x n, C and D m x n; bf16 or fp16 A and B, fp32 compute and scale (CUBLAS_COMPUTE_32F,
+// CUDA_R_32F) with the sum over k accumulated in increasing k, C = D in their type or fp32; epilogues
 // DEFAULT, BIAS (bias[i] added to row i of D), GELU_AUX and GELU_AUX_BIAS (the pre-GELU value
 // stored in the aux matrix, D = GELU(pre) with the tanh approximation).
 //
@@ -20,6 +20,7 @@
 // already queued, as on a GPU. Host-side objects (handle, descriptors, layouts, preferences)
 // are tracked, so a destroyed or made-up one is reported instead of read.
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,11 +167,13 @@ static const char* pref_attr_name(int a) {
 
 size_t lt::type_size(int t) { return t == CUDA_R_32F ? 4 : 2; }  // only these two are accepted
 
-// The layout types the simulator implements: bf16 for A and B, bf16 or fp32 for C and D.
+// The layout types the simulator implements: bf16 or fp16 for A and B, the same or fp32 for C
+// and D (checked per product, cublaslt_matmul.cpp).
 static void require_matrix_type(const char* fn, int t) {
-  if (t != CUDA_R_16BF && t != CUDA_R_32F)
-    cudasim::fatal("unimplemented", "%s: matrix type %s (%d) is not implemented (CUDA_R_16BF and CUDA_R_32F are)",
-                   fn, type_name(t), t);
+  if (t != CUDA_R_16BF && t != CUDA_R_16F && t != CUDA_R_32F)
+    cudasim::fatal("unimplemented",
+                   "%s: matrix type %s (%d) is not implemented (CUDA_R_16BF, CUDA_R_16F and CUDA_R_32F are)", fn,
+                   type_name(t), t);
 }
 
 // Elements spanned by a column-major rows x cols matrix with leading dimension ld (rows, cols
@@ -191,15 +194,18 @@ static bool attr_size_ok(const char* fn, const char* attr, const void* buf, size
   return false;
 }
 
-float lt::bf16_to_f32(uint16_t h) {
+float lt::half_to_f32(int t, uint16_t h) {
+  if (t == CUDA_R_16F) return cudasim_h_bits2f(h);
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
 }
 
-// Round to nearest, ties to even, as __float2bfloat16_rn; NaN becomes the canonical 0x7fff.
-uint16_t lt::f32_to_bf16(float f) {
+// Round to nearest, ties to even, as __float2bfloat16_rn / __float2half_rn; a NaN becomes the
+// canonical 0x7fff in bf16 (a quiet NaN in fp16, cuda_fp16.h).
+uint16_t lt::f32_to_half(int t, float f) {
+  if (t == CUDA_R_16F) return cudasim_f2h_bits(f);
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
@@ -362,9 +368,9 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t ma
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
       if (!attr_size_ok(fn, name, buf, sizeInBytes, sizeof i32)) return CUBLAS_STATUS_INVALID_VALUE;
       memcpy(&i32, buf, sizeof i32);
-      if (i32 != CUDA_R_16BF && i32 != -1)
-        cudasim::fatal("unimplemented", "%s: %s = %s (%d) is not implemented (CUDA_R_16BF is)", fn, name,
-                       type_name(i32), (int)i32);
+      if (i32 != CUDA_R_16BF && i32 != CUDA_R_16F && i32 != -1)
+        cudasim::fatal("unimplemented", "%s: %s = %s (%d) is not implemented (CUDA_R_16BF and CUDA_R_16F are)", fn,
+                       name, type_name(i32), (int)i32);
       (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE ? d->bias_type : d->aux_type) = i32;
       return CUBLAS_STATUS_SUCCESS;
     default:

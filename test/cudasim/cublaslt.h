@@ -51,8 +51,10 @@ const char* epilogue_name(uint32_t e);
 size_t type_size(int t);
 uint64_t extent(uint64_t rows, uint64_t cols, int64_t ld);
 bool overlap(const void* p, size_t pn, const void* q, size_t qn);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+// A 16-bit element of type t (CUDA_R_16BF or CUDA_R_16F) to float (exact) and back (round
+// to nearest even).
+float half_to_f32(int t, uint16_t h);
+uint16_t f32_to_half(int t, float f);
 float gelu_tanh(float x);
 bool device_range(const void* p, size_t bytes, const char* what);
 

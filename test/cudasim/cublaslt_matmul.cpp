@@ -61,9 +61,12 @@ static cublasStatus_t validate(const char* fn, cublasLtMatmulDesc_t desc, cublas
       cudasim::report("cublasLt", "%s: layout of %c (%p) is not a live layout", fn, "ABCD"[i], (void*)layouts[i]);
       return CUBLAS_STATUS_INVALID_VALUE;
     }
-  if (A->type != CUDA_R_16BF || B->type != CUDA_R_16BF)
-    cudasim::fatal("unimplemented", "%s: A and B of types %s and %s are not implemented (CUDA_R_16BF is)", fn,
-                   type_name(A->type), type_name(B->type));
+  if (A->type != B->type || (A->type != CUDA_R_16BF && A->type != CUDA_R_16F))
+    cudasim::fatal("unimplemented", "%s: A and B of types %s and %s are not implemented (both CUDA_R_16BF or both "
+                   "CUDA_R_16F are)", fn, type_name(A->type), type_name(B->type));
+  if (D->type != A->type && D->type != CUDA_R_32F)
+    cudasim::fatal("unimplemented", "%s: D of type %s with A and B of type %s is not implemented (D of their type or "
+                   "CUDA_R_32F is)", fn, type_name(D->type), type_name(A->type));
   if (C->type != D->type)
     cudasim::fatal("unimplemented", "%s: C of type %s with D of type %s is not implemented (C and D of one type are)",
                    fn, type_name(C->type), type_name(D->type));
@@ -75,7 +78,7 @@ static cublasStatus_t validate(const char* fn, cublasLtMatmulDesc_t desc, cublas
   p->transa = desc->transa;
   p->transb = desc->transb;
   p->epilogue = desc->epilogue;
-  p->ab_type = CUDA_R_16BF;
+  p->ab_type = A->type;
   p->cd_type = D->type;
   p->m = D->rows;
   p->n = D->cols;
@@ -110,13 +113,15 @@ static cublasStatus_t validate(const char* fn, cublasLtMatmulDesc_t desc, cublas
                       (long long)layouts[i]->ld, (unsigned long long)layouts[i]->rows, "ABCD"[i]);
       return CUBLAS_STATUS_INVALID_VALUE;
     }
-  if (has_bias(p->epilogue) && p->bias_type != CUDA_R_16BF)
-    cudasim::fatal("unimplemented", "%s: a bias of type %s is not implemented (set CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE"
-                   " to CUDA_R_16BF)", fn, type_name(p->bias_type));
+  if (has_bias(p->epilogue) && p->bias_type != p->ab_type)
+    cudasim::fatal("unimplemented", "%s: a bias of type %s with A and B of type %s is not implemented (set "
+                   "CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE to theirs)", fn, type_name(p->bias_type),
+                   type_name(p->ab_type));
   if (has_aux(p->epilogue)) {
-    if (p->aux_type != CUDA_R_16BF)
-      cudasim::fatal("unimplemented", "%s: an aux matrix of type %s is not implemented (set "
-                     "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE to CUDA_R_16BF)", fn, type_name(p->aux_type));
+    if (p->aux_type != p->ab_type)
+      cudasim::fatal("unimplemented", "%s: an aux matrix of type %s with A and B of type %s is not implemented (set "
+                     "CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE to theirs)", fn, type_name(p->aux_type),
+                     type_name(p->ab_type));
     // cuBLASLt's documented requirement for the GELU input matrix.
     if (p->aux_ld < 0 || (uint64_t)p->aux_ld < p->m || p->aux_ld % 8 != 0) {
       cudasim::report("cublasLt", "%s: %s needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD divisible by 8 and at least "
@@ -188,7 +193,7 @@ static const char* heuristic_finds_none(const Problem& p, const cublasLtMatmulDe
   for (int i = 0; i < 4; i++)
     if (pref->min_align[i] < 16) return "an operand aligned to less than 16 bytes";
   const int64_t ld_bytes[4] = {p.lda * 2, p.ldb * 2, p.ldd * (int64_t)type_size(p.cd_type),
-                               p.aux_ld * 2};  // aux is bf16; 0 without aux
+                               p.aux_ld * 2};  // aux is 16-bit; 0 without aux
   for (int i = 0; i < 4; i++)
     if (ld_bytes[i] % 16 != 0) return "a leading dimension that is not a multiple of 16 bytes";
   if ((has_bias(p.epilogue) && (uintptr_t)desc->bias % 16 != 0) ||
@@ -262,7 +267,7 @@ struct MatmulJob {
   size_t workspace_used;   // what the algorithm claimed
 };
 
-// The `count` vectors of k bf16 values of a column-major operand with leading dimension ld:
+// The `count` vectors of k 16-bit values of a column-major operand with leading dimension ld:
 // each vector is k contiguous values (stride ld) as stored, or, when `gather` (the vectors run
 // across the storage order), gathered once into *copy with stride k.
 static const uint16_t* k_contiguous(const uint16_t* X, bool gather, uint64_t count, uint64_t k, int64_t ld,
@@ -304,7 +309,7 @@ static void run_matmul(const MatmulJob& j) {
   if (j.workspace_used) cudasim::order_access(j.workspace, j.workspace_used, 1);
   if (j.workspace_used) memset(j.workspace, 0xa5, j.workspace_used);
 
-  // Row i of op(A) and column c of op(B), each k contiguous bf16 values: stored that way
+  // Row i of op(A) and column c of op(B), each k contiguous 16-bit values: stored that way
   // already when transa = T (A is k x m) and transb = N (B is k x n); otherwise gathered once
   // into a copy, so every dot product below reads memory in order.
   std::vector<uint16_t> a_copy, b_copy;
@@ -314,28 +319,29 @@ static void run_matmul(const MatmulJob& j) {
 
   const uint16_t* bias = (const uint16_t*)j.bias;
   uint16_t* aux = (uint16_t*)j.aux;
+  const int t = p.ab_type;  // the 16-bit type of A, B, bias, aux and a 16-bit D
   for (uint64_t c = 0; c < n; c++) {
     for (uint64_t i = 0; i < m; i++) {
       const uint16_t* ar = a_rows_k + i * a_stride;
       const uint16_t* bc = b_cols_k + c * b_stride;
-      // fp32, in increasing k; bf16 to float is exact, and so is a bf16 x bf16 product.
+      // fp32, in increasing k; bf16 or fp16 to float is exact, and so is their product.
       float acc = 0.0f;
-      for (uint64_t kk = 0; kk < k; kk++) acc += bf16_to_f32(ar[kk]) * bf16_to_f32(bc[kk]);
+      for (uint64_t kk = 0; kk < k; kk++) acc += half_to_f32(t, ar[kk]) * half_to_f32(t, bc[kk]);
       const uint64_t o = i + c * (uint64_t)p.ldd;
       float v = j.alpha * acc;
       if (j.beta != 0.0f) {  // beta = 0: C is not read, as in cuBLASLt (it may be uninitialized)
-        float cv = p.cd_type == CUDA_R_32F ? ((const float*)j.c)[o] : bf16_to_f32(((const uint16_t*)j.c)[o]);
+        float cv = p.cd_type == CUDA_R_32F ? ((const float*)j.c)[o] : half_to_f32(t, ((const uint16_t*)j.c)[o]);
         v += j.beta * cv;
       }
-      if (bias) v += bf16_to_f32(bias[i]);
+      if (bias) v += half_to_f32(t, bias[i]);
       if (aux) {
-        aux[i + c * (uint64_t)p.aux_ld] = f32_to_bf16(v);
+        aux[i + c * (uint64_t)p.aux_ld] = f32_to_half(t, v);
         v = gelu_tanh(v);
       }
       if (p.cd_type == CUDA_R_32F)
         ((float*)j.d)[o] = v;
       else
-        ((uint16_t*)j.d)[o] = f32_to_bf16(v);
+        ((uint16_t*)j.d)[o] = f32_to_half(t, v);
     }
   }
 }

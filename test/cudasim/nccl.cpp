@@ -34,6 +34,7 @@
 
 #include "test/cudasim/device_queue.h"
 #include "test/cudasim/include/cuda_bf16.h"
+#include "test/cudasim/include/cuda_fp16.h"
 #include "test/cudasim/nccl_socket.h"
 #include "test/cudasim/sim.h"
 
@@ -169,6 +170,14 @@ static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; i++) b[i] = cudasim_f2bf_bits(cudasim_bf_bits2f(a[i]) + cudasim_bf_bits2f(b[i]));
 }
 static MPI_Op bf16_sum_op = MPI_OP_NULL;
+// fp16 sums, the same way (cuda_fp16.h's round to nearest even; a sum above 65504 becomes inf,
+// which is what the loss scaler of an fp16 run must then see).
+static void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = (const uint16_t*)in;
+  uint16_t* b = (uint16_t*)inout;
+  for (int i = 0; i < *len; i++) b[i] = cudasim_f2h_bits(cudasim_h_bits2f(a[i]) + cudasim_h_bits2f(b[i]));
+}
+static MPI_Op f16_sum_op = MPI_OP_NULL;
 
 static MPI_Datatype mpi_type(ncclDataType_t t) {
   switch (t) {
@@ -190,7 +199,11 @@ static MPI_Op mpi_op(ncclRedOp_t op, ncclDataType_t t) {
     if (bf16_sum_op == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &bf16_sum_op);
     return bf16_sum_op;
   }
-  if (t == ncclFloat16) fatal("unimplemented", "NCCL fp16 reductions");
+  if (t == ncclFloat16) {
+    if (op != ncclSum) fatal("unimplemented", "NCCL fp16 reductions other than ncclSum (operator %d)", (int)op);
+    if (f16_sum_op == MPI_OP_NULL) MPI_Op_create(f16_sum, 1, &f16_sum_op);
+    return f16_sum_op;
+  }
   switch (op) {
     case ncclSum: return MPI_SUM;
     case ncclProd: return MPI_PROD;
@@ -367,9 +380,9 @@ static void reduce_into(void* acc, const void* x, size_t n, int dtype, int op) {
     case ncclFloat64: for (size_t i = 0; i < n; i++) ((double*)acc)[i] += ((const double*)x)[i]; break;
     case ncclInt64: for (size_t i = 0; i < n; i++) ((int64_t*)acc)[i] += ((const int64_t*)x)[i]; break;
     case ncclInt32: for (size_t i = 0; i < n; i++) ((int32_t*)acc)[i] += ((const int32_t*)x)[i]; break;
-    case ncclBfloat16: {
+    case ncclBfloat16: case ncclFloat16: {
       int len = (int)n;
-      bf16_sum((void*)x, acc, &len, nullptr);
+      (dtype == ncclFloat16 ? f16_sum : bf16_sum)((void*)x, acc, &len, nullptr);
       break;
     }
     default: fatal("unimplemented", "NCCL reduction of type %s over the socket transport", type_name(dtype));

@@ -9,6 +9,7 @@
 
 #include "test/cudasim/exec.h"
 #include "test/cudasim/include/cuda_bf16.h"
+#include "test/cudasim/include/cuda_fp16.h"
 #include "test/cudasim/sim.h"
 
 namespace cudasim {
@@ -27,19 +28,22 @@ RowCol mma_c_elem(int lane, int e) {
   return RowCol{g + ((e & 2) ? 8 : 0), 2 * t + (e & 1)};
 }
 
-static float half_of(uint32_t reg, int hi) { return cudasim_bf_bits2f((uint16_t)(hi ? reg >> 16 : reg & 0xffff)); }
+static float half_of(MmaType type, uint32_t reg, int hi) {
+  const uint16_t bits = (uint16_t)(hi ? reg >> 16 : reg & 0xffff);
+  return type == MMA_F16 ? cudasim_h_bits2f(bits) : cudasim_bf_bits2f(bits);
+}
 
 // The product's outputs for one lane (the executor computes only the running lane's).
-static void mma_lane(const uint32_t a[32][4], const uint32_t b[32][2], int lane, const float c[4], float d[4]) {
+static void mma_lane(MmaType type, const uint32_t a[32][4], const uint32_t b[32][2], int lane, const float c[4], float d[4]) {
   float A[16][16], B[16][8];
   for (int l = 0; l < 32; l++) {
     for (int e = 0; e < 8; e++) {
       RowCol rc = mma_a_elem(l, e);
-      A[rc.row][rc.col] = half_of(a[l][e >> 1], e & 1);
+      A[rc.row][rc.col] = half_of(type, a[l][e >> 1], e & 1);
     }
     for (int e = 0; e < 4; e++) {
       RowCol rc = mma_b_elem(l, e);
-      B[rc.row][rc.col] = half_of(b[l][e >> 1], e & 1);
+      B[rc.row][rc.col] = half_of(type, b[l][e >> 1], e & 1);
     }
   }
   for (int e = 0; e < 4; e++) {
@@ -50,8 +54,9 @@ static void mma_lane(const uint32_t a[32][4], const uint32_t b[32][2], int lane,
   }
 }
 
-void mma_m16n8k16_bf16(const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4], float d[32][4]) {
-  for (int l = 0; l < 32; l++) mma_lane(a, b, l, c[l], d[l]);
+void mma_m16n8k16(MmaType type, const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4],
+                  float d[32][4]) {
+  for (int l = 0; l < 32; l++) mma_lane(type, a, b, l, c[l], d[l]);
 }
 
 void ldmatrix_x4(const uint16_t row[4][8][8], int trans, uint32_t out[32][4]) {
@@ -102,8 +107,8 @@ extern "C" void cudasim_ldmatrix_x4(uint32_t r[4], const void* p, int trans, con
   memcpy(r, out[t->lane], sizeof out[0]);
 }
 
-extern "C" void cudasim_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
-                                          const char* file, int line) {
+extern "C" void cudasim_mma_m16n8k16(int f16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                     const char* file, int line) {
   SimThread* t = g_cur;
   if (!t) fatal("api", "mma called from host code");
   struct Frag {
@@ -120,7 +125,7 @@ extern "C" void cudasim_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint3
     memcpy(B[l], all[l].b, sizeof B[l]);
   }
   float d[4];
-  mma_lane(A, B, t->lane, mine.c, d);
+  mma_lane(f16 ? MMA_F16 : MMA_BF16, A, B, t->lane, mine.c, d);
   memcpy(c, d, sizeof d);
 }
 

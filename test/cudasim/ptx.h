@@ -11,7 +11,7 @@ struct RowCol {
   int row, col;
 };
 
-// mma.m16n8k16 with .bf16 inputs and .f32 accumulators (PTX ISA 9.7.14.5.8, "Matrix Fragments
+// mma.m16n8k16 with .bf16 or .f16 inputs and .f32 accumulators (PTX ISA 9.7.14.5.8, "Matrix Fragments
 // for mma.m16n8k16 with floating point type"). Element e of a lane's fragment:
 //   A (16x16): e = 0..7, two per b32 register a0..a3 (register e/2, lower half first)
 //   B (16x8, k x n): e = 0..3, registers b0, b1
@@ -20,10 +20,14 @@ RowCol mma_a_elem(int lane, int e);
 RowCol mma_b_elem(int lane, int e);
 RowCol mma_c_elem(int lane, int e);
 
-// d = a b + c for a warp: a[lane][4], b[lane][2] (bf16 pairs), c/d[lane][4]. Each output is
-// c plus the 16 products, accumulated in fp32 in k order (the tensor core's internal order and
-// rounding are not specified; the products of bf16 values are exact in fp32).
-void mma_m16n8k16_bf16(const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4], float d[32][4]);
+// The 16-bit input type of an mma: .bf16 or .f16 (the same fragment layout).
+enum MmaType { MMA_BF16, MMA_F16 };
+// d = a b + c for a warp: a[lane][4], b[lane][2] (pairs of `type`), c/d[lane][4]. Each output
+// is c plus the 16 products, accumulated in fp32 in k order (the tensor core's internal order
+// and rounding are not specified; the products of bf16 or of f16 values are exact in fp32:
+// 8 + 8 and 11 + 11 significant bits fit in fp32's 24).
+void mma_m16n8k16(MmaType type, const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4],
+                  float d[32][4]);
 
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (PTX ISA 9.7.14.5.15): lane l gives the
 // address of row (l % 8) of matrix (l / 8); register i of lane l receives elements (l/4,

@@ -15,6 +15,7 @@
 // duplicate keys, negative keys in numeric order, CUB's bit-range rule for signed keys, and
 // a planted unstable result that the stability check must catch.
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
@@ -55,13 +56,21 @@ static uint64_t rnd(void) {  // splitmix64
 }
 static double rnd_unit(void) { return (double)(rnd() >> 11) / 9007199254740992.0 * 2.0 - 1.0; }  // [-1, 1)
 
+// The 16-bit type of the products under test: bf16 (matmul.cu's default), then fp16 (its
+// fp16 build). bf2f and f2bf convert that type; kBf is its unit roundoff.
+static cudaDataType_t g_half = CUDA_R_16BF;
+static const char* g_tag = "";  // " [fp16]" in the fp16 pass, so every test name is unique
+static double kBf = 1.0 / 256.0;
+
 static float bf2f(uint16_t h) {
+  if (g_half == CUDA_R_16F) return cudasim_h_bits2f(h);
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
 }
 static uint16_t f2bf(float f) {  // round to nearest even; inputs here are finite
+  if (g_half == CUDA_R_16F) return cudasim_f2h_bits(f);
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   u += 0x7fffu + ((u >> 16) & 1u);
@@ -132,7 +141,7 @@ static void plan_create(Plan* p, int kind, int m, int n, int k, int has_bias, ui
                         uint32_t al_c, int flip_transa) {
   memset(p, 0, sizeof *p);
   cublasOperation_t ta, tb;
-  cudaDataType_t cd_type = CUDA_R_16BF;
+  cudaDataType_t cd_type = g_half;
   uint64_t ar, ac, br, bc, dr = (uint64_t)m, dc = (uint64_t)n;
   int64_t lda, ldb, ldd = m;
   if (kind == FORWARD || kind == FORWARD_GELU) {  // m=OC, n=N, k=C
@@ -162,17 +171,17 @@ static void plan_create(Plan* p, int kind, int m, int n, int k, int has_bias, ui
   if (kind == FORWARD_GELU) epi = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (has_bias) {
-    cudaDataType_t bt = CUDA_R_16BF;
+    cudaDataType_t bt = g_half;
     LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
   }
   if (kind == FORWARD_GELU) {
     int64_t aux_ld = ldd;
-    cudaDataType_t at = CUDA_R_16BF;
+    cudaDataType_t at = g_half;
     LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
     LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
   }
-  LT_OK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, ar, ac, lda));
-  LT_OK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, br, bc, ldb));
+  LT_OK(cublasLtMatrixLayoutCreate(&p->a, g_half, ar, ac, lda));
+  LT_OK(cublasLtMatrixLayoutCreate(&p->b, g_half, br, bc, ldb));
   LT_OK(cublasLtMatrixLayoutCreate(&p->c, cd_type, dr, dc, ldd));
   LT_OK(cublasLtMatrixLayoutCreate(&p->d, cd_type, dr, dc, ldd));
 
@@ -279,7 +288,7 @@ static Ref reference(const std::vector<uint16_t>& X, size_t xr, size_t xt, const
 // addition rounding with relative error at most u = 2^-24, and then at most two more terms
 // (the accumulated dW, the bias): the float value is within (K + 2) u S of the exact one, with
 // S = the sum of |terms| (Higham's gamma_n bound). A bf16 output rounds once more, by at most
-// 2^-8 relative (round to nearest, 8 significant bits). (K + 3) absorbs gamma's 1/(1 - n u) and
+// 2^-8 relative (round to nearest, 8 significant bits; fp16: 2^-11, 11 bits). (K + 3) absorbs gamma's 1/(1 - n u) and
 // the final rounding's factor 1 + 2^-8 on the float error, for K up to 254 (here K <= 136).
 //   bf16 out / aux:  |got - ref| <= 2^-8 |ref| + (K + 3) u S
 //   fp32 dweight:    |got - ref| <= (K + 3) u S
@@ -290,7 +299,7 @@ static Ref reference(const std::vector<uint16_t>& X, size_t xr, size_t xt, const
 //                    |got - ref| <= 2^-8 |ref| + 1.13 e + 16 u (|x| + 1)
 // Any mistake in the mapping (a wrong transpose, a bias per column, a swapped operand) moves
 // results by about the size of the values themselves, far beyond these bounds.
-static const double kU = 1.0 / 16777216.0, kBf = 1.0 / 256.0;
+static const double kU = 1.0 / 16777216.0;
 
 enum Out { OUT_BF16, OUT_FP32, OUT_GELU };
 
@@ -338,10 +347,10 @@ static void expect_matches(const char* what, const void* got, Out kind, const Re
   char name[200];
   double worst;
   int bad = count_bad(got, kind, r, &worst);
-  snprintf(name, sizeof name, "%s: within the derived tolerance of the double reference", what);
+  snprintf(name, sizeof name, "%s: within the derived tolerance of the double reference%s", what, g_tag);
   EXPECT(name, bad == 0, "%d of %zu elements outside; worst error/tolerance %.3g", bad, r.val.size(), worst);
   bad = count_bits_differ(got, kind, r);
-  snprintf(name, sizeof name, "%s: bit-exact with fp32 accumulation in increasing k", what);
+  snprintf(name, sizeof name, "%s: bit-exact with fp32 accumulation in increasing k%s", what, g_tag);
   EXPECT(name, bad == 0, "%d of %zu elements differ", bad, r.f32.size());
 }
 
@@ -711,6 +720,11 @@ int main(void) {
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) test_shape(shapes[s][0], shapes[s][1], shapes[s][2]);
   test_planted_mistakes();
   test_queued_bias();
+  // The fp16 build's products (matmul.cu with CUDA_R_16F): the same shapes and checks, with
+  // fp16's unit roundoff 2^-11 in the tolerance (the products of fp16 values are exact in fp32).
+  g_half = CUDA_R_16F, g_tag = " [fp16]", kBf = 1.0 / 2048.0;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) test_shape(shapes[s][0], shapes[s][1], shapes[s][2]);
+  g_half = CUDA_R_16BF, g_tag = "", kBf = 1.0 / 256.0;
   test_heuristic();
   test_sort();
 

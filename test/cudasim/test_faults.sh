@@ -85,7 +85,7 @@ fault() {
 THREAD='thread \([0-9]+,[0-9]+,[0-9]+\)'
 ADDR='0x[0-9a-f]+'
 # memcheck: a read one element past the end of a device allocation.
-fault memcheck-global elementwise 's/bf2f\(y\[i\]\) \+ bf2f\(x\[i\]\)/bf2f(y[i]) + bf2f(x[i + 1])/' add \
+fault memcheck-global elementwise 's/act2f\(y\[i\]\) \+ act2f\(x\[i\]\)/act2f(y[i]) + act2f(x[i + 1])/' add \
   '^cudasim: memcheck:' 'add_act_kernel' "$THREAD" "$ADDR" 'past the end|no device allocation' 'elementwise.cu:[0-9]+'
 # memcheck: host code dereferencing device memory.
 fault memcheck-host elementwise 's/(void add_inplace\(.*?\{\n  if \(!n\) return;\n)/$1  if (*(volatile unsigned short*)y == 12345) n++;\n/s' add \

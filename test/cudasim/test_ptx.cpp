@@ -1,8 +1,9 @@
 // test_ptx.cpp: the PTX emulation's tables against the PTX ISA, without the executor.
 //   - The mma.m16n8k16 fragment tables (9.7.14.5.8): each of A, B and C covers its matrix
 //     exactly once over the 32 lanes, and sample entries read off the ISA's figures match.
-//   - The emulated mma equals a plain matrix product on random bf16 values (exact: the inputs
-//     are chosen so every partial sum is exact in fp32).
+//   - The emulated mma equals a plain matrix product on random bf16 values, and on random f16
+//     values that bf16 cannot hold (exact: the inputs are chosen so every partial sum is exact
+//     in fp32); the same registers read as the other type give another product.
 //   - ldmatrix .x4 and .x4.trans (9.7.14.5.15) deliver the elements the ISA's figure shows,
 //     and ldmatrix fragments feed mma as the attention kernel uses them (A row-major, B given
 //     n-major for the "q.k" form).
@@ -34,6 +35,9 @@ static float small_value() {
   return (float)v * 0.25f;
 }
 static uint16_t bf(float f) { return cudasim_f2bf_bits(f); }
+// For the .f16 mma: a small_value with 9 significant bits (bf16 keeps 8, so these are f16-only
+// values); products and sums of 16 of them still fit fp32's 24 bits.
+static float f16_value() { return small_value() * (1.0f + (float)(1 + next_u32() % 3) / 64.0f); }
 
 static void test_tables() {
   struct {
@@ -69,10 +73,12 @@ static void test_tables() {
 
 // The emulated mma of the fragments against the plain product of the matrices they hold:
 // the number of output elements that differ.
-static int mma_errors(const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4], const float A[16][16],
-                      const float B[16][8], const float C[16][8]) {
+// The emulated mma of the fragments against the plain product of the matrices they hold:
+// the number of output elements that differ.
+static int mma_errors(MmaType type, const uint32_t a[32][4], const uint32_t b[32][2], const float c[32][4],
+                      const float A[16][16], const float B[16][8], const float C[16][8]) {
   float d[32][4];
-  mma_m16n8k16_bf16(a, b, c, d);
+  mma_m16n8k16(type, a, b, c, d);
   int bad = 0;
   for (int l = 0; l < 32; l++)
     for (int e = 0; e < 4; e++) {
@@ -84,38 +90,48 @@ static int mma_errors(const uint32_t a[32][4], const uint32_t b[32][2], const fl
   return bad;
 }
 
-static void test_mma() {
+static void test_mma(MmaType type) {
+  const char* tn = type == MMA_F16 ? ".f16" : ".bf16";
+  float (*value)() = type == MMA_F16 ? f16_value : small_value;
+  auto bits = [type](float f) { return type == MMA_F16 ? cudasim_f2h_bits(f) : bf(f); };
   float A[16][16], B[16][8], C[16][8];
   for (int r = 0; r < 16; r++)
-    for (int k = 0; k < 16; k++) A[r][k] = small_value();
+    for (int k = 0; k < 16; k++) A[r][k] = value();
   for (int k = 0; k < 16; k++)
-    for (int n = 0; n < 8; n++) B[k][n] = small_value();
+    for (int n = 0; n < 8; n++) B[k][n] = value();
   for (int r = 0; r < 16; r++)
-    for (int n = 0; n < 8; n++) C[r][n] = small_value();
+    for (int n = 0; n < 8; n++) C[r][n] = value();
   uint32_t a[32][4] = {{0}}, b[32][2] = {{0}};
   float c[32][4];
   for (int l = 0; l < 32; l++) {
     for (int e = 0; e < 8; e++) {
       RowCol rc = mma_a_elem(l, e);
-      a[l][e >> 1] |= (uint32_t)bf(A[rc.row][rc.col]) << (16 * (e & 1));
+      a[l][e >> 1] |= (uint32_t)bits(A[rc.row][rc.col]) << (16 * (e & 1));
     }
     for (int e = 0; e < 4; e++) {
       RowCol rc = mma_b_elem(l, e);
-      b[l][e >> 1] |= (uint32_t)bf(B[rc.row][rc.col]) << (16 * (e & 1));
+      b[l][e >> 1] |= (uint32_t)bits(B[rc.row][rc.col]) << (16 * (e & 1));
       RowCol cc = mma_c_elem(l, e);
       c[l][e] = C[cc.row][cc.col];
     }
   }
-  int bad = mma_errors(a, b, c, A, B, C);
-  EXPECT("mma.m16n8k16: D = A B + C for every output element", bad == 0, "%d of 128 elements differ", bad);
+  int bad = mma_errors(type, a, b, c, A, B, C);
+  EXPECT(type == MMA_F16 ? "mma.m16n8k16.f16: D = A B + C for every output element (9-bit values)"
+                         : "mma.m16n8k16.bf16: D = A B + C for every output element",
+         bad == 0, "%d of 128 elements differ", bad);
+  // The same registers read as the other type give another product: the type is honoured.
+  bad = mma_errors(type == MMA_F16 ? MMA_BF16 : MMA_F16, a, b, c, A, B, C);
+  char name[128];
+  snprintf(name, sizeof name, "mma.m16n8k16 of %s registers read as the other type differs (the check can fail)", tn);
+  EXPECT(name, bad > 0, "the wrong type went unnoticed");
   // A fault the table test must see: b0/b1 swapped changes the product.
   for (int l = 0; l < 32; l++) {
     uint32_t tmp = b[l][0];
     b[l][0] = b[l][1], b[l][1] = tmp;
   }
-  bad = mma_errors(a, b, c, A, B, C);
-  EXPECT("mma.m16n8k16 with b0/b1 swapped gives a different product (the check can fail)", bad > 0,
-         "the swap went unnoticed");
+  bad = mma_errors(type, a, b, c, A, B, C);
+  snprintf(name, sizeof name, "mma.m16n8k16%s with b0/b1 swapped gives a different product (the check can fail)", tn);
+  EXPECT(name, bad > 0, "the swap went unnoticed");
 }
 
 static void test_ldmatrix() {
@@ -166,7 +182,7 @@ static void test_ldmatrix() {
   ldmatrix_x4(kb, 0, bfr);
   float zero[32][4] = {{0}}, d[32][4];
   for (int l = 0; l < 32; l++) b2[l][0] = bfr[l][0], b2[l][1] = bfr[l][1];
-  mma_m16n8k16_bf16(af, b2, zero, d);
+  mma_m16n8k16(MMA_BF16, af, b2, zero, d);
   bad = 0;
   for (int l = 0; l < 32; l++)
     for (int e = 0; e < 4; e++) {
@@ -250,7 +266,8 @@ static void test_half() {
 int main() {
   test_half();
   test_tables();
-  test_mma();
+  test_mma(MMA_BF16);
+  test_mma(MMA_F16);
   test_ldmatrix();
   test_ex2();
   return test_summary();

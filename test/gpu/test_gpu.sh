@@ -2,6 +2,8 @@
 # The GPU test suite (`make test-gpu`, on a machine with a GPU; the binaries are built by make):
 #   0. the GPU this runs on (nvidia-smi)
 #   1. every CUDA kernel against the CPU reference kernels (build/test-gpu/test_kernels_gpu)
+#   (make test-gpu PRECISION=fp16 runs all of it on the fp16 build: build/test-gpu-fp16, its
+#   train_gpt; the bf16 bounds below hold for fp16 with room to spare)
 #   2. training on both backends: ./train_gpt (CUDA, bf16) and ./train_gpt_cpu (fp32) train the
 #      same small models from the same initialization on the same data for 10 steps; their
 #      loss logs must agree within the bf16 tolerance explained below
@@ -42,8 +44,9 @@ else
 fi
 
 # ---- 1. kernels ----------------------------------------------------------------------
-echo "== CUDA kernels vs CPU reference (build/test-gpu/test_kernels_gpu)"
-out=$(build/test-gpu/test_kernels_gpu 2>&1)
+GPU_TEST=${GPU_TEST:-build/test-gpu}  # build/test-gpu-fp16 for make test-gpu PRECISION=fp16
+echo "== CUDA kernels vs CPU reference ($GPU_TEST/test_kernels_gpu)"
+out=$($GPU_TEST/test_kernels_gpu 2>&1)
 rc=$?
 echo "$out" | grep -v '^ok ' | tail -n 60
 line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)

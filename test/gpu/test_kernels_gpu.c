@@ -8,6 +8,10 @@
 // CPU): the whole small profile is about 2*10^8 flops, most of them the tensor-core products
 // of attention (the padded 64-row tiles count in full).
 //
+// An fp16 build (make PRECISION=fp16: build/test-gpu-fp16, build/sim-fp16) runs the same tests on
+// the fp16 kernels: read fp16 for bf16 below, with u = 2^-11 (fp16 keeps 11 significant bits) in
+// every bound that names u; the fp32 parts of the bounds are unchanged.
+//
 // One binary holds both backends: the CUDA kernels (kernels.h, act_t = bf16 bits) and the CPU
 // kernels compiled with act_t = float, renamed cpu_<name> (test/gpu/cpu_ref.h). For every
 // kernel:
@@ -115,23 +119,38 @@ static float* hcopy(const float* x, size_t n) {
 }
 static float* hzero(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
-// ---- bf16 on the host -----------------------------------------------------------------
-
-static uint16_t h_f2bf(float f) {  // round to nearest even, as __float2bfloat16_rn
+// ---- the 16-bit activation type on the host ---------------------------------------------
+// bf16, or IEEE fp16 in an fp16 build (PRECISION=fp16), converted here independently of the
+// CUDA headers: by hand for bf16, with the compiler's _Float16 for fp16.
+#ifdef FSDP_FP16
+static uint16_t h_f2act(float f) {  // round to nearest even, as __float2half_rn
+  _Float16 h = (_Float16)f;
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+static float h_act2f(uint16_t b) {
+  _Float16 h;
+  memcpy(&h, &b, 2);
+  return (float)h;
+}
+#else
+static uint16_t h_f2act(float f) {  // round to nearest even, as __float2bfloat16_rn
   uint32_t u;
   memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
-static float h_bf2f(uint16_t b) {
+static float h_act2f(uint16_t b) {
   uint32_t u = (uint32_t)b << 16;
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
-static void round_bf16(float* x, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = h_bf2f(h_f2bf(x[i]));
+#endif
+static void round_act(float* x, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] = h_act2f(h_f2act(x[i]));
 }
 
 // ---- device buffers -------------------------------------------------------------------
@@ -144,18 +163,18 @@ static void* dmalloc(size_t bytes) {
 static void dfree(void* p) { CUDA_T(cudaFree(p)); }
 // Rounds x to bf16 in place (the CPU reference then sees the same values) and uploads it.
 static act_t* up_act(float* x, size_t n) {
-  round_bf16(x, n);
+  round_act(x, n);
   uint16_t* b = malloc((n ? n : 1) * sizeof(uint16_t));
-  for (size_t i = 0; i < n; i++) b[i] = h_f2bf(x[i]);
+  for (size_t i = 0; i < n; i++) b[i] = h_f2act(x[i]);
   act_t* d = dmalloc(n * sizeof(act_t));
   CUDA_T(cudaMemcpy(d, b, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
   free(b);
   return d;
 }
 static void set_act(act_t* d, float* x, size_t n) {  // re-upload into an existing buffer
-  round_bf16(x, n);
+  round_act(x, n);
   uint16_t* b = malloc((n ? n : 1) * sizeof(uint16_t));
-  for (size_t i = 0; i < n; i++) b[i] = h_f2bf(x[i]);
+  for (size_t i = 0; i < n; i++) b[i] = h_f2act(x[i]);
   CUDA_T(cudaMemcpy(d, b, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
   free(b);
 }
@@ -185,7 +204,7 @@ static Result get_act(const act_t* d, size_t n) {
   gpu_done();
   Result r = {malloc(n * 2 + 16), malloc(n * sizeof(float) + 16), n, n * 2};
   CUDA_T(cudaMemcpy(r.bits, d, n * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; i++) r.f[i] = h_bf2f(((uint16_t*)r.bits)[i]);
+  for (size_t i = 0; i < n; i++) r.f[i] = h_act2f(((uint16_t*)r.bits)[i]);
   return r;
 }
 static Result get_f32(const float* d, size_t n) {
@@ -265,21 +284,21 @@ static void check_bounded(const char* name, const float* gpu, const float* ref, 
   }
 }
 
-// The bf16 result must be the CPU's fp32 value rounded to nearest even, bit for bit.
-static void check_bf16_exact(const char* name, const Result* g, const float* ref) {
+// The 16-bit result must be the CPU's fp32 value rounded to nearest even, bit for bit.
+static void check_act_exact(const char* name, const Result* g, const float* ref) {
   const uint16_t* b = g->bits;
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < g->n; i++)
-    if (b[i] != h_f2bf(ref[i])) {
+    if (b[i] != h_f2act(ref[i])) {
       if (!bad) first = i;
       bad++;
     }
   char d[256];
   if (!bad) {
-    snprintf(d, sizeof d, " (%zu elements, bit-identical to the CPU value rounded to bf16)", g->n);
+    snprintf(d, sizeof d, " (%zu elements, bit-identical to the CPU value rounded to " ACT_NAME ")", g->n);
     pass(name, d);
   } else {
-    snprintf(d, sizeof d, "%zu of %zu elements differ from the CPU value rounded to bf16; first at %zu: gpu %.9g ref %.9g",
+    snprintf(d, sizeof d, "%zu of %zu elements differ from the CPU value rounded to " ACT_NAME "; first at %zu: gpu %.9g ref %.9g",
              bad, g->n, first, g->f[first], ref[first]);
     fail(name, d);
   }
@@ -322,7 +341,16 @@ static void check_true(const char* name, int ok, const char* detail) {
   else fail(name, detail);
 }
 
-#define R_BF16 0.00390625     // 2^-8 = u, the unit roundoff of bf16
+// ACT_ETA2 is half the smallest subnormal: below the normal range a rounding errs by up to
+// that much, whatever u says. bf16 shares fp32's range (2^-134: nothing here gets near it);
+// fp16's subnormals start at 2^-14, where small attention gradients live (attn_bound).
+#ifdef FSDP_FP16
+#define R_ACT 0.00048828125  // 2^-11 = u, the unit roundoff of fp16
+#define ACT_ETA2 0x1p-25
+#else
+#define R_ACT 0.00390625     // 2^-8 = u, the unit roundoff of bf16
+#define ACT_ETA2 0x1p-134
+#endif
 #define A_PROD 0.0009765625   // 2^-10
 #define A_ELEM 0.000244140625 // 2^-12
 // attention (see the top): |gpu - ref| <= u |ref| + (u + ATTN_R) R + ATTN_F F, dpos_bias
@@ -359,7 +387,7 @@ static void test_elementwise(size_t n) {
   float* ref = hcopy(y0, n);
   cpu_add_inplace(NULL, ref, x, n);
   snprintf(label, sizeof label, "add_inplace n=%zu", n);
-  check_bf16_exact(label, &r[0], ref);
+  check_act_exact(label, &r[0], ref);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
   // scale_act
@@ -371,7 +399,7 @@ static void test_elementwise(size_t n) {
   memcpy(ref, y0, n * sizeof(float));
   cpu_scale_act(NULL, ref, 0.37f, n);
   snprintf(label, sizeof label, "scale_act n=%zu", n);
-  check_bf16_exact(label, &r[0], ref);
+  check_act_exact(label, &r[0], ref);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
   // fill_zero_act
@@ -380,7 +408,7 @@ static void test_elementwise(size_t n) {
   r[0] = get_act(dy, n);
   float* zeros = hzero(n);
   snprintf(label, sizeof label, "fill_zero_act n=%zu", n);
-  check_bf16_exact(label, &r[0], zeros);
+  check_act_exact(label, &r[0], zeros);
   free_result(&r[0]);
 
   // fp32 helpers
@@ -421,7 +449,7 @@ static void test_elementwise(size_t n) {
   cast_f32_to_act(K, dy, dfx, n);
   r[0] = get_act(dy, n);
   snprintf(label, sizeof label, "cast_f32_to_act n=%zu (round to nearest even)", n);
-  check_bf16_exact(label, &r[0], fx);
+  check_act_exact(label, &r[0], fx);
   free_result(&r[0]);
   poison(dfy, n * 4);
   cast_act_to_f32(K, dfy, dx, n);  // dx holds bf16(x); x itself was rounded in place by up_act
@@ -458,7 +486,7 @@ static void test_unary(const char* name, ActFwd fwd, ActBwd bwd, CpuFwd cfwd, Cp
     r[rep] = get_act(dres, n);
   }
   snprintf(label, sizeof label, "%s_forward n=%zu", name, n);
-  check_close(label, r[0].f, ref, n, R_BF16, A_ELEM);
+  check_close(label, r[0].f, ref, n, R_ACT, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[1]);
   act_t* dinpl = up_act(x, n);
@@ -475,7 +503,7 @@ static void test_unary(const char* name, ActFwd fwd, ActBwd bwd, CpuFwd cfwd, Cp
     r[rep] = get_act(dres, n);
   }
   snprintf(label, sizeof label, "%s_backward n=%zu", name, n);
-  check_close(label, r[0].f, ref, n, R_BF16, A_ELEM);
+  check_close(label, r[0].f, ref, n, R_ACT, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[1]);
   bwd(K, d_dout, dx_in, d_dout, n);
@@ -505,7 +533,7 @@ static void test_geglu(int N, int F) {
     r[rep] = get_act(dout_buf, no);
   }
   snprintf(label, sizeof label, "geglu_forward N=%d F=%d", N, F);
-  check_close(label, r[0].f, ref, no, R_BF16, A_ELEM);
+  check_close(label, r[0].f, ref, no, R_ACT, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
   cpu_geglu_backward(NULL, ref, x, dout, N, F);
@@ -515,7 +543,7 @@ static void test_geglu(int N, int F) {
     r[rep] = get_act(ddx, nx);
   }
   snprintf(label, sizeof label, "geglu_backward N=%d F=%d", N, F);
-  check_close(label, r[0].f, ref, nx, R_BF16, A_ELEM);
+  check_close(label, r[0].f, ref, nx, R_ACT, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
   dfree(dxin), dfree(ddout), dfree(dout_buf), dfree(ddx);
@@ -549,7 +577,7 @@ static void test_layernorm(int N, int C, int rms) {
     o[rep] = get_act(dout, n), m[rep] = get_f32(dmean, N), s[rep] = get_f32(drstd, N);
   }
   snprintf(label, sizeof label, "%s_forward out N=%d C=%d", nm, N, C);
-  check_close(label, o[0].f, ref, n, R_BF16, A_PROD);
+  check_close(label, o[0].f, ref, n, R_ACT, A_PROD);
   check_same(label, &o[0], &o[1]);
   if (!rms) {
     snprintf(label, sizeof label, "%s_forward mean N=%d C=%d", nm, N, C);
@@ -573,12 +601,12 @@ static void test_layernorm(int N, int C, int rms) {
     rr[rep] = get_act(dres, n), o[rep] = get_act(dout, n), m[rep] = get_f32(dmean, N), s[rep] = get_f32(drstd, N);
   }
   snprintf(label, sizeof label, "residual_%s_forward residual N=%d C=%d", nm, N, C);
-  check_bf16_exact(label, &rr[0], sum);
+  check_act_exact(label, &rr[0], sum);
   check_same(label, &rr[0], &rr[1]);
   if (rms) cpu_rmsnorm_forward(NULL, ref, rrstd, rr[0].f, w, N, C, eps);
   else cpu_layernorm_forward(NULL, ref, rmean, rrstd, rr[0].f, w, bias, N, C, eps);
   snprintf(label, sizeof label, "residual_%s_forward out N=%d C=%d", nm, N, C);
-  check_close(label, o[0].f, ref, n, R_BF16, A_PROD);
+  check_close(label, o[0].f, ref, n, R_ACT, A_PROD);
   check_same(label, &o[0], &o[1]);
   snprintf(label, sizeof label, "residual_%s_forward rstd N=%d C=%d", nm, N, C);
   check_close(label, s[0].f, rrstd, N, 1e-4, 0);
@@ -613,7 +641,7 @@ static void test_layernorm(int N, int C, int rms) {
     gx[rep] = get_act(ddx, n), gw[rep] = get_f32(ddw, C), gb[rep] = get_f32(ddb, C);
   }
   snprintf(label, sizeof label, "%s_backward dx (accumulated) N=%d C=%d", nm, N, C);
-  check_close(label, gx[0].f, rdx, n, R_BF16, A_PROD);
+  check_close(label, gx[0].f, rdx, n, R_ACT, A_PROD);
   check_same(label, &gx[0], &gx[1]);
   snprintf(label, sizeof label, "%s_backward dweight (accumulated) N=%d C=%d", nm, N, C);
   check_close(label, gw[0].f, rdw, C, 1e-4, 1e-4);
@@ -667,7 +695,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int weight_offset) 
     r[rep] = get_act(dout, no);
   }
   snprintf(label, sizeof label, "matmul_forward %s", tag);
-  check_close(label, r[0].f, ref, no, R_BF16, A_PROD);
+  check_close(label, r[0].f, ref, no, R_ACT, A_PROD);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
 
@@ -688,7 +716,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int weight_offset) 
     gi[rep] = get_act(ddinp, ni), gw[rep] = get_f32(ddw, nw), gb[rep] = get_f32(ddb, OC);
   }
   snprintf(label, sizeof label, "matmul_backward dinp %s", tag);
-  check_close(label, gi[0].f, rdinp, ni, R_BF16, A_PROD);
+  check_close(label, gi[0].f, rdinp, ni, R_ACT, A_PROD);
   check_same(label, &gi[0], &gi[1]);
   snprintf(label, sizeof label, "matmul_backward dweight (accumulated) %s", tag);
   check_close(label, gw[0].f, rdw, nw, 1e-3, 1e-3);
@@ -728,7 +756,7 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
   // kernels_cuda.h) out is gelu_forward of the stored bf16 pre-activation, whose rounding
   // GELU's slope (up to 1.13) carries into out: compare with GELU of the rounded value there.
   float* gin = hcopy(rpre, no);
-  if (OC % 8 != 0) round_bf16(gin, no);
+  if (OC % 8 != 0) round_act(gin, no);
   cpu_gelu_forward(NULL, rout, gin, no);
   free(gin);
   Result o[2], p[2];
@@ -738,10 +766,10 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
     o[rep] = get_act(dout, no), p[rep] = get_act(dpre, no);
   }
   snprintf(label, sizeof label, "matmul_forward_gelu pre N=%d C=%d OC=%d%s", N, C, OC, with_bias ? " bias" : "");
-  check_close(label, p[0].f, rpre, no, R_BF16, A_PROD);
+  check_close(label, p[0].f, rpre, no, R_ACT, A_PROD);
   check_same(label, &p[0], &p[1]);
   snprintf(label, sizeof label, "matmul_forward_gelu out N=%d C=%d OC=%d%s", N, C, OC, with_bias ? " bias" : "");
-  check_close(label, o[0].f, rout, no, R_BF16, A_PROD);
+  check_close(label, o[0].f, rout, no, R_ACT, A_PROD);
   check_same(label, &o[0], &o[1]);
   for (int i = 0; i < 2; i++) free_result(&o[i]), free_result(&p[i]);
   dfree(di), dfree(dw), dfree(db), dfree(dout), dfree(dpre);
@@ -772,7 +800,7 @@ static void test_embedding(int N, int T, int C, int V, int Vp, int token_range, 
     r[rep] = get_act(dout, no);
   }
   snprintf(label, sizeof label, "embedding_forward %s", tag);
-  check_bf16_exact(label, &r[0], ref);
+  check_act_exact(label, &r[0], ref);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
 
@@ -830,7 +858,7 @@ static void test_classifier(int N, int V, int Vp) {
   // Padding columns and ignored rows must be exactly 0: their reference is 0 and the bound
   // there is only the tiny atol.
   snprintf(label, sizeof label, "classifier_forward_backward dlogits (in place, padding 0) %s", tag);
-  check_close(label, g[0].f, rl, nl, R_BF16, 1.0 / 16384);
+  check_close(label, g[0].f, rl, nl, R_ACT, 1.0 / 16384);
   check_same(label, &g[0], &g[1]);
   for (int i = 0; i < 2; i++) free_result(&g[i]), free_result(&l[i]);
 
@@ -849,7 +877,7 @@ static void test_classifier(int N, int V, int Vp) {
   snprintf(label, sizeof label, "softmax_row (device row) V=%d", V);
   check_close(label, probs, rprobs, V, 1e-6, 1e-7);
   uint16_t* hrow = malloc(V * 2);
-  for (int j = 0; j < V; j++) hrow[j] = h_f2bf(logits[(size_t)row * Vp + j]);
+  for (int j = 0; j < V; j++) hrow[j] = h_f2act(logits[(size_t)row * Vp + j]);
   memset(probs, 0, V * 4);
   softmax_row(NULL, probs, hrow, V, 0.7f);
   snprintf(label, sizeof label, "softmax_row (host row, ctx NULL) V=%d", V);
@@ -936,7 +964,7 @@ static void test_classifier_inf(int V, int Vp) {
   check_close(label, l[0].f, rloss, N, 1e-5, 1e-5);
   check_same(label, &l[0], &l[1]);
   snprintf(label, sizeof label, "classifier_forward_backward dlogits with infinite logits %s", tag);
-  check_close(label, g[0].f, rl, nl, R_BF16, 1.0 / 16384);
+  check_close(label, g[0].f, rl, nl, R_ACT, 1.0 / 16384);
   check_same(label, &g[0], &g[1]);
   for (int i = 0; i < 2; i++) free_result(&g[i]), free_result(&l[i]);
 
@@ -984,7 +1012,7 @@ static void test_position(int H, int Tq, int Tk, int bidir, int nb, int maxd) {
     r[rep] = get_act(dbias, nbias);
   }
   snprintf(label, sizeof label, "relative_bias_forward (device buckets) %s", tag);
-  check_bf16_exact(label, &r[0], ref);
+  check_act_exact(label, &r[0], ref);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
 
@@ -1038,7 +1066,7 @@ static void test_adamw(size_t n, int with_act) {
   check_f32_exact(label, Vv[0].f, rv_, n);
   if (with_act) {
     snprintf(label, sizeof label, "adamw_update p_act = bf16(p) n=%zu", n);
-    check_bf16_exact(label, &A[0], ract);
+    check_act_exact(label, &A[0], ract);
   }
   for (int i = 0; i < 2; i++) free_result(&P[i]), free_result(&M[i]), free_result(&Vv[i]), free_result(&A[i]);
   dfree(dp), dfree(dg), dfree(dm), dfree(dv), dfree(dact);
@@ -1090,12 +1118,16 @@ static void test_block_sumsq(size_t nblocks) {
 //     dv_jd:  sum_i P_ij |dout_id|      dk_jd: scale sum_i |dS_ij| |q_id|
 //     dpos_bias_hij: sum_b |dS_ij|
 //   F, the size of dP and D: R with |dS_ij| replaced by P_ij M_ij (dq, dk, dpos_bias only).
+//   G, the right factors alone: R with the rounded left factor replaced by 1 (out, dq, dk, dv):
+//     an operand rounded below the normal range errs by up to ACT_ETA2 absolutely, not u
+//     relatively, so G ACT_ETA2 bounds what that adds (fp16 only; nil for bf16).
 // Each array is laid out as the output it bounds: rq/fq, rk/fk and rv as dq, dk and dv (rows of
 // q_stride and kv_stride elements, so in a fused buffer they interleave as the gradients do),
 // rout as out, rdb/fdb as dpos_bias (NULL without a bias). They must start at zero. The loops
 // follow the CPU reference: every element has one owner, so they run in parallel.
 typedef struct {
   double *rout, *rq, *fq, *rk, *fk, *rv, *rdb, *fdb;
+  double *gout, *gq, *gk, *gv;  // G, laid out as rout, rq, rk, rv
 } AttnTermSizes;
 
 static double dot_d(const float* a, const float* b, int n) {
@@ -1133,7 +1165,7 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
     for (int b = 0; b < s.B; b++) {
       const float *qi = QROW(b, i, h), *doi = OROW(dout, b, i, h);
       double l = lse[LIDX(b, h, i)], Di = Dd[LIDX(b, h, i)], Dai = Da[LIDX(b, h, i)];
-      double* ro = OROW(z.rout, b, i, h);
+      double *ro = OROW(z.rout, b, i, h), *go = OROW(z.gout, b, i, h);
       size_t qo = ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * D;
       for (int j = 0; j < nk; j++) {
         const float *kj = KVROW(k, b, j, h), *vj = KVROW(v, b, j, h);
@@ -1142,7 +1174,9 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
         double ds = fabs(p * (dot_d(doi, vj, D) - Di)), pm = p * (dot_abs(doi, vj, D) + Dai);
         for (int d = 0; d < D; d++) {
           ro[d] += p * fabs(vj[d]);
+          go[d] += fabs(vj[d]);
           z.rq[qo + d] += s.scale * ds * fabs(kj[d]);
+          z.gq[qo + d] += s.scale * fabs(kj[d]);
           z.fq[qo + d] += s.scale * pm * fabs(kj[d]);
         }
         if (z.rdb) {
@@ -1167,7 +1201,9 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
       for (int d = 0; d < D; d++) {
         z.rk[ko + d] += s.scale * ds * fabs(qi[d]);
         z.fk[ko + d] += s.scale * pm * fabs(qi[d]);
+        z.gk[ko + d] += s.scale * fabs(qi[d]);
         z.rv[ko + d] += p * fabs(doi[d]);
+        z.gv[ko + d] += fabs(doi[d]);
       }
     }
   }
@@ -1179,11 +1215,12 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
 }
 
 static double* dzero(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-// The bound of a bf16 attention output: u |ref| + (u + ATTN_R) R + ATTN_F F (F may be NULL: 0).
-static double* attn_bound(const float* ref, const double* R, const double* F, size_t n) {
+// The bound of a 16-bit attention output: u |ref| + (u + ATTN_R) R + ATTN_F F (F may be NULL:
+// 0), plus ACT_ETA2 (1 + G) for the output's and the operands' roundings below the normal range.
+static double* attn_bound(const float* ref, const double* R, const double* F, const double* G, size_t n) {
   double* b = malloc((n ? n : 1) * sizeof(double));
   for (size_t e = 0; e < n; e++)
-    b[e] = R_BF16 * fabs((double)ref[e]) + (R_BF16 + ATTN_R) * R[e] + (F ? ATTN_F * F[e] : 0.0);
+    b[e] = R_ACT * fabs((double)ref[e]) + (R_ACT + ATTN_R) * R[e] + (F ? ATTN_F * F[e] : 0.0) + ACT_ETA2 * (1.0 + G[e]);
   return b;
 }
 
@@ -1219,9 +1256,10 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   act_t* dfo = up_act(routb, no);  // routb is now bf16-rounded: the CPU backward uses it too
   float* dfl = up_f32(rlse, nl);
   double *Rout = dzero(no), *Rq = dzero(nq), *Fq = dzero(nq), *Rkv = dzero(nkv), *Fkv = dzero(nkv);
-  double *Rdb = dzero(nb), *Fdb = dzero(nb);
+  double *Rdb = dzero(nb), *Fdb = dzero(nb), *Gout = dzero(no), *Gq = dzero(nq), *Gkv = dzero(nkv);
   AttnTermSizes z = {.rout = Rout, .rq = Rq, .fq = Fq, .rk = fused ? Rq + C : Rkv, .fk = fused ? Fq + C : Fkv,
-                     .rv = fused ? Rq + 2 * C : Rkv + C, .rdb = with_bias ? Rdb : NULL, .fdb = with_bias ? Fdb : NULL};
+                     .rv = fused ? Rq + 2 * C : Rkv + C, .rdb = with_bias ? Rdb : NULL, .fdb = with_bias ? Fdb : NULL,
+                     .gout = Gout, .gq = Gq, .gk = fused ? Gq + C : Gkv, .gv = fused ? Gq + 2 * C : Gkv + C};
   attention_term_sizes(z, q, k, v, pb, g, routb, rlse, s);
 
   act_t* dout = dmalloc(no * 2);
@@ -1232,7 +1270,7 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     attention_forward(K, dout, dlse, gq, gk, gv, with_bias ? dbias : NULL, s);
     o[rep] = get_act(dout, no), l[rep] = get_f32(dlse, nl);
   }
-  double* bound = attn_bound(rout, Rout, NULL, no);
+  double* bound = attn_bound(rout, Rout, NULL, Gout, no);
   snprintf(label, sizeof label, "attention_forward out %s", tag);
   check_bounded(label, o[0].f, rout, bound, no);
   check_same(label, &o[0], &o[1]);
@@ -1263,13 +1301,13 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     if (!fused) gkv[rep] = get_act(ddkv, nkv);
     gb[rep] = get_f32(ddb, nb);
   }
-  bound = attn_bound(rdq, Rq, Fq, nq);
+  bound = attn_bound(rdq, Rq, Fq, Gq, nq);
   snprintf(label, sizeof label, "attention_backward %s %s", fused ? "dq/dk/dv (fused buffer)" : "dq", tag);
   check_bounded(label, gq_[0].f, rdq, bound, nq);
   check_same(label, &gq_[0], &gq_[1]);
   free(bound);
   if (!fused) {
-    bound = attn_bound(rdkv, Rkv, Fkv, nkv);
+    bound = attn_bound(rdkv, Rkv, Fkv, Gkv, nkv);
     snprintf(label, sizeof label, "attention_backward dk/dv %s", tag);
     check_bounded(label, gkv[0].f, rdkv, bound, nkv);
     check_same(label, &gkv[0], &gkv[1]);
@@ -1290,7 +1328,7 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   dfree(dq_in), dfree(dbias), dfree(dout), dfree(dlse), dfree(dg), dfree(dfo), dfree(dfl), dfree(ddb), dfree(ddq);
   if (!fused) dfree(dkv_in), dfree(ddkv);
   free(qbuf), free(kvbuf), free(bias), free(rout), free(routb), free(rlse), free(g), free(db0), free(rdq), free(rdkv);
-  free(rdb), free(Rout), free(Rq), free(Fq), free(Rkv), free(Fkv), free(Rdb), free(Fdb);
+  free(rdb), free(Rout), free(Rq), free(Fq), free(Rkv), free(Fkv), free(Rdb), free(Fdb), free(Gout), free(Gq), free(Gkv);
 }
 
 static void usage(const char* prog) {

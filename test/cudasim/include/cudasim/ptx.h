@@ -8,8 +8,9 @@ void cudasim_cp_async16(void* dst_shared, const void* src_global, const char* fi
 void cudasim_cp_async_commit(void);
 void cudasim_cp_async_wait(int n);
 void cudasim_ldmatrix_x4(uint32_t r[4], const void* row_address, int trans, const char* file, int line);
-void cudasim_mma_m16n8k16_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const char* file,
-                               int line);
+// f16: 1 for .f16 inputs, 0 for .bf16
+void cudasim_mma_m16n8k16(int f16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const char* file,
+                          int line);
 float cudasim_ex2_approx_ftz(float x);
 }
 
@@ -30,9 +31,14 @@ static inline void ldsm_x4_t(uint32_t (&r)[4], const void* p, const char* file =
                              int line = __builtin_LINE()) {
   cudasim_ldmatrix_x4(r, p, 1, file, line);
 }
-static inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                            const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-  cudasim_mma_m16n8k16_bf16(c, a, b0, b1, file, line);
+// mma_act16: the act16 type of kernels/cuda/common.cuh (f16 in an fp16 build, else bf16)
+static inline void mma_act16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+#ifdef FSDP_FP16
+  cudasim_mma_m16n8k16(1, c, a, b0, b1, file, line);
+#else
+  cudasim_mma_m16n8k16(0, c, a, b0, b1, file, line);
+#endif
 }
 static inline float ex2(float x) { return cudasim_ex2_approx_ftz(x); }
 static inline unsigned long long globaltimer_ns() { return cudasim_globaltimer(); }
