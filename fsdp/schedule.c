@@ -187,7 +187,7 @@ void fsdp_pre_recompute(FSDP* fs, int u) {
 void fsdp_post_recompute(FSDP* fs, int u) {
   // Memory over traffic: a unit is gathered once more for its backward rather than holding all
   // of a block's units (--wrap linear) at once. The block's last unit is needed next: kept.
-  if (!last_of_block(fs, u) && (fs->reshard_after_forward)) reshard(fs, u);
+  if (!last_of_block(fs, u) && fs->reshard_after_forward) reshard(fs, u);
 }
 
 // Reduce-scatter the unsharded gradient inside the shard group, all-reduce the shard across

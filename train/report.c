@@ -93,27 +93,50 @@ static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, in
   return plan_totals(cfg, f, B, T, Te, world, NULL);
 }
 
+// The memory-saving options, in the order a recommendation adds them: recompute (FLOPs, no
+// memory traffic), full sharding, per-linear units (smaller collectives), then offload by what
+// it saves per byte over PCIe (AdamW state, block outputs, then shards copied at every gather
+// and reduction), then one unsharded unit at a time. Each sets its option in g and returns 1,
+// or 0 when g has it already or the model has no such policy (per-linear units and activation
+// offload are GPT's).
+typedef struct {
+  const char* flag;
+  int (*add)(FSDPOptions* g, int gpt);
+} MemoryOption;
+static int add_selective(FSDPOptions* g, int gpt) {
+  return g->recompute == RECOMPUTE_NONE ? (g->recompute = RECOMPUTE_SELECTIVE, 1) : 0;
+}
+static int add_block(FSDPOptions* g, int gpt) {
+  return g->recompute != RECOMPUTE_BLOCK ? (g->recompute = RECOMPUTE_BLOCK, 1) : 0;
+}
+static int add_full(FSDPOptions* g, int gpt) { return g->strategy != SHARD_FULL ? (g->strategy = SHARD_FULL, 1) : 0; }
+static int add_linear(FSDPOptions* g, int gpt) { return gpt && g->wrap != WRAP_LINEAR ? (g->wrap = WRAP_LINEAR, 1) : 0; }
+static int add_offload(FSDPOptions* g, int bit) { return !(g->offload & bit) ? (g->offload |= bit, 1) : 0; }
+static int add_optim(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_OPTIM); }
+static int add_acts(FSDPOptions* g, int gpt) { return gpt && add_offload(g, OFFLOAD_ACTIVATIONS); }
+static int add_params(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_PARAMS); }
+static int add_grads(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_GRADS); }
+static int add_limit1(FSDPOptions* g, int gpt) {
+  return g->limit_all_gathers > 1 ? (g->limit_all_gathers = 1, 1) : 0;
+}
+static const MemoryOption memory_options[] = {
+    {"--recompute selective", add_selective}, {"--recompute block", add_block},
+    {"--shard full", add_full},               {"--wrap linear", add_linear},
+    {"--offload optim", add_optim},           {"--offload activations", add_acts},
+    {"--offload params", add_params},         {"--offload grads", add_grads},
+    {"--limit-all-gathers 1", add_limit1},
+};
+#define NUM_MEMORY_OPTIONS ((int)(sizeof memory_options / sizeof memory_options[0]))
+
 // What each memory option the run does not use would change, added alone to its options.
 static void print_savings(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, const MemPlan* plan) {
   int gpt = cfg->kind == MODEL_GPT;
   log0("what each memory option would save per rank, added alone to this run's:\n");
-  for (int i = 0; i < 9; i++) {
+  for (int i = 0; i < NUM_MEMORY_OPTIONS; i++) {
     FSDPOptions g = o->fsdp;
-    const char* flag = NULL;
-    switch (i) {
-      case 0: if (g.recompute == RECOMPUTE_NONE) g.recompute = RECOMPUTE_SELECTIVE, flag = "--recompute selective"; break;
-      case 1: if (g.recompute != RECOMPUTE_BLOCK) g.recompute = RECOMPUTE_BLOCK, flag = "--recompute block"; break;
-      case 2: if (g.strategy != SHARD_FULL) g.strategy = SHARD_FULL, flag = "--shard full"; break;
-      case 3: if (gpt && g.wrap != WRAP_LINEAR) g.wrap = WRAP_LINEAR, flag = "--wrap linear"; break;
-      case 4: if (!(g.offload & OFFLOAD_OPTIM)) g.offload |= OFFLOAD_OPTIM, flag = "--offload optim"; break;
-      case 5: if (gpt && !(g.offload & OFFLOAD_ACTIVATIONS)) g.offload |= OFFLOAD_ACTIVATIONS, flag = "--offload activations"; break;
-      case 6: if (!(g.offload & OFFLOAD_PARAMS)) g.offload |= OFFLOAD_PARAMS, flag = "--offload params"; break;
-      case 7: if (!(g.offload & OFFLOAD_GRADS)) g.offload |= OFFLOAD_GRADS, flag = "--offload grads"; break;
-      case 8: if (g.limit_all_gathers > 1) g.limit_all_gathers = 1, flag = "--limit-all-gathers 1"; break;
-    }
-    if (!flag) continue;
+    if (!memory_options[i].add(&g, gpt)) continue;
     size_t host = 0, dev = plan_totals(cfg, g, B, T, Te, world, &host);
-    log0("  %-24s %+9.2f GiB device", flag, ((double)dev - (double)plan->total) / 1073741824.0);
+    log0("  %-24s %+9.2f GiB device", memory_options[i].flag, ((double)dev - (double)plan->total) / 1073741824.0);
     if (host != plan->host_total) log0(", %+9.2f GiB pinned host", ((double)host - (double)plan->host_total) / 1073741824.0);
     log0("\n");
   }
@@ -137,27 +160,16 @@ static void added_flags(const FSDPOptions* f, const FSDPOptions* g, char* out, s
 #undef ADD
 }
 
-// What would make a plan fit in `limit` bytes per rank: the memory-saving options added one at
-// a time to the run's own, the first set whose plan fits; else the fewest ranks with all of
-// them. Into out. The order: recompute (FLOPs, no memory traffic), full sharding, per-linear
-// units (smaller collectives), then offload by what it saves per byte over PCIe (AdamW state,
-// block outputs, then shards copied at every gather and reduction), then no prefetch.
+// What would make a plan fit in `limit` bytes per rank: the memory options added one at a time
+// to the run's own, in memory_options' order, the first set whose plan fits; else the fewest
+// ranks with all of them. Into out.
 static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, size_t limit,
                       char* out, size_t len) {
   int gpt = cfg->kind == MODEL_GPT;
   FSDPOptions f = o->fsdp, g = f;
   char flags[256];
-  for (int step = 0; step < 8; step++) {
-    switch (step) {
-      case 0: if (g.recompute == RECOMPUTE_NONE) g.recompute = RECOMPUTE_SELECTIVE; break;
-      case 1: g.recompute = RECOMPUTE_BLOCK; break;
-      case 2: g.strategy = SHARD_FULL; break;
-      case 3: if (gpt) g.wrap = WRAP_LINEAR; break;
-      case 4: g.offload |= OFFLOAD_OPTIM; break;
-      case 5: if (gpt) g.offload |= OFFLOAD_ACTIVATIONS; break;
-      case 6: g.offload |= OFFLOAD_PARAMS | OFFLOAD_GRADS; break;
-      case 7: g.limit_all_gathers = 1; break;
-    }
+  for (int i = 0; i < NUM_MEMORY_OPTIONS; i++) {
+    if (!memory_options[i].add(&g, gpt)) continue;
     size_t need = plan_total(cfg, g, B, T, Te, world);
     if (need <= limit) {
       added_flags(&f, &g, flags, sizeof flags);
