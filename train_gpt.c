@@ -61,6 +61,16 @@ int main(int argc, char** argv) {
     usage_error("--reduce-dtype: %s", err);
   }
   int A = o.accum, M = W * A;  // micro-batches per optimizer step, over all ranks
+#ifdef FSDP_FP16
+  // A static scale whose loss gradient of one token, S / tokens per step (the target logit's,
+  // about -S / tokens from the start), is beyond fp16's 65504 overflows on every step.
+  if (!o.loss_scale_dynamic && o.loss_scale / ((double)M * B * T) > 65504.0) {
+    snprintf(err, sizeof err, "%.0f / %lld tokens per step puts a token's loss gradient beyond fp16's 65504, so "
+             "every step would overflow; use --loss-scale dynamic, which finds the largest scale that does not",
+             o.loss_scale, (long long)M * B * T);
+    usage_error("--loss-scale: %s", err);
+  }
+#endif
   if (o.fsdp.sim_world > 1 && W > 1) usage_error("%s", "--sim-world simulates several ranks from one: run it without mpirun");
 
   // Data first: a bad path on any rank stops every rank before the model is built.

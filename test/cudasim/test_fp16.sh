@@ -8,7 +8,8 @@
 #   3. the sharded gradient scaler against a real fp16 overflow: a scale of 2^24 overflows the
 #      fp16 loss gradient, so the first steps are skipped on every rank and the scale halves
 #      until it fits; the bf16 build, with fp32's range, runs the same scale without a skip
-#   4. the defaults and refusals of the build: the settings table, --reduce-dtype bf16
+#   4. the defaults and refusals of the build: the settings table, --reduce-dtype bf16, a static
+#      scale that would overflow fp16 on every step
 # Ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -108,6 +109,15 @@ if [ $rc = 2 ] && has rd16 "built for bf16 activations.*make train_gpt PRECISION
   ok "--reduce-dtype fp16 on the bf16 build is refused, naming the build to use"
 else
   bad "--reduce-dtype fp16 on bf16 (exit $rc)" "$(show rd16)"
+fi
+
+# A static scale that overflows fp16 on every step is refused before training (2^24 / 80 tokens).
+$BIN $GPT --loss-scale 16777216 > "$TMP/st.out" 2>&1
+rc=$?
+if [ $rc = 2 ] && has st "beyond fp16's 65504, so every step would overflow; use --loss-scale dynamic"; then
+  ok "a static loss scale that would overflow fp16 on every step is refused before training"
+else
+  bad "static --loss-scale 2^24 on fp16 (exit $rc)" "$(show st)"
 fi
 
 cases_summary
