@@ -153,10 +153,23 @@ int main(int argc, char** argv) {
   // a run with the same global batch sees the same micro-batches as one that never stopped.
   int start_step = 0;
   int total_steps = o.steps + (o.bench ? o.bench_warmup : 0);
+  LossScaler scaler;  // --loss-scale: 1 and static unless asked or an fp16 build (fp32 and bf16 need none)
+  scaler_init(&scaler, o.loss_scale, o.loss_scale_dynamic, o.loss_scale_window);
   if (o.resume_dir) {
     char used[4300];
-    start_step = checkpoint_load(&fs, o.resume_dir, cfg.name, used, sizeof used);
+    LossScaler saved;
+    start_step = checkpoint_load(&fs, o.resume_dir, cfg.name, used, sizeof used, &saved);
     log0("resumed from %s after step %d\n", used, start_step);
+    // A dynamic scale goes on from where it was, as a GradScaler's state_dict would, unless
+    // this run names its own starting scale.
+    if (scaler.dynamic && saved.dynamic && !o.loss_scale_given) {
+      scaler.scale = saved.scale, scaler.good = saved.good;
+      log0("resumed the loss scale at %.0f (%d of %d finite steps toward doubling it)\n", scaler.scale, scaler.good,
+           scaler.window);
+    } else if (scaler.dynamic && saved.dynamic) {
+      log0("note: the loss scale starts at %.0f as --loss-scale says, not at the checkpoint's %.0f\n", scaler.scale,
+           saved.scale);
+    }
     if (start_step >= total_steps)
       log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
            total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
@@ -168,12 +181,10 @@ int main(int argc, char** argv) {
     if (!logf) fatal("--log: cannot open '%s' for writing: %s", o.log_path, strerror(errno));
   }
   if (o.save_dir && total_steps == 0) {  // --steps 0 --save: the initialized model, said so
-    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed);
+    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler);
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
   int bad_steps = 0;
-  LossScaler scaler;  // --loss-scale: 1 and static unless asked or an fp16 build (fp32 and bf16 need none)
-  scaler_init(&scaler, o.loss_scale, o.loss_scale_dynamic, o.loss_scale_window);
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
@@ -291,7 +302,7 @@ int main(int argc, char** argv) {
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
     if (o.save_dir && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == total_steps)) {
-      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed);
+      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
     if (o.sample_every && (step + 1) % o.sample_every == 0)

@@ -311,7 +311,8 @@ static void prune(const char* dir, int keep, const char* just_written) {
   free(steps);
 }
 
-void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed) {
+void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed,
+                     const LossScaler* scaler) {
   char final[PATH_CAP + 32], tmp[PATH_CAP + 40], err[ERR_CAP] = "";
   if (keep) snprintf(final, sizeof final, "%s/step_%08d", dir, step);
   else snprintf(final, sizeof final, "%s", dir);
@@ -335,7 +336,7 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
         ok = 0, snprintf(err, sizeof err, "cannot create %s: %s", path, strerror(errno));
       if (fd >= 0) close(fd);
     }
-    if (ok && ckpt_write_meta(fs, tmp, model, step, seed, total, err, sizeof err)) ok = 0;
+    if (ok && ckpt_write_meta(fs, tmp, model, step, seed, scaler, total, err, sizeof err)) ok = 0;
   }
   if (!comm_all_true(fs->world, ok)) fatal("checkpoint %s: %s", final, err[0] ? err : "rank 0 could not start the save");
 
@@ -413,9 +414,10 @@ static void load_piece(void* vctx, const Unit* U, const ParamInfo* p, int64_t lo
   }
 }
 
-// Collective: loads DIR into the shards and verifies it; 0 with *step, or -1 with the reason
-// (the same decision on every rank).
-static int try_load(FSDP* fs, const char* dir, const char* model, int* step, char* err, size_t errlen) {
+// Collective: loads DIR into the shards and verifies it; 0 with *step and *scaler, or -1 with the
+// reason (the same decision on every rank).
+static int try_load(FSDP* fs, const char* dir, const char* model, int* step, LossScaler* scaler, char* err,
+                    size_t errlen) {
   CkptMeta meta;
   CkptSums expected = {0};
   LoadCtx c = {.dir = dir, .fd = {-1, -1, -1}, .add = comm_rank(fs->replica_group) == 0};
@@ -462,6 +464,7 @@ static int try_load(FSDP* fs, const char* dir, const char* model, int* step, cha
     return -1;
   }
   *step = meta.step;
+  *scaler = meta.scaler;
   return 0;
 }
 
@@ -521,14 +524,16 @@ static void find_candidates(const char* dir, Candidates* c) {
   }
 }
 
-int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen) {
+int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen, LossScaler* scaler) {
   Candidates* c = xcalloc(1, sizeof(Candidates), "checkpoint candidates");
   if (fs->world_rank == 0) find_candidates(dir, c);
   comm_broadcast(fs->world, c, sizeof *c, 0);
   char reasons[3 * ERR_CAP] = "", err[ERR_CAP];
   int step = -1;
+  LossScaler saved;
   for (int i = 0; i < c->n; i++) {
-    if (try_load(fs, c->path[i], model, &step, err, sizeof err) == 0) {
+    if (try_load(fs, c->path[i], model, &step, &saved, err, sizeof err) == 0) {
+      if (scaler) *scaler = saved;
       snprintf(used, usedlen, "%s", c->path[i]);
       if (strcmp(c->path[i], dir)) log0("--resume %s: using %s, the newest complete checkpoint there\n", dir, c->path[i]);
       if (reasons[0] || c->note[0]) log0("--resume %s: skipped: %s%s%s\n", dir, reasons, reasons[0] && c->note[0] ? "; " : "", c->note);

@@ -13,13 +13,16 @@
 // files, a missing or read-only parent). keep: --keep-checkpoints N (DIR holds step_NNNNNNNN).
 int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen);
 // Collective: every rank calls it. Writes DIR (keep = 0) or DIR/step_NNNNNNNN (keep = N, the N
-// newest kept) with the parameters and AdamW state after `step` completed optimizer steps.
+// newest kept) with the parameters and AdamW state after `step` completed optimizer steps, and
+// the loss scaler's state when it is dynamic (scaler may be NULL).
 // Refuses (fatal) to save a non-finite value; the previous checkpoint is then untouched.
-void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed);
+void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed,
+                     const LossScaler* scaler);
 // Collective: loads the newest complete, intact checkpoint of DIR (DIR itself, DIR.tmp or DIR.old
 // left by an interrupted save, or the newest step_NNNNNNNN inside DIR) into the shards (master,
-// m, v; gradients zeroed), names it in `used`, and returns its step. Refuses, with the reason,
+// m, v; gradients zeroed), names it in `used`, and returns its step; *scaler (unless NULL) gets
+// the saved dynamic scaler's state, or .dynamic = 0 when none was saved. Refuses, with the reason,
 // a checkpoint of another model, a parameter table that differs, a meta.json field that is
 // missing or out of range, truncated arrays, or bytes that do not match their checksums.
-int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen);
+int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen, LossScaler* scaler);
 #endif

@@ -169,14 +169,19 @@ static int json_string(const char* text, const char* file, const char* key, char
 // ---- meta.json ------------------------------------------------------------------------------
 
 int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step, uint64_t seed,
-                    int64_t elements, char* err, size_t errlen) {
+                    const LossScaler* scaler, int64_t elements, char* err, size_t errlen) {
   size_t cap = 4096, len = 0;
   for (int u = 0; u < fs->nunits; u++) cap += 64 + (size_t)fs->units[u].nparams * (FSDP_NAME_LEN + 32);
   char* text = xmalloc(cap, "checkpoint meta.json");
   len += (size_t)snprintf(text + len, cap - len,
                           "{\"format\": \"%s\", \"model\": \"%s\", \"step\": %d, \"seed\": %llu, "
-                          "\"elements\": %lld, \"saved_by_world_size\": %d,\n \"units\": [",
+                          "\"elements\": %lld, \"saved_by_world_size\": %d,",
                           CKPT_FORMAT, model, step, (unsigned long long)seed, (long long)elements, fs->world_size);
+  // A dynamic scale is whole (a power of two from 1 to 2^24), so it is written as an integer.
+  if (scaler && scaler->dynamic)
+    len += (size_t)snprintf(text + len, cap - len, "\n \"loss_scale\": %lld, \"loss_scale_good\": %d,",
+                            (long long)scaler->scale, scaler->good);
+  len += (size_t)snprintf(text + len, cap - len, "\n \"units\": [");
   for (int u = 0; u < fs->nunits; u++) {
     const Unit* U = &fs->units[u];
     len += (size_t)snprintf(text + len, cap - len, "%s\n  {\"name\": \"%s\", \"params\": [", u ? "," : "", U->name);
@@ -212,6 +217,18 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
       ckpt_json_int(text, path, "saved_by_world_size", 1, 1 << 24, &world, err, errlen))
     return -1;
   m->step = (int)step, m->seed = (uint64_t)seed, m->elements = elements, m->saved_by_world_size = (int)world;
+  // The scaler's state is there only when the saving run scaled dynamically.
+  memset(&m->scaler, 0, sizeof m->scaler);
+  if (strstr(text, "\"loss_scale\"")) {
+    long long scale, good;
+    if (ckpt_json_int(text, path, "loss_scale", (long long)LOSS_SCALE_MIN, (long long)LOSS_SCALE_MAX, &scale, err, errlen) ||
+        ckpt_json_int(text, path, "loss_scale_good", 0, 1 << 30, &good, err, errlen))
+      return -1;
+    if (scale & (scale - 1))
+      return fail(err, errlen, "%s: \"loss_scale\" is %lld, not a power of two (a dynamic scale only halves and doubles)",
+                  path, scale);
+    m->scaler = (LossScaler){.scale = (double)scale, .dynamic = 1, .good = (int)good};
+  }
   if (strcmp(m->model, model))
     return fail(err, errlen, "%s holds model '%s' but this run is --model %s; resume with the same model", dir, m->model, model);
   // Every parameter's name and size must match this run's table, in order.

@@ -1,6 +1,7 @@
 // checkpoint_format.h: what is inside a checkpoint directory, and how it is verified.
 //
-//   meta.json      written first: format, model, step, seed, element count, the parameter table
+//   meta.json      written first: format, model, step, seed, element count, the parameter table,
+//                  and a dynamic loss scaler's state (loss_scale, loss_scale_good) when one ran
 //   params.bin, adam_m.bin, adam_v.bin
 //                  flat fp32 arrays in global order (see checkpoint.c)
 //   complete.json  written last, after every array is on disk: the completion marker, with
@@ -44,9 +45,11 @@ typedef struct {
   int step, saved_by_world_size;
   uint64_t seed;
   int64_t elements;
+  LossScaler scaler;  // .dynamic = 0 when the run that saved it had no dynamic scale
 } CkptMeta;
+// scaler: the run's loss scaler; its state is written when it is dynamic (NULL: none).
 int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step, uint64_t seed,
-                    int64_t elements, char* err, size_t errlen);
+                    const LossScaler* scaler, int64_t elements, char* err, size_t errlen);
 // Reads DIR/meta.json and checks it against this run's model name and parameter table.
 int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta* m, char* err, size_t errlen);
 int ckpt_write_marker(const char* dir, int step, const CkptSums* s, char* err, size_t errlen);

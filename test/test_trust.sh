@@ -257,6 +257,31 @@ run ls_dyn_s $BIN $LS --loss-scale dynamic:1024 --loss-scale-window 2
 [ "$(digest "$TMP/ls_dyn_s.out")" = "$(digest "$TMP/ls_none.out")" ] && has ls_dyn_s "loss scale +\| dynamic 1024, window 2" &&
   has ls_dyn_s "step +2/5 .*loss scale 1024 -> 2048" && ok "--loss-scale dynamic:1024 starts at 1024, doubles, same bits" ||
   bad "--loss-scale dynamic:1024" "$(show ls_dyn_s)"
+# A dynamic scale is training state: a checkpoint saved after an overflow (the scale halved, one
+# finite step into its window) resumes at that scale and place in the window, so the resumed run
+# logs the scales of the run that never stopped; a --loss-scale dynamic:S given on resume wins.
+LSR="$M $CONST --loss-scale dynamic --loss-scale-window 2"
+run lsr_full $BIN $LSR --steps 6 --inject-nonfinite 2:0 --log "$TMP/lsr_full.jsonl" --digest
+run lsr_save $BIN $LSR --steps 3 --inject-nonfinite 2:0 --save "$TMP/ck_ls"
+run lsr_res $BIN $LSR --steps 6 --resume "$TMP/ck_ls" --log "$TMP/lsr_res.jsonl" --digest
+[ $rc = 0 ] && has lsr_res "resumed the loss scale at 32768 \(1 of 2 finite steps" &&
+  [ "$(digest "$TMP/lsr_res.out")" = "$(digest "$TMP/lsr_full.out")" ] &&
+  python3 -c "
+import json, sys
+scales = lambda f: [json.loads(l)['loss_scale'] for l in open(f) if 'loss_scale' in l]
+full, res = scales(sys.argv[1]), scales(sys.argv[2])
+sys.exit(0 if full[3:] == res and res == [32768, 65536, 65536] else 1)" "$TMP/lsr_full.jsonl" "$TMP/lsr_res.jsonl" &&
+  ok "a dynamic loss scale resumes where it was (scale and window): the scales of the run that never stopped" ||
+  bad "loss scale across a resume" "$(show lsr_res; cat "$TMP/lsr_res.jsonl" | head -3)"
+run lsr_given $BIN $M $CONST --loss-scale dynamic:1024 --loss-scale-window 2 --steps 4 --resume "$TMP/ck_ls"
+cp -r "$TMP/ck_ls" "$TMP/ck_ls_bad"
+sed -i 's/"loss_scale": 32768/"loss_scale": 3000/' "$TMP/ck_ls_bad/meta.json"
+run lsr_bad $BIN $LSR --steps 4 --resume "$TMP/ck_ls_bad"
+rc_bad=$rc
+[ $rc_bad != 0 ] && has lsr_bad '"loss_scale" is 3000, not a power of two' &&
+  has lsr_given "the loss scale starts at 1024 as --loss-scale says, not at the checkpoint's 32768" &&
+  ok "a resume with dynamic:S starts at S, saying so; a saved scale that is not a power of two is refused" ||
+  bad "loss scale resume edge cases" "$(show lsr_given; show lsr_bad)"
 
 # ---- data ---------------------------------------------------------------------------------
 cp data/addition/train_000.bin "$TMP/live.bin"

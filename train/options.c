@@ -288,6 +288,7 @@ Options parse_options(int argc, char** argv) {
       case OPT_LOSS_SCALE: {
         // 'dynamic', 'dynamic:S' (S the starting scale) or a static S.
         const char* num = optarg;
+        o.loss_scale_given = 0;
         o.loss_scale_dynamic = !strncmp(optarg, "dynamic", 7);
         if (o.loss_scale_dynamic) {
           o.loss_scale = LOSS_SCALE_DYNAMIC_INIT;
@@ -304,6 +305,7 @@ Options parse_options(int argc, char** argv) {
           usage_error("--loss-scale expects 'dynamic', 'dynamic:S' or S, with S a power of two from 1 to 16777216 "
                       "(2^24; larger scales would overflow the gradients on the first step), got '%s'", optarg);
         o.loss_scale = v;
+        o.loss_scale_given = 1;
         break;
       }
       case OPT_LOSS_SCALE_WINDOW: o.loss_scale_window = (int)parse_long(name, optarg, 1, 1 << 30); break;

@@ -36,6 +36,7 @@ typedef struct {
   int accum_given;                  // --accum was on the command line
   double loss_scale;                // --loss-scale S (1: none) ...
   int loss_scale_dynamic, loss_scale_window;  // ... or dynamic, doubled after the window
+  int loss_scale_given;             // S was given (dynamic:S or S): a resume keeps it, not the checkpoint's
   const char* init_from;            // --init-from FILE|DIR: pretrained weights (weights/)
   const char* export_dir;           // --export DIR: a Hugging Face directory at the end
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI

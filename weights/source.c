@@ -37,6 +37,6 @@ int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t err
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src) {
   char model[256];
   char used[4300];
-  if (checkpoint_model(src, model, sizeof model) == 0) checkpoint_load(fs, src, cfg->name, used, sizeof used);
+  if (checkpoint_model(src, model, sizeof model) == 0) checkpoint_load(fs, src, cfg->name, used, sizeof used, NULL);
   else weights_load(fs, cfg, src);
 }
