@@ -27,6 +27,8 @@ void device_stream_wait(StreamId s, DeviceEvent* e);
 void device_stream_wait_timed(StreamId s, DeviceEvent* e);
 double device_waited_seconds(void);
 void device_synchronize(void);
+// The host waits until the work queued before e's last record is done (no-op if never recorded).
+void device_event_synchronize(DeviceEvent* e);
 // The span of one optimizer step, from its first all-gather to the end of its AdamW, for tools
 // that count per step. The CPU backend ignores it; the CUDA backend hands it to the CUDA
 // simulator when the binary runs on it (train_gpt_sim prints its per-step counts from it).

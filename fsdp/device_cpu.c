@@ -39,6 +39,7 @@ void device_marks_release(void) { nmarks = 0; }
 void device_stream_wait_timed(StreamId s, DeviceEvent* e) { device_stream_wait(s, e); }
 double device_waited_seconds(void) { return 0.0; }
 void device_synchronize(void) {}
+void device_event_synchronize(DeviceEvent* e) { (void)e; }
 
 void device_step_begin(int step) { (void)step; }
 void device_step_end(int step) { (void)step; }

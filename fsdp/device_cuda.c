@@ -102,6 +102,8 @@ double device_waited_seconds(void) {
 
 void device_synchronize(void) { CUDA_OK(cudaDeviceSynchronize()); }
 
+void device_event_synchronize(DeviceEvent* e) { CUDA_OK(cudaEventSynchronize(e->e)); }
+
 // Present only when the binary is linked with the CUDA simulator (test/cudasim/stats.cpp).
 void cudasim_step(int step, int begin) __attribute__((weak));
 

@@ -173,11 +173,15 @@ typedef struct {
   double* norm_blocks;              // workspace: per-block sums of squares of one shard
   // --offload staging: a master shard copied in for its unshard (params), a gradient shard
   // copied in to accumulate into (grads), and the optimizer step's copies of the master and
-  // gradient shards when they live on the other side of the step (host step: optim).
-  float *offload_master_in, *offload_grad_acc, *step_master, *step_grad;
+  // gradient shards when they live on the other side of the step (host step: optim). The step
+  // stages two units, so one crosses PCIe while the other updates (fsdp/optimizer.c); on the
+  // device its first pair is offload_master_in and offload_grad_acc.
+  float *offload_master_in, *offload_grad_acc, *step_master[2], *step_grad[2];
+  DeviceEvent *step_in[2], *step_updated[2], *step_out;
   // block outputs (fsdp/offload.c): L slices on the device, or on the host with a device ring
   int act_blocks;
-  size_t act_elems;
+  size_t* act_offset;               // per block, and one past the last: elements before it
+  size_t act_slot;                  // elements of the largest block output (a ring slot)
   act_t *act_device, *act_host;
   int act_holder[ACT_RING], act_released[ACT_RING];  // per ring slot: whose output, read for the last time
   DeviceEvent *act_compute_done[ACT_RING], *act_copy_done[ACT_RING];
@@ -263,12 +267,13 @@ float* fsdp_grad(FSDP* fs, int unit, int param);
 const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param);
 
 // ---- block outputs (fsdp/offload.c) ---------------------------------------------------
-// The outputs of the model's `blocks` blocks (elems act_t each), kept for backward: planned on
-// the device, or on the host with --offload activations. Forward: block l writes its output to
-// fsdp_act_out(l), then calls fsdp_act_written(l). Backward: fsdp_act_in(l) is block l's
-// output on the device (copied back if needed, and the previous one prefetched);
-// fsdp_act_release(l) after its last reader.
-void fsdp_plan_block_outputs(FSDP* fs, int blocks, size_t elems);
+// The outputs of the model's `blocks` blocks (elems[l] act_t for block l), kept for backward:
+// planned on the device, or on the host with --offload activations. Blocks are numbered in
+// forward order (T5: the encoder's, then the decoder's), and backward asks for them in reverse.
+// Forward: block l writes its output to fsdp_act_out(l), then calls fsdp_act_written(l).
+// Backward: fsdp_act_in(l) is block l's output on the device (copied back if needed, and the
+// previous one prefetched); fsdp_act_release(l) after its last reader.
+void fsdp_plan_block_outputs(FSDP* fs, int blocks, const size_t* elems);
 act_t* fsdp_act_out(FSDP* fs, int l);
 void fsdp_act_written(FSDP* fs, int l);
 const act_t* fsdp_act_in(FSDP* fs, int l);

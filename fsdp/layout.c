@@ -282,13 +282,19 @@ void fsdp_finalize_layout(FSDP* fs) {
               (void**)&fs->norm_blocks);
   // Staging for what lives on the host: one shard at a time crosses PCIe. The optimizer step
   // runs where AdamW's state is (the host with optim) and copies a master or gradient shard kept
-  // on the other side over and back; on the device it reuses the two device staging buffers.
+  // on the other side over and back, two units in flight (fsdp/optimizer.c); on the device its
+  // first pair is the two device staging buffers above.
   size_t one = (size_t)max_shard * sizeof(float);
   if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "offload: master shard in", one, (void**)&fs->offload_master_in);
   if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "offload: gradient shard in", one, (void**)&fs->offload_grad_acc);
   if (off & OFFLOAD_OPTIM) {
-    if (!(off & OFFLOAD_PARAMS)) memplan_add_host(p, "workspace", "host step: master shard", one, (void**)&fs->step_master);
-    if (!(off & OFFLOAD_GRADS)) memplan_add_host(p, "workspace", "host step: gradient shard", one, (void**)&fs->step_grad);
+    for (int k = 0; k < 2; k++) {
+      if (!(off & OFFLOAD_PARAMS)) memplan_add_host(p, "workspace", "host step: master shard", one, (void**)&fs->step_master[k]);
+      if (!(off & OFFLOAD_GRADS)) memplan_add_host(p, "workspace", "host step: gradient shard", one, (void**)&fs->step_grad[k]);
+    }
+  } else {
+    if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "device step: second master shard", one, (void**)&fs->step_master[1]);
+    if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "device step: second gradient shard", one, (void**)&fs->step_grad[1]);
   }
 }
 
@@ -330,6 +336,9 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
   }
   fs->params_updated = device_event_create();
   fs->root_free = device_event_create();
+  if (!(fs->opt.offload & OFFLOAD_OPTIM)) fs->step_master[0] = fs->offload_master_in, fs->step_grad[0] = fs->offload_grad_acc;
+  for (int k = 0; k < 2; k++) fs->step_in[k] = device_event_create(), fs->step_updated[k] = device_event_create();
+  fs->step_out = device_event_create();
   for (int s = 0; s < ACT_RING; s++) {
     fs->act_compute_done[s] = device_event_create();
     fs->act_copy_done[s] = device_event_create();

@@ -12,29 +12,40 @@
 // first blocks of backward copy nothing in. Events order everything: compute never waits on
 // the copy stream except for a slot it is about to write or read. Without the option the same
 // calls hand out the block's own slice of one device region and copy nothing.
+#include <stdlib.h>
+
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
 
 static int offloaded(const FSDP* fs) { return (fs->opt.offload & OFFLOAD_ACTIVATIONS) != 0; }
 
-void fsdp_plan_block_outputs(FSDP* fs, int blocks, size_t elems) {
+void fsdp_plan_block_outputs(FSDP* fs, int blocks, const size_t* elems) {
   fs->act_blocks = blocks;
-  fs->act_elems = elems;
+  free(fs->act_offset);
+  fs->act_offset = xcalloc((size_t)blocks + 1, sizeof(size_t), "block outputs");
+  fs->act_slot = 0;
+  for (int l = 0; l < blocks; l++) {
+    fs->act_offset[l + 1] = fs->act_offset[l] + elems[l];
+    if (elems[l] > fs->act_slot) fs->act_slot = elems[l];
+  }
+  size_t all = fs->act_offset[blocks] * sizeof(act_t);
   MemPlan* p = &fs->plan;
   if (!offloaded(fs)) {
-    memplan_add(p, "activations", "block out (L x N x C)", (size_t)blocks * elems * sizeof(act_t), (void**)&fs->act_device);
+    memplan_add(p, "activations", "block out (L x N x C)", all, (void**)&fs->act_device);
     return;
   }
-  memplan_add_host(p, "activations", "block out (L x N x C)", (size_t)blocks * elems * sizeof(act_t), (void**)&fs->act_host);
+  memplan_add_host(p, "activations", "block out (L x N x C)", all, (void**)&fs->act_host);
   char name[48];
   snprintf(name, sizeof name, "block out ring (%d x N x C)", ACT_RING);
-  memplan_add(p, "activations", name, (size_t)ACT_RING * elems * sizeof(act_t), (void**)&fs->act_device);
+  memplan_add(p, "activations", name, (size_t)ACT_RING * fs->act_slot * sizeof(act_t), (void**)&fs->act_device);
   for (int s = 0; s < ACT_RING; s++) fs->act_holder[s] = -1;  // events: fsdp_materialize
 }
 
 static act_t* slot_of(const FSDP* fs, int l) {
-  return fs->act_device + (size_t)(offloaded(fs) ? l % ACT_RING : l) * fs->act_elems;
+  return fs->act_device + (offloaded(fs) ? (size_t)(l % ACT_RING) * fs->act_slot : fs->act_offset[l]);
 }
+static act_t* host_of(const FSDP* fs, int l) { return fs->act_host + fs->act_offset[l]; }
+static size_t bytes_of(const FSDP* fs, int l) { return (fs->act_offset[l + 1] - fs->act_offset[l]) * sizeof(act_t); }
 
 act_t* fsdp_act_out(FSDP* fs, int l) {
   if (offloaded(fs)) device_stream_wait_timed(STREAM_COMPUTE, fs->act_copy_done[l % ACT_RING]);
@@ -49,7 +60,7 @@ void fsdp_act_written(FSDP* fs, int l) {
   if (!fs->training) return;  // evaluation: no backward will read it
   device_event_record(fs->act_compute_done[s], STREAM_COMPUTE);
   device_stream_wait(STREAM_COPY, fs->act_compute_done[s]);
-  device_copy_async(fs->act_host + (size_t)l * fs->act_elems, slot_of(fs, l), fs->act_elems * sizeof(act_t), STREAM_COPY);
+  device_copy_async(host_of(fs, l), slot_of(fs, l), bytes_of(fs, l), STREAM_COPY);
   device_event_record(fs->act_copy_done[s], STREAM_COPY);
 }
 
@@ -59,7 +70,7 @@ static void bring_back(FSDP* fs, int l) {
   if (fs->act_holder[s] == l) return;
   if (!fs->act_released[s]) fatal("activation offload: slot %d still holds block %d's output; this is a bug", s, fs->act_holder[s]);
   device_stream_wait(STREAM_COPY, fs->act_compute_done[s]);
-  device_copy_async(slot_of(fs, l), fs->act_host + (size_t)l * fs->act_elems, fs->act_elems * sizeof(act_t), STREAM_COPY);
+  device_copy_async(slot_of(fs, l), host_of(fs, l), bytes_of(fs, l), STREAM_COPY);
   device_event_record(fs->act_copy_done[s], STREAM_COPY);
   fs->act_holder[s] = l;
   fs->act_released[s] = 0;

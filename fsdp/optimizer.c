@@ -76,26 +76,38 @@ float fsdp_clip_scale(double norm, float clip) {
   return clip > 0 && norm + 1e-6 > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
 }
 
-// Copies a shard between its home and the optimizer step's side of PCIe (to_host: the host).
-static void cross(float* dst, const float* src, int64_t n, int to_host) {
-  if (to_host) device_copy_to_host(dst, src, (size_t)n * sizeof(float));
-  else device_copy_to_device(dst, src, (size_t)n * sizeof(float));
+// Queues unit U's shards that live across PCIe from the step into staging pair k, on the copy
+// stream. The pair was last read by the unit two before, whose copy back (or, on the device,
+// whose update: step_updated) is ordered before this on the same stream.
+static void stage_in(FSDP* fs, const Unit* U, int k, int p_away, int g_away) {
+  size_t bytes = (size_t)U->shard * sizeof(float);
+  if (p_away) device_copy_async(fs->step_master[k], U->master, bytes, STREAM_COPY);
+  if (g_away) device_copy_async(fs->step_grad[k], U->grad, bytes, STREAM_COPY);
+  device_event_record(fs->step_in[k], STREAM_COPY);
 }
 
 void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
   int m0 = trace_mark(fs->trace, TRACK_COMPUTE);
   // --offload: the step runs where AdamW's state lives (the host with optim, ZeRO-Offload), and
-  // a master or gradient shard kept on the other side crosses PCIe for it, one unit at a time.
+  // a master or gradient shard kept on the other side crosses PCIe for it. Two units are in
+  // flight: while one updates, the next one's shards come over and the last one's master goes
+  // back, on the copy stream, so PCIe hides behind the update instead of adding to it.
   int off = fs->opt.offload, on_host = !!(off & OFFLOAD_OPTIM);
   int p_away = !!(off & OFFLOAD_PARAMS) != on_host, g_away = !!(off & OFFLOAD_GRADS) != on_host;
-  float* p_stage = on_host ? fs->step_master : fs->offload_master_in;
-  float* g_stage = on_host ? fs->step_grad : fs->offload_grad_acc;
+  int staged = p_away || g_away;
   if (off & (OFFLOAD_PARAMS | OFFLOAD_OPTIM | OFFLOAD_GRADS)) device_synchronize();  // host memory is read below
+  if (staged) stage_in(fs, &fs->units[0], 0, p_away, g_away);
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
+    int k = u & 1;
     float *p = U->master, *g = U->grad;
-    if (p_away) cross(p = p_stage, U->master, U->shard, on_host);
-    if (g_away) cross(g = g_stage, U->grad, U->shard, on_host);
+    if (staged) {
+      if (u + 1 < fs->nunits) stage_in(fs, &fs->units[u + 1], !k, p_away, g_away);
+      if (on_host) device_event_synchronize(fs->step_in[k]);
+      else device_stream_wait(STREAM_COMPUTE, fs->step_in[k]);
+      if (p_away) p = fs->step_master[k];
+      if (g_away) g = fs->step_grad[k];
+    }
     for (int s = 0; s < U->nseg; s++) {
       const DecaySegment* seg = &U->segs[s];
       AdamWArgs a = args;
@@ -104,8 +116,18 @@ void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
       if (on_host) adamw_update_host(fs->kctx, p + o, g + o, U->m + o, U->v + o, n, a);
       else adamw_update(fs->kctx, p + o, NULL, g + o, U->m + o, U->v + o, n, a);
     }
-    if (p_away) cross(U->master, p, U->shard, !on_host);
+    if (staged && !on_host) {  // the copy stream may overwrite or send back pair k once it is updated
+      device_event_record(fs->step_updated[k], STREAM_COMPUTE);
+      device_stream_wait(STREAM_COPY, fs->step_updated[k]);
+    }
+    if (p_away) device_copy_async(U->master, p, (size_t)U->shard * sizeof(float), STREAM_COPY);
+    // A host gradient shard is zeroed by the host: its copy in must have read it.
+    if (g_away && !on_host) device_event_synchronize(fs->step_in[k]);
     zero_grad_shard(fs, U);
+  }
+  if (staged) {  // the next pass reads the masters once the last copy back is done
+    device_event_record(fs->step_out, STREAM_COPY);
+    device_stream_wait(STREAM_COMPUTE, fs->step_out);
   }
   device_event_record(fs->params_updated, STREAM_COMPUTE);
   trace_span(fs->trace, "optimizer", -1, TRACK_COMPUTE, m0, trace_mark(fs->trace, TRACK_COMPUTE));

@@ -134,7 +134,10 @@ void gpt_plan(Model* m) {
   plan_acts(p, A, Lc == 1 ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln2);
   plan_acts(p, A, Lm == 1 ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lm * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
   plan_acts(p, A, Lc == 1 ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lc * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
-  fsdp_plan_block_outputs(fs, L, N * C);  // the block outputs: the schedule's (--offload activations)
+  size_t* outs = xmalloc((size_t)L * sizeof(size_t), "block outputs");
+  for (int l = 0; l < L; l++) outs[l] = (size_t)N * C;
+  fsdp_plan_block_outputs(fs, L, outs);  // the block outputs: the schedule's (--offload activations)
+  free(outs);
   plan_acts(p, A, Lc == 1 ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lc * N, sizeof(float), (void**)&g->r_stats);
   plan_acts(p, A, Lm == 1 ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lm * N * H, sizeof(float), (void**)&g->r_lse);
   plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);

@@ -7,9 +7,6 @@
 void model_check_options(const ModelConfig* cfg, const FSDPOptions* o) {
   if (o->wrap == WRAP_LINEAR && cfg->kind != MODEL_GPT)
     fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT models have one); use --wrap block", cfg->name);
-  if ((o->offload & OFFLOAD_ACTIVATIONS) && cfg->kind != MODEL_GPT)
-    fatal("--offload activations: model %s keeps its block outputs on the device (GPT models can offload them); "
-          "leave activations out of --offload", cfg->name);
 }
 
 int model_num_units(const ModelConfig* cfg, int wrap) {

@@ -137,7 +137,6 @@ static void t5_walk(Model* m, ActLayout* kept, ActLayout* shared) {
     e->ln2 = take_act(cheap, Ne * C);
     e->ffh = take_act(big, Ne * FI);
     e->ffa = take_act(cheap, Ne * F);
-    e->out = take_act(kept, Ne * C);
     e->rstd1 = take_f32(cheap, Ne);
     e->rstd2 = take_f32(cheap, Ne);
     e->lse = take_f32(big, B * H * Te);
@@ -157,7 +156,6 @@ static void t5_walk(Model* m, ActLayout* kept, ActLayout* shared) {
     d->ln3 = take_act(cheap, Nd * C);
     d->ffh = take_act(big, Nd * FI);
     d->ffa = take_act(cheap, Nd * F);
-    d->out = take_act(kept, Nd * C);
     d->catt = take_act(big, Nd * I);
     d->ckv = take_act(big, Ne * 2 * I);
     d->rstd1 = take_f32(cheap, Nd);
@@ -211,6 +209,12 @@ void t5_plan(Model* m) {
   // shared slice that --recompute refills before each block's backward.
   ActLayout kept = {0}, shared = {0};
   t5_walk(m, &kept, &shared);
+  // The block outputs are the schedule's (--offload activations): the encoder's, then the
+  // decoder's, in forward order.
+  size_t* outs = xmalloc((size_t)(c->L + c->Ld) * sizeof(size_t), "block outputs");
+  for (int l = 0; l < c->L + c->Ld; l++) outs[l] = (l < c->L ? Ne : Nd) * C;
+  fsdp_plan_block_outputs(fs, c->L + c->Ld, outs);
+  free(outs);
   const char* rc = fs->opt.recompute == RECOMPUTE_BLOCK       ? " (block outputs only; the rest recomputed)"
                    : fs->opt.recompute == RECOMPUTE_SELECTIVE ? " (norms and activations recomputed)" : "";
   char name[2][128];
@@ -429,16 +433,20 @@ void t5_forward(Model* m, int use_targets, float dloss) {
   embedding_forward(k, t->enc_emb, m->enc_inputs, fsdp_param(fs, 0, R_SHARED), NULL, Ne, m->Te, C);
   fsdp_post_forward(fs, 0);
   for (int l = 0; l < L; l++) {
+    t->enc[l].out = fsdp_act_out(fs, l);
     fsdp_pre_forward(fs, 1 + l);
     encoder_block_forward(m, l, encoder_input(m, l));
     fsdp_post_forward(fs, 1 + l);
+    fsdp_act_written(fs, l);
   }
   rmsnorm_forward(k, t->enc_final, t->enc_final_rstd, encoder_input(m, L), fsdp_param(fs, 0, R_ENC_NORM), Ne, C, RMS_EPS);
   embedding_forward(k, t->dec_emb, m->inputs, fsdp_param(fs, 0, R_SHARED), NULL, Nd, m->T, C);
   for (int l = 0; l < Ld; l++) {
+    t->dec[l].out = fsdp_act_out(fs, L + l);
     fsdp_pre_forward(fs, 1 + L + l);
     decoder_block_forward(m, l, decoder_input(m, l));
     fsdp_post_forward(fs, 1 + L + l);
+    fsdp_act_written(fs, L + l);
   }
   rmsnorm_forward(k, t->dec_final, t->dec_final_rstd, decoder_input(m, Ld), fsdp_param(fs, 0, R_DEC_NORM), Nd, C, RMS_EPS);
   // v1.0 (tied): the lm_head input is scaled by d_model^-1/2 (Mesh TensorFlow's convention),
@@ -462,29 +470,39 @@ void t5_backward(Model* m) {
                   lm_head(m), Nd, C, c->Vp);
   if (c->tied) scale_act(k, t->dln, 1.0f / sqrtf((float)C), (size_t)Nd * C);
   fill_zero_act(k, t->dres, (size_t)Nd * C);
+  t->dec[Ld - 1].out = (act_t*)fsdp_act_in(fs, L + Ld - 1);
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, 0, R_DEC_NORM), t->dln, decoder_input(m, Ld), fsdp_param(fs, 0, R_DEC_NORM),
                    t->dec_final_rstd, Nd, C);
+  fsdp_act_release(fs, L + Ld - 1);
   fill_zero_act(k, t->denc, (size_t)Ne * C);
+  // Block outputs come back from the schedule in reverse (fsdp_act_in: block l's input is block
+  // l-1's output); a recomputed block's own output is not needed again and goes to scratch.
   int rc = fs->opt.recompute == RECOMPUTE_BLOCK, sel = fs->opt.recompute == RECOMPUTE_SELECTIVE;  // see gpt.c
   for (int l = Ld - 1; l >= 0; l--) {
+    if (l > 0) t->dec[l - 1].out = (act_t*)fsdp_act_in(fs, L + l - 1);
     fsdp_pre_backward(fs, 1 + L + l);
-    if (rc) decoder_block_forward(m, l, decoder_input(m, l));
+    if (rc) t->dec[l].out = t->scratch, decoder_block_forward(m, l, decoder_input(m, l));
     if (sel) decoder_recompute_cheap(m, l, decoder_input(m, l));
     decoder_block_backward(m, l, decoder_input(m, l));
     fsdp_post_backward(fs, 1 + L + l);
+    if (l > 0) fsdp_act_release(fs, L + l - 1);
   }
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->inputs, Nd, m->T, C);
   relative_bias_backward(k, fsdp_grad(fs, 0, R_DEC_BIAS), t->d_dec_bias, H, m->T, m->T, 0, NUM_BUCKETS, MAX_DISTANCE);
   // encoder: its output's gradient was accumulated over every decoder block's cross-attention
   fill_zero_act(k, t->dres, (size_t)Ne * C);
+  t->enc[L - 1].out = (act_t*)fsdp_act_in(fs, L - 1);
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, 0, R_ENC_NORM), t->denc, encoder_input(m, L), fsdp_param(fs, 0, R_ENC_NORM),
                    t->enc_final_rstd, Ne, C);
+  fsdp_act_release(fs, L - 1);
   for (int l = L - 1; l >= 0; l--) {
+    if (l > 0) t->enc[l - 1].out = (act_t*)fsdp_act_in(fs, l - 1);
     fsdp_pre_backward(fs, 1 + l);
-    if (rc) encoder_block_forward(m, l, encoder_input(m, l));
+    if (rc) t->enc[l].out = t->scratch, encoder_block_forward(m, l, encoder_input(m, l));
     if (sel) encoder_recompute_cheap(m, l, encoder_input(m, l));
     encoder_block_backward(m, l, encoder_input(m, l));
     fsdp_post_backward(fs, 1 + l);
+    if (l > 0) fsdp_act_release(fs, l - 1);
   }
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->enc_inputs, Ne, m->Te, C);
   relative_bias_backward(k, fsdp_grad(fs, 0, R_ENC_BIAS), t->d_enc_bias, H, m->Te, m->Te, 1, NUM_BUCKETS, MAX_DISTANCE);

@@ -28,8 +28,6 @@ expect "bad --wrap refused" 2 "--wrap expects block or linear" $BIN $M --data $D
 expect "--wrap linear for a model without that policy names the fix" 1 "model t5-small has no per-linear wrapping policy.*use --wrap block" \
   $BIN --model t5-small --data $DATA --wrap linear
 expect "bad --offload refused" 2 "--offload expects a comma-separated list of params, optim, grads, activations" $BIN $M --data $DATA --offload params,disk
-expect "--offload activations for a model without that policy names the fix" 1 "model t5-small keeps its block outputs on the device.*leave activations out of --offload" \
-  $BIN --model t5-small --data $DATA --offload params,activations
 expect "--seq above the model's T refused" 2 "maximum sequence length" $BIN $M --data $DATA --seq 32
 expect "no file matching the data glob" 1 "no file matched" $BIN $M --data "$TMP/none_*.bin"
 printf 'not a shard at all, just some text that is long enough' > "$TMP/bad.bin"

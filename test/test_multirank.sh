@@ -214,6 +214,19 @@ for sub in params optim grads activations params,optim params,grads params,activ
     ok "--offload $sub${extra:+ $extra}: bit-identical to no offload on 1 rank (accum 6) and 3 ranks (accum 2)" ||
     bad "--offload $sub $extra: W=1 $d1 vs $(digest "$TMP/off_1.out"); W=3 $d3 vs $(digest "$TMP/off_3.out"): $(grep -m1 error "$TMP/off_1.out" "$TMP/off_3.out")"
 done
+# T5's block outputs are the encoder's then the decoder's (two sizes: --enc-len and --dec-len
+# rows): 5 + 4 blocks through the device ring of 3, with the recompute modes.
+T5O="--model t5:L=5,M=4,C=40,H=3,D=12,F=72,V=509 --data $DATA --batch 2 --enc-len 30 --dec-len 12 --steps 3 --lr 1e-3 --digest"
+$BIN $T5O --accum 6 > "$TMP/t5o_ref1.out" 2>&1
+$MPIRUN -np 3 $BIN $T5O --accum 2 > "$TMP/t5o_ref3.out" 2>&1
+d1=$(digest "$TMP/t5o_ref1.out") d3=$(digest "$TMP/t5o_ref3.out")
+for cfg in "activations" "activations --recompute block" "all --recompute selective" "optim,activations --recompute block --limit-all-gathers 1"; do
+  $BIN $T5O --accum 6 --offload $cfg > "$TMP/t5o_1.out" 2>&1
+  $MPIRUN -np 3 $BIN $T5O --accum 2 --offload $cfg > "$TMP/t5o_3.out" 2>&1
+  [ -n "$d1" ] && [ -n "$d3" ] && [ "$d1" = "$(digest "$TMP/t5o_1.out")" ] && [ "$d3" = "$(digest "$TMP/t5o_3.out")" ] &&
+    ok "T5 --offload $cfg: bit-identical to no offload on 1 rank (accum 6) and 3 ranks (accum 2)" ||
+    bad "T5 --offload $cfg: W=1 $d1 vs $(digest "$TMP/t5o_1.out"); W=3 $d3 vs $(digest "$TMP/t5o_3.out"): $(grep -m1 -i error "$TMP/t5o_1.out" "$TMP/t5o_3.out")"
+done
 
 # Sharded layout, init and memory on W ranks (each rank checks its own shard).
 for W in 2 3 4; do

@@ -66,10 +66,14 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wr
     for what, n in (("params", sb), ("grads", sb), ("optim", sb), ("optim", sb)):
         (hst if what in offload else dev).append(n)
     dev += [pr * f, nslots * pb * f, pr * f, ngrad * pb * f, one // 4 // 128 * 8]
-    # staging: a master / gradient shard crossing PCIe (device), the host step's copies (host)
+    # staging: a master / gradient shard crossing PCIe (device); the optimizer step's two pairs
+    # of copies of the shards kept across PCIe from it (host step: optim; device step: params or
+    # grads on the host, its first pair the device staging above)
     dev += [one] * (("params" in offload) + ("grads" in offload))
     if "optim" in offload:
-        hst += [one] * (("params" not in offload) + ("grads" not in offload))
+        hst += [one] * 2 * (("params" not in offload) + ("grads" not in offload))
+    else:
+        dev += [one] * (("params" in offload) + ("grads" in offload))
     # activations: ln1, qkv, atty, res2, ln2, fch, fch_gelu, block outputs (or their device ring
     # of 3, the L outputs on the host), stats, lse, encoded, lnf, lnf stats, logits, losses,
     # loss sum
@@ -191,6 +195,18 @@ rc, out = run(["--model", "gpt:L=2,C=64,H=4,V=256,T=64", "--data", "data/additio
 check("a run that does not fit says what would, before allocating", rc != 0 and "recommendation:" in out, out[-300:])
 rc, out = run(["--plan", "--backend", "cpu", "--model", "t5-3b", "--batch", "2", "--world", "8"])
 check("--plan works for T5 presets", rc == 0 and plan_bytes(out) is not None, out[-200:])
+# T5 --offload activations: the L encoder outputs (B x enc-len x C) and Ld decoder outputs
+# (B x dec-len x C) move to the host; a ring of 3 of the larger size stays on the device.
+t5 = ["--plan", "--backend", "cpu", "--model", "t5:L=4,M=3,C=48,H=3,D=16,F=96,V=512", "--batch", "3", "--enc-len", "40",
+      "--dec-len", "12"]
+rc0, out0 = run(t5)
+rc1, out1 = run(t5 + ["--offload", "activations"])
+outs = (4 * 3 * 40 + 3 * 3 * 12) * 48 * 4
+ring = up(3 * 3 * 40 * 48 * 4, 256)
+dev0, dev1, host1 = plan_bytes(out0), plan_bytes(out1), plan_bytes(out1, "plan_host_bytes_per_rank")
+check("T5 --offload activations: %d bytes of block outputs to the host, a ring of %d on the device" % (outs, ring),
+      rc0 == 0 and rc1 == 0 and host1 == up(outs, 256) and dev0 - dev1 in (up(outs, 256) - ring, up(outs, 256) - ring + 256),
+      "device %s -> %s, host %s" % (dev0, dev1, host1))
 # --plan plans the CUDA backend by default, from this CPU binary and without a GPU: the same
 # plan the CUDA build prints for itself (train_gpt_sim is that build, on the simulator).
 for args in (["--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--world", "2"],

@@ -215,6 +215,11 @@ void device_synchronize(void) {
   timeline_synchronize();
 }
 
+void device_event_synchronize(DeviceEvent* e) {
+  timeline_call(__func__);
+  if (e->recorded) host_clock = max2(host_clock, e->t);
+}
+
 void device_step_begin(int step) {
   timeline_call(__func__);
   (void)step;

@@ -277,8 +277,7 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
           FSDPOptions f = best;
           f.recompute = recompute[r];
           f.wrap = w ? WRAP_LINEAR : WRAP_BLOCK;
-          f.offload = gpt ? offload[off] : offload[off] & ~OFFLOAD_ACTIVATIONS;
-          if (!gpt && off == 2) continue;  // the same as optim alone without activations
+          f.offload = offload[off];
           if (f.recompute == best.recompute && f.wrap == best.wrap && f.offload == best.offload) continue;
           sweep_batches(o, f, c, cfg, rows, &n, cap);
         }

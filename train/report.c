@@ -113,7 +113,7 @@ static int add_full(FSDPOptions* g, int gpt) { return g->strategy != SHARD_FULL 
 static int add_linear(FSDPOptions* g, int gpt) { return gpt && g->wrap != WRAP_LINEAR ? (g->wrap = WRAP_LINEAR, 1) : 0; }
 static int add_offload(FSDPOptions* g, int bit) { return !(g->offload & bit) ? (g->offload |= bit, 1) : 0; }
 static int add_optim(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_OPTIM); }
-static int add_acts(FSDPOptions* g, int gpt) { return gpt && add_offload(g, OFFLOAD_ACTIVATIONS); }
+static int add_acts(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_ACTIVATIONS); }
 static int add_params(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_PARAMS); }
 static int add_grads(FSDPOptions* g, int gpt) { return add_offload(g, OFFLOAD_GRADS); }
 static int add_limit1(FSDPOptions* g, int gpt) {

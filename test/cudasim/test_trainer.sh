@@ -83,14 +83,31 @@ fi
 OFFM="--model gpt:L=5,C=64,H=4,V=256,T=10 --data $DATA --batch 4 --seq 10 --steps 2 --lr 3e-3 --warmup 50"
 ./train_gpt_sim $OFFM --digest > "$TMP/offref.out" 2>&1
 offref=$(digest "$TMP/offref.out")
-for cfg in "--offload activations" "--offload all --recompute block" "--offload activations,grads --wrap linear --recompute block --limit-all-gathers 1"; do
-  n=0
+# interleaved REF LABEL ARGS...: ./train_gpt_sim ARGS ends with digest REF under CUDASIM_SEED 1
+# and 2, with no checker finding.
+interleaved() {
+  local ref=$1 label=$2 n=0 seed
+  shift 2
   for seed in 1 2; do
-    CUDASIM_SEED=$seed ./train_gpt_sim $OFFM $cfg --digest > "$TMP/off.out" 2>&1
-    [ -n "$offref" ] && [ "$(digest "$TMP/off.out")" = "$offref" ] && ! grep -q '^cudasim: [a-z]*check' "$TMP/off.out" && n=$((n + 1))
+    CUDASIM_SEED=$seed ./train_gpt_sim "$@" --digest > "$TMP/off.out" 2>&1
+    [ -n "$ref" ] && [ "$(digest "$TMP/off.out")" = "$ref" ] && ! grep -q '^cudasim: [a-z]*check' "$TMP/off.out" && n=$((n + 1))
   done
-  [ $n = 2 ] && ok "$cfg (5 blocks, a ring of 3 on the device): same final parameters in 2 interleavings ($offref)" ||
-    bad "$cfg: digest $(digest "$TMP/off.out") vs $offref: $(grep -m1 '^cudasim' "$TMP/off.out")"
+  [ $n = 2 ] && ok "$label: same final parameters in 2 interleavings ($ref)" ||
+    bad "$label: digest $(digest "$TMP/off.out") vs $ref: $(grep -m1 '^cudasim' "$TMP/off.out") $(tail -1 "$TMP/off.out")"
+}
+for cfg in "--offload activations" "--offload all --recompute block" "--offload activations,grads --wrap linear --recompute block --limit-all-gathers 1"; do
+  interleaved "$offref" "$cfg (5 blocks, a ring of 3 on the device)" $OFFM $cfg
+done
+# T5: the encoder's and the decoder's block outputs (two lengths) through the same ring.
+T5OFF="--model t5:L=4,M=3,C=40,H=4,D=10,F=64,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 2 --lr 3e-3 --warmup 50"
+./train_gpt_sim $T5OFF --digest > "$TMP/t5offref.out" 2>&1
+interleaved "$(digest "$TMP/t5offref.out")" "T5 --offload activations --recompute block (4 + 3 blocks, a ring of 3)" \
+  $T5OFF --offload activations --recompute block
+# The optimizer step with a shard across PCIe from AdamW's state stages two units at a time on
+# the copy stream (fsdp/optimizer.c): AdamW on the host with the master and gradient shards on
+# the device, and AdamW on the device with the master or gradient shards on the host.
+for cfg in "--offload optim" "--offload params" "--offload grads --wrap linear"; do
+  interleaved "$offref" "$cfg (the step's shards staged two units at a time)" $OFFM $cfg
 done
 
 # ---- 3. NCCL over MPI ----------------------------------------------------------------------
@@ -260,6 +277,19 @@ if build_variant no-act-wait fsdp/offload.c 's/  if \(offloaded\(fs\)\) device_s
   line=$(grep -h -m1 '^cudasim: streamcheck:' "$TMP"/naw*.out | head -1)
   if [ $caught = 3 ]; then ok "planted fault: a removed wait before a block output's ring slot is reused (fsdp/offload.c) is caught in 3 of 3 interleavings: ${line:0:200}"
   else bad "planted fault: the activation ring without its wait went unnoticed in $((3 - caught)) of 3 interleavings"; fi
+fi
+
+# (d) --offload params: the copy stream sends a unit's updated master shard back to the host
+# without waiting for the AdamW kernel that writes it on the compute stream.
+if build_variant no-step-wait fsdp/optimizer.c 's/      device_stream_wait\(STREAM_COPY, fs->step_updated\[k\]\);\n//'; then
+  caught=0
+  for seed in 1 2 3; do
+    CUDASIM_SEED=$seed timeout 600 "$TMP/no-step-wait/train" $OFFM --offload params > "$TMP/nsw$seed.out" 2>&1
+    grep -q '^cudasim: streamcheck:' "$TMP/nsw$seed.out" && caught=$((caught + 1))
+  done
+  line=$(grep -h -m1 '^cudasim: streamcheck:' "$TMP"/nsw*.out | head -1)
+  if [ $caught = 3 ]; then ok "planted fault: a removed wait before an updated master shard is copied back (fsdp/optimizer.c) is caught in 3 of 3 interleavings: ${line:0:200}"
+  else bad "planted fault: the optimizer step's copy back without its wait went unnoticed in $((3 - caught)) of 3 interleavings"; fi
 fi
 
 # ---- 6. memory ---------------------------------------------------------------------------

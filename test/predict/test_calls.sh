@@ -65,6 +65,7 @@ same "GPT (4 blocks), 2 ranks, --offload all --recompute block --wrap linear --l
 same "GPT, 1 rank, --offload optim (the AdamW step on the host)" 1 "$GPT --offload optim"
 same "T5, 2 ranks, hybrid:1" 2 "$T5 --shard hybrid:1"
 same "T5 v1.1, 1 rank, 2 micro-steps" 1 "$T5G --accum 2"
+same "T5 (4 + 4 blocks), 2 ranks, --offload activations,params --recompute block" 2 "$T5 --model t5:L=4,C=48,H=3,D=16,F=96,V=512 --offload activations,params --recompute block"
 
 # The comparison can fail: another prefetch setting issues the all-gathers elsewhere.
 run_pair 2 "$GPT --prefetch none" "$GPT"
