@@ -271,7 +271,10 @@ void fsdp_finalize_layout(FSDP* fs) {
   snprintf(name, sizeof name, "grad buffers (%d x %lld)", fs->ngrad_slots, (long long)max_padded);
   memplan_add(p, "grad buffers", name, (size_t)fs->ngrad_slots * max_padded * sizeof(float),
               (void**)&fs->region_grad_slots);
-  if (fs->opt.reduce_dtype != DT_F32) {
+  // A 16-bit reduction narrows the gradient in its own buffer when the unit is sharded
+  // (fsdp/schedule.c); unsharded (F = 1: DDP, hybrid:1) the whole reduced buffer comes back as
+  // fp32, which needs the 16-bit copy apart.
+  if (fs->opt.reduce_dtype != DT_F32 && fs->F == 1) {
     int64_t largest = fs->units[0].padded > max_padded ? fs->units[0].padded : max_padded;
     memplan_add(p, "grad buffers", "16-bit reduce staging", (size_t)largest * sizeof(act_t), (void**)&fs->reduce_staging);
   }

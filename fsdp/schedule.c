@@ -207,14 +207,22 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
   if (fs->opt.reduce_dtype != DT_F32) {
     // Reduce in the 16-bit activation type (half the bytes on the wire, FSDP's reduce_dtype),
-    // accumulate in fp32: the gradient goes through a 16-bit staging buffer and its reduced
-    // chunk comes back into the fp32 buffer before the accumulation below. (fp16 sums can
+    // accumulate in fp32. A sharded unit's gradient is narrowed in place into the first half of
+    // its own buffer, and the reduced chunk widens into the second half (a shard is at most half
+    // the unit), so no staging buffer of the largest unit is needed (it would put the 1T model's
+    // plan over 40 GB). Unsharded, the 16-bit copy goes to a staging buffer. (fp16 sums can
     // overflow: the loss scaler's norm check sees the inf and skips the step.)
-    act_t* staging = fs->reduce_staging;
-    cast_f32_to_act(fs->kctx_reduce, staging, g, U->padded);
-    comm_reduce_scatter(fs->shard_group, staging, U->shard, fs->opt.reduce_dtype);
-    comm_all_reduce(fs->replica_group, staging + (size_t)fs->shard_rank * U->shard, U->shard, fs->opt.reduce_dtype);
-    cast_act_to_f32(fs->kctx_reduce, chunk, staging + (size_t)fs->shard_rank * U->shard, U->shard);
+    act_t* g16 = fs->reduce_staging;
+    if (fs->F > 1) {
+      narrow_f32_to_act(fs->kctx_reduce, g, U->padded);
+      g16 = (act_t*)g;
+      chunk = g + U->padded / 2;
+    } else {
+      cast_f32_to_act(fs->kctx_reduce, g16, g, U->padded);
+    }
+    comm_reduce_scatter(fs->shard_group, g16, U->shard, fs->opt.reduce_dtype);
+    comm_all_reduce(fs->replica_group, g16 + (size_t)fs->shard_rank * U->shard, U->shard, fs->opt.reduce_dtype);
+    cast_act_to_f32(fs->kctx_reduce, chunk, g16 + (size_t)fs->shard_rank * U->shard, U->shard);
   } else {
     comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
     comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);

@@ -188,6 +188,12 @@ void scale_f32(KernelCtx* ctx, float* x, float s, size_t n);           // x *= s
 void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n);       // y += x
 void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n);
 void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n);
+// In place: buf's n fp32 values become n act_t values in its first n * sizeof(act_t) bytes
+// (the 16-bit gradient reduction needs no staging buffer; on the CPU backend act_t is fp32 and
+// nothing moves). CUDA converts the first NARROW_HEAD elements in one block, then each range
+// [a, 2a) above it in one launch (kernels/cuda/elementwise.cu says why).
+#define NARROW_HEAD 4096
+void narrow_f32_to_act(KernelCtx* ctx, float* buf, size_t n);
 
 // ---- optimizer and gradient norm --------------------------------------------------
 // Sum of squares of g in consecutive blocks of NORM_BLOCK elements: block_sums[i] is the sum,

@@ -245,6 +245,13 @@ void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n) {
   timeline_call(__func__);
   streaming(ctx, __func__, n * (4 + A));
 }
+// The head block, then one launch per range [a, 2a) above it, as kernels/cuda/elementwise.cu.
+void narrow_f32_to_act(KernelCtx* ctx, float* buf, size_t n) {
+  timeline_call(__func__);
+  size_t head = n < NARROW_HEAD ? n : NARROW_HEAD;
+  streaming(ctx, __func__, head * (4 + A));
+  for (size_t a = NARROW_HEAD; a < n; a *= 2) streaming(ctx, __func__, ((a * 2 < n ? a * 2 : n) - a) * (4 + A));
+}
 
 void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
   timeline_call(__func__);

@@ -143,7 +143,11 @@ track 4 hybrid:2 5e-3
 # bf16 reduction: each reduced gradient element is rounded once to 8 bits (2^-9 relative); the
 # key bias, whose true gradient is zero, then moves on different noise: up to lr per step on
 # each run, so within 2 x lr x steps = 8e-3 absolute (compare_params.py's sixth argument).
+# A sharded unit's gradient is narrowed to bf16 in its own buffer (with replicas, the chunk is
+# then all-reduced there too); unsharded (--shard none), it goes through a staging buffer.
 track 2 full 2e-2 --reduce-dtype bf16
+track 4 hybrid:2 2e-2 --reduce-dtype bf16
+track 2 none 2e-2 --reduce-dtype bf16
 
 # Started without mpirun (each process a launcher's rank from the environment): the simulated
 # NCCL then runs over sockets, bootstrapped as comm_nccl.c does: through an id file in

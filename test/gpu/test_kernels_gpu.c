@@ -457,6 +457,13 @@ static void test_elementwise(size_t n) {
   snprintf(label, sizeof label, "cast_act_to_f32 n=%zu", n);
   check_f32_exact(label, r[0].f, x, n);
   free_result(&r[0]);
+  // in place: the fp32 values become the rounded 16-bit ones in the buffer's first half
+  set_f32(dfy, fx, n);
+  narrow_f32_to_act(K, dfy, n);
+  r[0] = get_act((act_t*)dfy, n);
+  snprintf(label, sizeof label, "narrow_f32_to_act n=%zu (in place, %s)", n, n > NARROW_HEAD ? "head block and ranges" : "head block");
+  check_act_exact(label, &r[0], fx);
+  free_result(&r[0]);
 
   dfree(dy), dfree(dx), dfree(dfy), dfree(dfx);
   free(y0), free(x), free(ref), free(zeros), free(fy0), free(fx);
