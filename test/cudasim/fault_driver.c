@@ -61,7 +61,7 @@ static void attention(KernelCtx* K, int D) {
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fault_driver add|matmul|sumsq|classifier|attention64|attention128|stream-race|"
-            "stream-ordered|host-pointer\n");
+            "stream-ordered|pinned-race|pinned-ordered|host-pointer\n");
     return 2;
   }
   const char* c = argv[1];
@@ -101,6 +101,21 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (cudaMemcpyAsync(x, src, n * 2, cudaMemcpyDeviceToDevice, other) != cudaSuccess) return 2;
+  } else if (!strcmp(c, "pinned-race") || !strcmp(c, "pinned-ordered")) {
+    // --offload's pattern: a copy to pinned host memory on one stream, read back on another.
+    size_t n = 4096;
+    act_t *d = dev_act(n), *back = dev_act(n), *pinned = NULL;
+    cudaStream_t other;
+    cudaEvent_t done;
+    if (cudaMallocHost((void**)&pinned, n * sizeof(act_t)) != cudaSuccess || cudaStreamCreate(&other) != cudaSuccess ||
+        cudaEventCreate(&done) != cudaSuccess)
+      return 2;
+    cudaStream_t compute = (cudaStream_t)kernels_cuda_stream(0);
+    if (cudaMemcpyAsync(pinned, d, n * sizeof(act_t), cudaMemcpyDeviceToHost, compute) != cudaSuccess) return 2;
+    if (!strcmp(c, "pinned-ordered")) {
+      if (cudaEventRecord(done, compute) != cudaSuccess || cudaStreamWaitEvent(other, done, 0) != cudaSuccess) return 2;
+    }
+    if (cudaMemcpyAsync(back, pinned, n * sizeof(act_t), cudaMemcpyHostToDevice, other) != cudaSuccess) return 2;
   } else if (!strcmp(c, "host-pointer")) {
     size_t n = 1000;
     act_t* host = calloc(n, sizeof(act_t));

@@ -15,7 +15,7 @@ namespace cudasim {
 
 static const size_t kRedZone = 256;
 static std::map<uintptr_t, Allocation> live;  // by base address
-static std::map<uintptr_t, size_t> pinned;    // cudaMallocHost blocks
+static std::map<uintptr_t, Allocation> pinned;  // cudaMallocHost blocks (serials of their own)
 static uint64_t next_serial = 1;
 static size_t used_bytes = 0;
 // A per-thread cache of the last allocation found (host and device threads both look up),
@@ -83,13 +83,15 @@ void check_device_range(const void* p, size_t bytes, const char* what) {
          a ? "the last byte is at " : "", where);
 }
 
-int is_pinned_host(const void* p) {
+const Allocation* find_pinned(const void* p) {
   uintptr_t a = (uintptr_t)p;
   auto it = pinned.upper_bound(a);
-  if (it == pinned.begin()) return 0;
+  if (it == pinned.begin()) return nullptr;
   --it;
-  return a - it->first < it->second;
+  return a - it->first < it->second.bytes ? &it->second : nullptr;
 }
+
+int is_pinned_host(const void* p) { return find_pinned(p) != nullptr; }
 
 }  // namespace cudasim
 
@@ -138,9 +140,13 @@ extern "C" cudaError_t cudaFree(void* ptr) {
 
 extern "C" cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   if (!ptr) return cudaErrorInvalidValue;
+  static uint64_t next_pinned = 1;
+  // The device thread looks pinned blocks up for its copies (the stream-order checker): change
+  // the table only while it is idle, as cudaMalloc does.
+  device_synchronize_all();
   *ptr = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
   if (!*ptr) return cudaErrorMemoryAllocation;
-  pinned[(uintptr_t)*ptr] = bytes ? bytes : 1;
+  pinned[(uintptr_t)*ptr] = Allocation{(uintptr_t)*ptr, bytes ? bytes : 1, next_pinned++};
   return cudaSuccess;
 }
 
@@ -151,6 +157,8 @@ extern "C" cudaError_t cudaFreeHost(void* ptr) {
     report("api", "cudaFreeHost of %p, which cudaMallocHost did not return", ptr);
     return cudaErrorInvalidValue;
   }
+  device_synchronize_all();
+  order_forget(it->first);
   pinned.erase(it);
   free(ptr);
   return cudaSuccess;

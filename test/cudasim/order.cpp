@@ -1,8 +1,9 @@
 // order.cpp: the stream-order checker of order.h. Happens-before with vector clocks (one
 // component per stream) over operations, and a shadow per 4-byte word of each device
-// allocation, created when an operation first touches it: (stream, number) of the last writer
-// and of the last reader on each of up to kReaders streams (a word read by a copy and by a
-// kernel on two streams must be ordered before the next write after both, not only the later).
+// allocation and pinned host block, created when an operation first touches it: (stream,
+// number) of the last writer and of the last reader on each of up to kReaders streams (a word
+// read by a copy and by a kernel on two streams must be ordered before the next write after
+// both, not only the later).
 // An access is ordered after an earlier one when they are on the same stream, or when the
 // current clock has seen the earlier operation's number on its stream.
 #include "test/cudasim/order.h"
@@ -50,23 +51,28 @@ static const char* name_of(int stream, uint32_t seq) {
   return n ? n : "an earlier operation";
 }
 
-static void race(const char* kind, const Allocation* al, uintptr_t a, int stream, uint32_t seq) {
+static void race(const char* kind, const Allocation* al, int host, uintptr_t a, int stream, uint32_t seq) {
   char who[256] = "", where[300] = "";
   if (g_cur) {
     describe_thread(who, sizeof who);
     snprintf(where, sizeof where, " (%s)", who);
   }
-  report("streamcheck", "%s between streams on device allocation #%llu (%zu bytes) at byte %zu: %s on stream %d%s "
+  report("streamcheck", "%s between streams on %s #%llu (%zu bytes) at byte %zu: %s on stream %d%s "
          "and %s on stream %d, with no event wait or host synchronization ordering them",
-         kind, (unsigned long long)al->serial, al->bytes, (size_t)(a - al->base), running_op->what, running_op->stream,
+         kind, host ? "pinned host block" : "device allocation", (unsigned long long)al->serial, al->bytes,
+         (size_t)(a - al->base), running_op->what, running_op->stream,
          where, name_of(stream, seq), stream);
 }
 
 void order_access(const void* p, size_t n, int is_write) {
   RunningOp* op = running_op;
   if (!op || op->stream >= kClockStreams || !n) return;
+  // Device memory, or pinned host memory that copies on several streams reach (--offload). The
+  // host's own reads and writes of pinned memory are not operations and are not seen.
   const Allocation* al = find_allocation(p);
-  if (!al) return;  // memcheck reports it
+  int host = !al;
+  if (host) al = find_pinned(p);
+  if (!al) return;  // memcheck reports device accesses outside allocations; pageable memory is the host's
   Word*& sh = shadows[al->base];
   if (!sh) {
     sh = (Word*)calloc(al->bytes / 4 + 1, sizeof(Word));
@@ -78,13 +84,13 @@ void order_access(const void* p, size_t n, int is_write) {
   for (size_t i = first; i <= last; i++) {
     Word* w = &sh[i];
     if (w->w_seq && w->w_stream != op->stream && op->clock.t[w->w_stream] < w->w_seq) {
-      race(is_write ? "write after write" : "read after write", al, al->base + i * 4, w->w_stream, w->w_seq);
+      race(is_write ? "write after write" : "read after write", al, host, al->base + i * 4, w->w_stream, w->w_seq);
       w->w_seq = 0;  // report a word once
     }
     if (is_write) {
       for (int r = 0; r < kReaders; r++)
         if (w->r_seq[r] && w->r_stream[r] != op->stream && op->clock.t[w->r_stream[r]] < w->r_seq[r]) {
-          race("write after read", al, al->base + i * 4, w->r_stream[r], w->r_seq[r]);
+          race("write after read", al, host, al->base + i * 4, w->r_stream[r], w->r_seq[r]);
           break;
         }
       w->w_stream = (uint8_t)op->stream, w->w_seq = op->seq;

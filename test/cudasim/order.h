@@ -1,7 +1,8 @@
 // order.h: the stream-order checker (order.cpp). Every device operation runs with a vector
 // clock: what it is ordered after, per stream, through stream order, event waits and the
-// host's synchronizations. Each 4-byte word of device memory remembers the operation that last
-// wrote it and one that last read it; an access by an operation not ordered after them (a copy
+// host's synchronizations. Each 4-byte word of device memory (and of pinned host memory, which
+// copies reach) remembers the operation that last wrote it and one that last read it; an
+// access by an operation not ordered after them (a copy
 // racing a kernel, a kernel reading a buffer another stream is still writing) is reported,
 // naming both operations and their streams.
 #pragma once
@@ -25,8 +26,9 @@ struct RunningOp {
 };
 extern RunningOp* running_op;
 
-// An access of the running operation to device memory: from the instrumented kernels (one
-// load or store), or a whole range (copies, memsets, cuBLASLt operands, collective buffers).
+// An access of the running operation to device or pinned host memory: from the instrumented
+// kernels (one load or store), or a whole range (copies, memsets, cuBLASLt operands, collective
+// buffers). Other host memory is ignored.
 void order_access(const void* p, size_t n, int is_write);
 // Names an operation (stream, seq) for reports; kept for the last 4096 operations of a stream.
 void order_name(int stream, uint32_t seq, const char* what);

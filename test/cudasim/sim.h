@@ -35,6 +35,8 @@ void check_device_range(const void* p, size_t bytes, const char* what);
 void describe_address(const void* p, char* out, size_t n);
 // Host memory the simulator hands out as pinned (cudaMallocHost): kernels may not touch it.
 int is_pinned_host(const void* p);
+// The live cudaMallocHost block that contains address p, or NULL.
+const Allocation* find_pinned(const void* p);
 
 // ---- streams (stream.cpp) -----------------------------------------------------------------
 // Runs a device operation (a kernel, copy, memset, cuBLASLt product, sort) on stream s after

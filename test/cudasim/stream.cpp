@@ -220,13 +220,13 @@ void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_
     std::shared_ptr<std::vector<unsigned char>> staged(new std::vector<unsigned char>((const unsigned char*)src,
                                                                                        (const unsigned char*)src + bytes));
     stream_op(s, what, [=] {
-      if (!dst_host) order_access(dst, bytes, 1);
+      order_access(dst, bytes, 1);  // device or pinned host memory (order.cpp ignores the rest)
       memcpy(dst, staged->data(), bytes);
     });
   } else {
     stream_op(s, what, [=] {
-      if (!src_host) order_access(src, bytes, 0);
-      if (!dst_host) order_access(dst, bytes, 1);
+      order_access(src, bytes, 0);
+      order_access(dst, bytes, 1);
       memmove(dst, src, bytes);
     });
   }

@@ -30,7 +30,7 @@ link() {  # link OUT_BINARY MUTATED_OBJECT SOURCE_NAME
 
 # Control: the real kernels, every driver case, no report.
 link "$OUT/control" "" none 2> "$OUT/control.link" || bad "control build" "$(tail -3 "$OUT/control.link")"
-for c in add matmul sumsq classifier attention64 attention128 stream-ordered; do
+for c in add matmul sumsq classifier attention64 attention128 stream-ordered pinned-ordered; do
   if out=$("$OUT/control" "$c" 2>&1) && ! grep -q '^cudasim:' <<< "$out"; then
     ok "control: $c runs on the unmodified kernels without a report"
   else
@@ -139,6 +139,9 @@ misuse() {
 # streamcheck: a copy into a kernel's input on another stream with no event between them.
 misuse streamcheck stream-race \
   '^cudasim: streamcheck: write after read between streams .* cudaMemcpyAsync on stream [0-9]+ and add_act_kernel on stream [0-9]+'
+# streamcheck on pinned host memory: a copy out to it on one stream, read back on another.
+misuse "streamcheck, pinned host memory" pinned-race \
+  '^cudasim: streamcheck: read after write between streams on pinned host block #[0-9]+ .* cudaMemcpyAsync on stream [0-9]+ and cudaMemcpyAsync on stream [0-9]+'
 # memcheck: a kernel handed a host pointer.
 misuse "memcheck, host pointer" host-pointer \
   "^cudasim: memcheck: .*add_act_kernel.*$THREAD reads 2 bytes at $ADDR .*in no device allocation \(host memory"
