@@ -148,6 +148,14 @@ track 4 hybrid:2 5e-3
 track 2 full 2e-2 --reduce-dtype bf16
 track 4 hybrid:2 2e-2 --reduce-dtype bf16
 track 2 none 2e-2 --reduce-dtype bf16
+# With the gradient shards (and everything else) on the host, the narrowed reduction feeds the
+# same fp32 accumulation: the bits of the run that keeps them on the device.
+$MPIRUN 2 ./train_gpt_sim $MR --reduce-dtype bf16 --digest > "$TMP/bfref.out" 2>&1
+bf=$(digest "$TMP/bfref.out")
+$MPIRUN 2 ./train_gpt_sim $MR --reduce-dtype bf16 --offload all --recompute block --wrap linear --digest > "$TMP/bfoff.out" 2>&1
+[ -n "$bf" ] && [ "$(digest "$TMP/bfoff.out")" = "$bf" ] && ! grep -q '^cudasim: [a-z]*check' "$TMP/bfoff.out" &&
+  ok "2 ranks --reduce-dtype bf16 --offload all --recompute block --wrap linear: the bits of bf16 reduction without offload ($bf)" ||
+  bad "bf16 reduction with --offload all: $(digest "$TMP/bfoff.out") vs '$bf': $(grep -m1 '^cudasim' "$TMP/bfoff.out") $(tail -1 "$TMP/bfoff.out")"
 
 # Started without mpirun (each process a launcher's rank from the environment): the simulated
 # NCCL then runs over sockets, bootstrapped as comm_nccl.c does: through an id file in
