@@ -9,10 +9,12 @@ catalogue's constants are datasheet and microbenchmark values (timeline/catalogu
 
 The GPT and T5 runs are predicted with --recompute block, as the seeds ran them (activation
 checkpointing), so they run the four passes (forward, recomputed forward, backward) that the
-seeds' formulas count (Megatron-LM for GPT, the IBM appendix for T5). Two columns:
+seeds' formulas count (Megatron-LM for GPT, the IBM appendix for T5). Three columns:
   formula  the seeds' formula over our predicted step time: what the seeds report, counted alike
-  hw       the trainer's model count (three passes) over the same time, the rate MFU is taken on.
-The T5 rows are scaling ratios of one configuration at two sizes, the same in both columns.
+  hw       the trainer's model count (three passes) over the same time, the rate MFU is taken on
+  eager    the formula again, predicted with --predict-attention eager: the unfused attention of
+           the seeds' own models (minGPT, Hugging Face T5) in place of fsdp.c's fused kernel.
+The T5 rows are scaling ratios of one configuration at two sizes, the same in both counts.
 
 usage: scripts/predict_seeds.py [--bin ./predict_gpt] [--write timeline/README.md]
 """
@@ -26,6 +28,12 @@ GPT1T = "gpt:L=128,C=25600,H=160,V=50257,T=2048"  # Megatron-2's 1T shape (the A
 
 
 def predict(binary, model, gpu, world, extra):
+    fused = predict_once(binary, model, gpu, world, extra)
+    fused["eager"] = predict_once(binary, model, gpu, world, extra + " --predict-attention eager")["formula"]
+    return fused
+
+
+def predict_once(binary, model, gpu, world, extra):
     # The seeds train in 16-bit mixed precision and reduce gradients in it (FSDP's
     # MixedPrecision reduce_dtype; the AWS runs are all fp16): --reduce-dtype bf16.
     cmd = [binary, "--model", model, "--predict", gpu, "--world", str(world), "--reduce-dtype", "bf16"] + extra.split()
@@ -49,20 +57,22 @@ def main():
     ap.add_argument("--write", default=None)
     args = ap.parse_args()
     p = lambda *a: predict(args.bin, *a)
-    rows = []  # (source, what, published, predicted formula, predicted hw, fits, note)
+    rows = []  # (source, what, published, formula, hw, their ratios, eager, its ratio, fits, note)
 
     def tflops_row(src, what, published, r, note=""):
         rows.append((src, what, "%g" % published, fmt(r["formula"]), fmt(r["hw"]),
                      "%.2f" % (r["formula"] / published), "%.2f" % (r["hw"] / published),
-                     "yes" if r["fits"] else "no", note))
+                     fmt(r["eager"]), "%.2f" % (r["eager"] / published), "yes" if r["fits"] else "no", note))
 
     def ratio_row(src, what, published, a, b, note=""):
         # a over b, as a ratio of TFLOPS per GPU (the same for both counts); published None: the
         # seed states only a direction (its figure's values are not in its text)
-        ours = a["formula"] / b["formula"]
+        ours, eager = a["formula"] / b["formula"], a["eager"] / b["eager"]
         pub = "below 1" if published is None else "%g" % published
         r = "-" if published is None else "%.2f" % (ours / published)
-        rows.append((src, what, pub, "%.3f" % ours, "%.3f" % ours, r, r, "yes" if a["fits"] and b["fits"] else "no", note))
+        re_ = "-" if published is None else "%.2f" % (eager / published)
+        rows.append((src, what, pub, "%.3f" % ours, "%.3f" % ours, r, r, "%.3f" % eager, re_,
+                     "yes" if a["fits"] and b["fits"] else "no", note))
 
     # FSDP paper, section 5 (A100-80GB, 2 Tb/s RoCE): GPT-175B at batch 1 and 2, sequence 2048.
     roce = "a100-80gb:roce"
@@ -117,24 +127,28 @@ def main():
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 512 vs 8", 0.80, s50[512], s50[8])
 
     head = ("| source | figure | published | predicted (seeds' formula) | predicted (hardware count) | "
-            "ratio (formula) | ratio (hardware) | plan fits | note |\n"
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
+            "ratio (formula) | ratio (hardware) | predicted, eager attention (formula) | ratio (eager) | "
+            "plan fits | note |\n"
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
     table = head + "".join("| " + " | ".join(r) + " |\n" for r in rows)
-    # The comparisons the seeds make, and whether the prediction goes the same way.
+    # The comparisons the seeds make, and whether the prediction goes the same way, with each
+    # attention (k: "formula" is fsdp.c's fused kernel, "eager" the seeds' unfused one).
     checks = [
-        ("GPT-175B: batch 2 above batch 1 (FSDP paper)", b2[512]["formula"] > b1[512]["formula"]),
-        ("GPT-175B: backward prefetch helps (FSDP paper)", b1[128]["formula"] > nobwd["formula"]),
-        ("T5-11B: per-GPU TFLOPS lower at 512 than at 8 (FSDP paper)", t5_512["formula"] < t5_8["formula"]),
+        ("GPT-175B: batch 2 above batch 1 (FSDP paper)", lambda k: b2[512][k] > b1[512][k]),
+        ("GPT-175B: backward prefetch helps (FSDP paper)", lambda k: b1[128][k] > nobwd[k]),
+        ("T5-11B: per-GPU TFLOPS lower at 512 than at 8 (FSDP paper)", lambda k: t5_512[k] < t5_8[k]),
         ("GPT-175B batch 20: fewer TFLOPS per GPU beyond 128 GPUs (AWS post)",
-         a[256]["formula"] < a[128]["formula"] and a[512]["formula"] < a[256]["formula"]),
-        ("1T: 512 GPUs no better per GPU than 128 (AWS post)", t[512]["formula"] <= t[128]["formula"]),
+         lambda k: a[256][k] < a[128][k] and a[512][k] < a[256][k]),
+        ("1T: 512 GPUs no better per GPU than 128 (AWS post)", lambda k: t[512][k] <= t[128][k]),
         ("T5-11B: batch 50 scales better than batch 20 (IBM post)",
-         s50[512]["formula"] / s50[8]["formula"] > s11[512]["formula"] / s11[8]["formula"]),
+         lambda k: s50[512][k] / s50[8][k] > s11[512][k] / s11[8][k]),
         ("T5-3B scales better than T5-11B at batch 20 (IBM post)",
-         s3[512]["formula"] / s3[8]["formula"] > s11[512]["formula"] / s11[8]["formula"]),
+         lambda k: s3[512][k] / s3[8][k] > s11[512][k] / s11[8][k]),
     ]
-    table += "\n| comparison in the seeds | same direction predicted |\n| --- | --- |\n"
-    table += "".join("| %s | %s |\n" % (c, "yes" if ok else "**no**") for c, ok in checks)
+    yes = lambda ok: "yes" if ok else "**no**"
+    table += ("\n| comparison in the seeds | same direction predicted | same direction, eager attention |\n"
+              "| --- | --- | --- |\n")
+    table += "".join("| %s | %s | %s |\n" % (c, yes(ok("formula")), yes(ok("eager"))) for c, ok in checks)
     if args.write:
         text = open(args.write).read()
         begin, end = "<!-- seed table -->\n", "<!-- end of seed table -->"

@@ -116,6 +116,7 @@ int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size
   out->host = host;
   out->world = world;
   out->alloc_retry_s = 0.0;
+  out->attention = ATTENTION_FUSED;
   return 0;
 }
 

@@ -168,9 +168,82 @@ static double attention_io(AttnShape s, int has_bias) {
   double q = (double)s.B * s.Tq * s.H * s.D, kv = (double)s.B * s.Tk * s.H * s.D;
   return (2 * q + 2 * kv) * A + 4.0 * s.B * s.H * s.Tq + (has_bias ? (double)s.H * s.Tq * s.Tk * A : 0);
 }
+// ---- eager attention (--predict-attention eager) -----------------------------------------
+// The attention of the seeds' PyTorch models, for comparing like with like: each operator is its
+// own kernel over the B x H x Tq x Tk score tensor, which it reads from memory and writes back.
+// The models run under FSDP's native mixed precision (FSDP paper, section 4, "Native Mixed
+// Precision": parameters cast to 16 bits, no autocast), so every tensor is 16-bit unless the
+// code casts it. The two products are batched GEMMs over every query-key pair (the causal mask
+// is applied to their output, so nothing is skipped).
+//   minGPT, CausalSelfAttention.forward:
+//     att = q @ k^T; att = att * scale; att = att.masked_fill(mask, -inf); softmax; dropout; att @ v
+//   Hugging Face T5, T5Attention.forward (cross-attention adds a zero bias carrying the mask):
+//     scores = q @ k^T; scores += position_bias; softmax(scores.float()).type_as(scores);
+//     dropout; attn @ v
+// Bytes per score element of each elementwise step: its input and output once, 2 in 16 bits,
+// 4 in fp32, and dropout's 1-byte mask (written forward, read backward). Backward runs the
+// steps in reverse: softmax's gradient reads its output and the incoming gradient and writes
+// one; a cast's gradient is the opposite cast; the bias gradient sums the scores' over the batch.
+typedef struct {
+  const char* what;
+  double bytes_per_score;
+} EagerStep;
+static const EagerStep mingpt_forward[] = {
+    {"eager attention: * scale", 4}, {"eager attention: masked_fill", 4}, {"eager attention: softmax", 4},
+    {"eager attention: dropout", 5}};
+static const EagerStep mingpt_backward[] = {
+    {"eager attention: dropout backward", 5}, {"eager attention: softmax backward", 6},
+    {"eager attention: masked_fill backward", 4}, {"eager attention: * scale backward", 4}};
+static const EagerStep t5_forward[] = {
+    {"eager attention: + position_bias", 6}, {"eager attention: .float()", 6}, {"eager attention: softmax (fp32)", 8},
+    {"eager attention: .type_as()", 6}, {"eager attention: dropout", 5}};
+static const EagerStep t5_backward[] = {
+    {"eager attention: dropout backward", 5}, {"eager attention: .type_as() backward", 6},
+    {"eager attention: softmax backward (fp32)", 12}, {"eager attention: .float() backward", 6}};
+
+static void eager_steps(KernelCtx* ctx, const EagerStep* steps, int n, double scores) {
+  for (int i = 0; i < n; i++) streaming(ctx, steps[i].what, steps[i].bytes_per_score * scores);
+}
+// One batched GEMM of the eager attention: 2 x D FLOPs per score, with the 16-bit score tensor
+// read or written once and the [B*T, H*D] operands it pairs with.
+static void eager_gemm(KernelCtx* ctx, const char* what, AttnShape s, double scores, double operand_bytes) {
+  run(ctx, what, kernel_seconds(2.0 * s.D * scores, RATE_MATMUL, 2.0 * scores + operand_bytes));
+}
+static int eager(void) { return timeline_cluster()->attention != ATTENTION_FUSED; }
+#define EAGER_STEPS(table) table, (int)(sizeof table / sizeof *table)
+
+static void eager_attention_forward(KernelCtx* ctx, AttnShape s) {
+  double scores = (double)s.B * s.H * s.Tq * s.Tk;
+  double q = (double)s.B * s.Tq * s.H * s.D * A, kv = (double)s.B * s.Tk * s.H * s.D * A;
+  eager_gemm(ctx, "eager attention: q @ k^T", s, scores, q + kv);
+  if (timeline_cluster()->attention == ATTENTION_EAGER_HF_T5)
+    eager_steps(ctx, EAGER_STEPS(t5_forward), scores);
+  else
+    eager_steps(ctx, EAGER_STEPS(mingpt_forward), scores);
+  eager_gemm(ctx, "eager attention: att @ v", s, scores, kv + q);
+}
+static void eager_attention_backward(KernelCtx* ctx, AttnShape s, int bias_grad) {
+  double scores = (double)s.B * s.H * s.Tq * s.Tk;
+  double q = (double)s.B * s.Tq * s.H * s.D * A, kv = (double)s.B * s.Tk * s.H * s.D * A;
+  eager_gemm(ctx, "eager attention: d(att) = dy @ v^T", s, scores, q + kv);
+  eager_gemm(ctx, "eager attention: dv = att^T @ dy", s, scores, q + kv);
+  if (timeline_cluster()->attention == ATTENTION_EAGER_HF_T5) {
+    eager_steps(ctx, EAGER_STEPS(t5_backward), scores);
+    if (bias_grad) streaming(ctx, "eager attention: position_bias gradient", 2.0 * scores + (double)s.H * s.Tq * s.Tk * A);
+  } else {
+    eager_steps(ctx, EAGER_STEPS(mingpt_backward), scores);
+  }
+  eager_gemm(ctx, "eager attention: dq = d(att) @ k", s, scores, kv + q);
+  eager_gemm(ctx, "eager attention: dk = d(att)^T @ q", s, scores, q + kv);
+}
+
 void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,
                        const act_t* pos_bias, AttnShape s) {
   timeline_call(__func__);
+  if (eager()) {
+    eager_attention_forward(ctx, s);
+    return;
+  }
   double flops = 4.0 * s.B * s.H * s.D * pairs(s);
   run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, attention_io(s, pos_bias != NULL)));
 }
@@ -178,6 +251,10 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
                         const act_t* out, const float* lse, const act_t* q, const act_t* k, const act_t* v,
                         const act_t* pos_bias, AttnShape s) {
   timeline_call(__func__);
+  if (eager()) {
+    eager_attention_backward(ctx, s, dpos_bias != NULL);
+    return;
+  }
   double flops = 2.5 * 4.0 * s.B * s.H * s.D * pairs(s);
   double bytes = 2 * attention_io(s, pos_bias != NULL) + (dpos_bias ? 8.0 * s.H * s.Tq * s.Tk : 0);
   run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, bytes));

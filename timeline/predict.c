@@ -191,6 +191,9 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   printf("| %-40s | %14.2f |\n", label, p->seed_tflops);
   if (c->alloc_retry_s > 0)
     printf("note: with an allocator retry of %.0f ms before each all-gather (not fsdp.c's allocator)\n", c->alloc_retry_s * 1e3);
+  if (c->attention != ATTENTION_FUSED)
+    printf("note: with %s's unfused attention (not fsdp.c's fused kernel)\n",
+           c->attention == ATTENTION_EAGER_HF_T5 ? "Hugging Face T5" : "minGPT");
   if (!p->fits)
     printf("note: the plan needs %.2f GiB per GPU, more than the %s's %.0f GiB: the run would not start (the time is "
            "predicted as if it did)\n", p->plan_bytes / 1073741824.0, c->gpu.name, c->gpu.memory_bytes / 1073741824.0);

@@ -56,6 +56,12 @@ typedef struct {
   double memory_bytes_s;     // one rank's share of host memory bandwidth (--offload optim)
 } HostSpec;
 
+typedef enum {
+  ATTENTION_FUSED,          // fsdp.c's kernels/cuda/attention.cu
+  ATTENTION_EAGER_MINGPT,   // minGPT's CausalSelfAttention (the FSDP paper's and AWS post's GPT)
+  ATTENTION_EAGER_HF_T5,    // Hugging Face's T5Attention (the FSDP paper's and IBM post's T5)
+} AttentionImpl;
+
 typedef struct {
   GpuSpec gpu;
   NetSpec net;
@@ -65,6 +71,10 @@ typedef struct {
   // allocator at its memory limit frees its cache (cudaFree synchronizes the device) and calls
   // cudaMalloc before each unit's all-gather. fsdp.c allocates once; 0 models fsdp.c.
   double alloc_retry_s;
+  // The attention kernels, for comparison (--predict-attention eager): fsdp.c's fused kernel
+  // (FlashAttention-2-style), or the unfused attention the seeds' PyTorch models ran, a kernel
+  // per step over the whole score tensor (kernels_timeline.c says which steps and their bytes).
+  AttentionImpl attention;
 } Cluster;
 
 const GpuSpec* catalogue_gpu(const char* name);

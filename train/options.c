@@ -105,6 +105,8 @@ static void print_help(void) {
       "  --predict-sweep       with --predict: rank strategies, limits, prefetch and batch sizes\n"
       "  --predict-alloc-retry MS   with --predict: add a caching allocator's retry (device sync +\n"
       "                        MS of cudaMalloc) before each all-gather, as PyTorch at its memory limit\n"
+      "  --predict-attention fused|eager   with --predict: fsdp.c's fused attention (default), or the\n"
+      "                        unfused attention of the seeds' PyTorch models (minGPT, Hugging Face T5)\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
@@ -145,7 +147,7 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 // Options without a one-letter code of their own (getopt_long returns these values).
-enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT,
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT,
        OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
 
 Options parse_options(int argc, char** argv) {
@@ -186,6 +188,7 @@ Options parse_options(int argc, char** argv) {
       {"inject-nonfinite", required_argument, 0, 'F'}, {"recompute", required_argument, 0, 'A'},
       {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
       {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
+      {"predict-attention", required_argument, 0, OPT_PREDICT_ATTENTION},
       {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
       {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
@@ -310,6 +313,12 @@ Options parse_options(int argc, char** argv) {
       }
       case OPT_LOSS_SCALE_WINDOW: o.loss_scale_window = (int)parse_long(name, optarg, 1, 1 << 30); break;
       case OPT_PREDICT_ALLOC_RETRY: o.predict_alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
+      case OPT_PREDICT_ATTENTION:
+        if (strcmp(optarg, "fused") && strcmp(optarg, "eager"))
+          usage_error("--predict-attention must be fused (fsdp.c's kernel) or eager (the seeds' PyTorch attention), not '%s'", optarg);
+        o.predict_eager_attention = !strcmp(optarg, "eager");
+        o.predict_attention_given = 1;
+        break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
@@ -331,6 +340,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
   if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");
+  if (o.predict_attention_given && !o.predict) usage_error("%s", "--predict-attention is for --predict");
   if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
   if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");

@@ -82,7 +82,7 @@ check_cli() {
   shift 3
   "$@" > "$TMP/cli.out" 2>&1
   local rc=$?
-  if [ $rc = "$want_rc" ] && grep -qE "$pattern" "$TMP/cli.out"; then
+  if [ $rc = "$want_rc" ] && grep -qE -- "$pattern" "$TMP/cli.out"; then
     echo "ok   $name"
     pass=$((pass + 1))
   else
@@ -98,6 +98,12 @@ check_cli "train_gpt_cpu --predict-sweep ranks configurations" 0 "^\|    1 \| " 
 check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
   ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
 check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
+check_cli "--predict-attention eager says which attention it models" 0 "note: with Hugging Face T5's unfused attention" \
+  ./predict_gpt --model t5-small --predict a100-80gb --world 8 --predict-attention eager
+check_cli "a bad --predict-attention names the choices" 2 "must be fused .* or eager" \
+  ./predict_gpt --model gpt2-124m --predict h200 --world 8 --predict-attention flash
+check_cli "--predict-attention without --predict is refused" 2 "--predict-attention is for --predict" \
+  ./train_gpt_cpu --model gpt2-124m --data x --predict-attention eager
 check_cli "--predict --trace writes a Chrome trace" 0 "trace: " ./predict_gpt --model gpt2-124m --predict h200 \
   --world 8 --trace "$TMP/trace.json"
 if python3 -c "

@@ -185,9 +185,62 @@ static void test_toy_timeline(void) {
          "%g s against %g s", p.step_s, step_prefetch);
 }
 
+// The time attention_forward or attention_backward adds to the compute stream, from a fresh clock.
+static double attention_seconds(const Cluster* c, int backward, int with_bias, AttnShape s, int* nops) {
+  timeline_configure(c);
+  timeline_reset();
+  KernelCtx* k = kernels_init(0);
+  if (backward)
+    attention_backward(k, NULL, NULL, NULL, with_bias ? (float*)1 : NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                       with_bias ? (const act_t*)1 : NULL, s);
+  else
+    attention_forward(k, NULL, NULL, NULL, NULL, NULL, with_bias ? (const act_t*)1 : NULL, s);
+  *nops = timeline_nops();
+  return timeline_stream_clock(STREAM_COMPUTE);
+}
+
+// --predict-attention eager: the seeds' unfused attention, a kernel per step, against the steps
+// and bytes written out by hand. One head of 200, 1024 x 1024 scores (S = 1,048,576), on the toy
+// GPU (100 TFLOPS, 1 TB/s): each batched GEMM does 2 x 200 x S = 4.194e8 FLOPs = 4.194 us and
+// moves 2 x S + 2 x (1024 x 200 x 2) bytes = 2.92 us, so it is compute-bound at 4.194304 us.
+static void test_eager_attention(void) {
+  Cluster c = toy_cluster(8);
+  AttnShape s = {1, 1024, 1024, 1, 200, 200, 200, 1.0f / sqrtf(200.0f), 1};
+  const double S = 1048576, gemm = 2 * 200 * S / 100e12, byte = 1 / 1e12;
+  int n;
+  double fused_fwd = attention_seconds(&c, 0, 0, s, &n);
+  c.attention = ATTENTION_EAGER_MINGPT;
+  // minGPT forward: q @ k^T; * scale (4 bytes per score), masked_fill (4), softmax (4), dropout
+  // (5: its mask too); att @ v.
+  expect_time("eager minGPT attention forward: 2 GEMMs + 4 + 4 + 4 + 5 bytes per score",
+              attention_seconds(&c, 0, 0, s, &n), 2 * gemm + 17 * S * byte);
+  EXPECT("  ... as 6 kernels", n == 6, "%d", n);
+  EXPECT("  ... longer than the fused kernel", attention_seconds(&c, 0, 0, s, &n) > fused_fwd, "it is not");
+  // Backward: d(att) and dv; dropout (5), softmax (6), masked_fill (4), scale (4); dq and dk.
+  expect_time("eager minGPT attention backward: 4 GEMMs + 5 + 6 + 4 + 4 bytes per score",
+              attention_seconds(&c, 1, 0, s, &n), 4 * gemm + 19 * S * byte);
+  EXPECT("  ... as 8 kernels", n == 8, "%d", n);
+  // Hugging Face T5 (no scale, no causal mask): + position_bias (6), .float() (6), softmax in
+  // fp32 (8), .type_as() (6), dropout (5).
+  s.scale = 1.0f;
+  s.causal = 0;
+  c.attention = ATTENTION_EAGER_HF_T5;
+  expect_time("eager T5 attention forward: 2 GEMMs + 6 + 6 + 8 + 6 + 5 bytes per score",
+              attention_seconds(&c, 0, 1, s, &n), 2 * gemm + 31 * S * byte);
+  EXPECT("  ... as 7 kernels", n == 7, "%d", n);
+  // Backward: dropout (5), .type_as() (6), softmax in fp32 (12), .float() (6), and the bias
+  // gradient: the scores' gradient read once (2) and the [1, 1024, 1024] bias written (2 bytes).
+  expect_time("eager T5 attention backward with a bias gradient: 4 GEMMs + 29 bytes per score + the bias's",
+              attention_seconds(&c, 1, 1, s, &n), 4 * gemm + 29 * S * byte + (2 * S + 2 * S) * byte);
+  EXPECT("  ... as 9 kernels", n == 9, "%d", n);
+  expect_time("eager T5 cross-attention backward (no bias gradient)", attention_seconds(&c, 1, 0, s, &n),
+              4 * gemm + 29 * S * byte);
+}
+
 int main(void) {
   test_collectives();
   test_catalogue();
   test_toy_timeline();
+  test_eager_attention();
   return test_summary();
 }
