@@ -20,6 +20,9 @@
 #           (against both) at every bandwidth, --limit-all-gathers 1 / 2 / 4 at 25 GB/s. On one
 #           GPU the strategies differ only in what they communicate, so they are compared under
 #           the simulated link.
+#           Every fsdp.c run without a simulated link is also predicted by the timeline backend
+#           (--predict GPU --world 1 with the same options; timeline/README.md) for the catalogue
+#           GPU this one is, and the report puts the predicted step beside the measured one.
 # --quick trims it: 4 models, gpt2-124m for the link sweep (5, 25, 200 GB/s; the strategies,
 #   prefetch none and K at 25), fewer steps.
 # --cpu runs the same pipeline with ./train_gpt_cpu on tiny custom models (gpt:..., t5:...,
@@ -40,10 +43,13 @@
 # Environment: BENCH_DATA (token shards, default the built-in addition data), BENCH_PYTHON,
 # BENCH_REPORT_PYTHON (default: a python3 that imports matplotlib, else python3),
 # BENCH_TIMEOUT (seconds per run: GPU 900, CPU 120), BENCH_MEMORY_BYTES (memory budget per
-# run instead of the free memory).
+# run instead of the free memory), BENCH_PREDICT_GPU (the catalogue GPU to predict the runs on:
+# a100-40gb, a100-80gb, h100-sxm, h200; default the one nvidia-smi names, none on the CPU;
+# "none" predicts nothing).
 #
 # The directory holds: runs/<run>.json (--bench-json; bench_torch.py --json), logs/<run>.jsonl
-# (--log: loss per step), out/<run>.txt (each run's output), peak.json, plans.txt (the --plan
+# (--log: loss per step), out/<run>.txt (each run's output), predict/<run>.txt (its
+# prediction), peak.json, plans.txt (the --plan
 # results), manifest.tsv (one line per run: settings, status ok/reused/skipped/failed, note),
 # commands.txt (the exact command lines, in order), meta.txt (date, device, git commit), and the
 # report. Exit status: 0, or 1 when a run failed (the report is written either way), 2 on usage.
@@ -128,7 +134,7 @@ DATA=${BENCH_DATA:-data/addition/train_000.bin}
 
 # ---- the results directory -------------------------------------------------------------
 [ -n "$OUT" ] || OUT=bench_results/$(date +%Y%m%d-%H%M%S)
-mkdir -p "$OUT"/runs "$OUT"/logs "$OUT"/out || { echo "error: cannot create $OUT" >&2; exit 2; }
+mkdir -p "$OUT"/runs "$OUT"/logs "$OUT"/out "$OUT"/predict || { echo "error: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
 MANIFEST=$OUT/manifest.tsv CMDS=$OUT/commands.txt PLANS=$OUT/plans.txt
 [ -s "$MANIFEST" ] || printf 'run\tgroup\tbackend\tmodel\tbatch\tshape\tshard\tprefetch\tK\tsim_world\tsim_link\tjson\tlog\tstatus\tnote\n' > "$MANIFEST"
@@ -172,6 +178,24 @@ if [ $MODE = gpu ] && [ -z "$FREE_BYTES" ] && [ $DRY = 0 ]; then
   say "warning: no nvidia-smi: configurations are not checked against free memory (train_gpt refuses what does not fit)"
 fi
 
+# The catalogue GPU the timeline predicts the runs on (timeline/catalogue.c): this one's kind.
+PREDICT_GPU=""
+if [ $MODE = gpu ]; then
+  case "$GPU_INFO" in
+    *H200*) PREDICT_GPU=h200 ;;
+    *H100*PCIe* | *H100*NVL*) ;;  # not in the catalogue (other clocks and memory)
+    *H100*) PREDICT_GPU=h100-sxm ;;
+    *A100*80GB*) PREDICT_GPU=a100-80gb ;;
+    *A100*40GB*) PREDICT_GPU=a100-40gb ;;
+  esac
+fi
+[ -n "${BENCH_PREDICT_GPU:-}" ] && PREDICT_GPU=$BENCH_PREDICT_GPU
+[ "$PREDICT_GPU" = none ] && PREDICT_GPU=""
+if [ -n "$PREDICT_GPU" ] && [ $DRY = 0 ] && [ ! -x ./predict_gpt ]; then
+  say "building ./predict_gpt"
+  make predict_gpt >&2 || { echo "error: make predict_gpt failed" >&2; exit 1; }
+fi
+
 TORCH_PY=""
 if [ $DRY = 1 ]; then
   TORCH_PY=${BENCH_PYTHON:-python3}
@@ -207,6 +231,7 @@ else DEVICE_DESC="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f
   echo "git: $GIT"
   echo "binary: $BIN"
   echo "torch: $TORCH_DESC"
+  echo "predicted on: ${PREDICT_GPU:-nothing (no catalogue GPU)}"
   [ -n "$FREE_BYTES" ] && echo "free memory: $(awk -v b="$FREE_BYTES" 'BEGIN {printf "%.2f GiB budget per run", b / 1073741824}')"
   echo "data: $DATA"
 } > "$OUT/meta.txt"
@@ -248,6 +273,21 @@ summary() {
 }
 
 # run_ours NAME GROUP MODEL BATCH SHAPE SHARD PREFETCH K LINK NOTE
+# predict_ours NAME SHAPE-ARGS...: the timeline's prediction of a run, once (predict/NAME.txt).
+predict_ours() {
+  local name=$1
+  shift
+  [ -n "$PREDICT_GPU" ] || return 0
+  local cmd=("$BIN" "$@" --predict "$PREDICT_GPU" --world 1)
+  log_cmd "${cmd[@]}"
+  [ $DRY = 1 ] && return 0
+  grep -qs '^predict_tflops_per_gpu' "$OUT/predict/$name.txt" && return 0
+  if ! "${cmd[@]}" > "$OUT/predict/$name.txt" 2>&1; then
+    say "$name: prediction FAILED (see predict/$name.txt)"
+    FAILED=$((FAILED + 1))
+  fi
+}
+
 run_ours() {
   local name=$1 group=$2 model=$3 b=$4 shape=$5 shard=$6 prefetch=$7 k=$8 link=$9 note=${10}
   local json=runs/$name.json log=logs/$name.jsonl sw=- sl=-
@@ -258,6 +298,8 @@ run_ours() {
              "${extra[@]}" --bench-json "$OUT/$json" --log "$OUT/$log")
   local row=("$name" "$group" fsdp.c "$model" "$b" "$shape" "$shard" "$prefetch" "$k" "$sw" "$sl" "$json" "$log")
   RUNS=$((RUNS + 1))
+  # shellcheck disable=SC2206  # $shape: several words on purpose
+  [ "$link" = - ] && predict_ours "$name" --model "$model" --batch "$b" $shape "${extra[@]}"
   if [ $DRY = 1 ]; then log_cmd "${cmd[@]}"; manifest "${row[@]}" planned "$note"; return; fi
   if grep -qs step_ms_median "$OUT/$json"; then
     say "$name: reused ($(summary "$OUT/$json"))"

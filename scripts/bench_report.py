@@ -270,12 +270,37 @@ def make_row(j, m, rel, d):
         r["flops_per_step_per_rank"] = accum * model_flops(cfg, j["batch"], j["seq"], j.get("enc_len") or 0)
     else:
         r["flops_per_step_per_rank"] = None
+    r["predicted_step_ms"], r["predicted_on"] = read_prediction(d, r["run"])
     log = m.get("log")
     r["log"] = log if log and os.path.exists(os.path.join(d, log)) else None
     if not r["log"]:
         guess = os.path.join("logs", r["run"] + ".jsonl")
         r["log"] = guess if os.path.exists(os.path.join(d, guess)) else None
     return r
+
+
+def read_prediction(d, run):
+    """The timeline's predicted step (ms) and GPU for a run, from predict/<run>.txt (bench.sh
+    runs `--predict GPU --world 1` with the run's options); (None, None) when there is none."""
+    try:
+        text = open(os.path.join(d, "predict", run + ".txt")).read()
+    except OSError:
+        return None, None
+    ms = re.search(r"^\| step time \(ms\)\s*\|\s*([0-9.]+)", text, re.M)
+    gpu = re.search(r"^predict \| [^|]* \| \d+ x (\S+)", text, re.M)
+    return (float(ms.group(1)) if ms else None), (gpu.group(1) if gpu else None)
+
+
+def predicted_on(runs):
+    gpus = sorted(set(r["predicted_on"] for r in runs if r.get("predicted_on")))
+    return ", ".join(gpus) if gpus else "no catalogue GPU (nothing predicted)"
+
+
+def fmt_predicted(r):
+    p, m = num(r.get("predicted_step_ms")), num(r.get("step_ms_median"))
+    if p is None:
+        return "-"
+    return "%s (%s)" % (fmt_num(p, "%.2f"), "%.2fx" % (m / p) if m and p > 0 else "-")
 
 
 # ---- formatting -----------------------------------------------------------------------------
@@ -362,7 +387,8 @@ def sort_key(r):
 
 COLUMNS = ["model", "params", "backend", "strategy", "prefetch", "K", "sim link", "B x T",
            "step ms median (min-max)", "tokens/s per GPU", "model TFLOPS per GPU", "MFU",
-           "MFU (measured peak)", "exposed comm ms", "memory GiB", "ours / PyTorch", "run"]
+           "MFU (measured peak)", "exposed comm ms", "memory GiB", "ours / PyTorch",
+           "predicted step ms (measured / predicted)", "run"]
 
 
 def table_row(r, peak_tflops):
@@ -376,7 +402,7 @@ def table_row(r, peak_tflops):
     cells = [r.get("model", "?"), fmt_params(r["params"]), r["backend_label"], str(r["strategy"]), str(r["prefetch"]),
              str(r["K"]), sim, shape_of(r), steps, "-" if tok is None else "%.0f" % tok, fmt_num(tflops),
              fmt_pct(r.get("mfu")), fmt_pct(mfu_measured), fmt_num(r.get("exposed_comm_ms_median"), "%.1f"),
-             fmt_gib(r.get("memory_bytes_per_rank")), fmt_ratio(r), r["run"]]
+             fmt_gib(r.get("memory_bytes_per_rank")), fmt_ratio(r), fmt_predicted(r), r["run"]]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
@@ -525,7 +551,10 @@ def main(argv):
             "A simulated link (`--sim-world W --sim-link GBPS`) runs one GPU but makes every all-gather / "
             "reduce-scatter wait as long as a ring collective over W ranks at GBPS GB/s would; strategies, "
             "prefetch and K only differ in time under it. \"ours / PyTorch\" is fsdp.c's tokens/s over "
-            "PyTorch's for the same model and micro-batch (eager / torch.compile).", ""]
+            "PyTorch's for the same model and micro-batch (eager / torch.compile). \"predicted step ms\" is "
+            "the timeline backend's step for the same run and options (`--predict GPU --world 1`, "
+            "timeline/README.md) on %s, and the measured median over it: above 1, this device was slower "
+            "than the model says." % predicted_on(runs), ""]
     out.append("## Results (%d runs)" % len(runs))
     out.append("")
     out.append("| " + " | ".join(COLUMNS) + " |")
@@ -588,7 +617,7 @@ def main(argv):
             "sim_world", "sim_link", "batch", "seq", "enc_len", "accum", "steps", "step_ms_median", "step_ms_min",
             "step_ms_max", "tokens_per_s_per_rank", "model_tflops_per_rank", "hardware_tflops_per_rank", "mfu",
             "mfu_measured_peak", "peak_tflops", "peak_source", "exposed_comm_ms_median", "memory_bytes_per_rank",
-            "flops_per_step_per_rank", "ratio_eager", "ratio_compile", "log"]
+            "flops_per_step_per_rank", "ratio_eager", "ratio_compile", "predicted_step_ms", "predicted_on", "log"]
     with open(os.path.join(d, "results.json"), "w") as f:
         json.dump({"peak_tflops_measured": peak_tflops, "devices": devices,
                    "rows": [{k: r.get(k) for k in keep} for r in runs],

@@ -56,6 +56,12 @@ n_peak=$(grep -c -- "--peak" "$D/commands.txt")
 [ "$n_peak" = 1 ] && ok "GPU sweep: --peak exactly once" || bad "GPU sweep: --peak exactly once" "$n_peak"
 links=$(grep -o -- "--sim-world 8 --sim-link [0-9.]*" "$D/commands.txt" | awk '{print $4}' | sort -n -u | tr '\n' ' ')
 [ "$links" = "5 10 25 50 100 200 " ] && ok "GPU sweep: simulated links 5..200 GB/s on 8 ranks" || bad "GPU sweep links" "$links"
+n_pred=$(grep -c -- "--predict h100-sxm --world 1" "$D/commands.txt")
+[ "$n_pred" = 0 ] && ok "GPU sweep without nvidia-smi predicts nothing" || bad "GPU sweep without nvidia-smi predicts nothing" "$n_pred"
+BENCH_PREDICT_GPU=h100-sxm scripts/bench.sh --dry-run --parts models --out "$TMP/dry2" > /dev/null 2>&1
+n_pred=$(grep -c -- "^./train_gpt --model .* --predict h100-sxm --world 1$" "$TMP/dry2/commands.txt")
+[ "$n_pred" = 8 ] && ok "GPU sweep on an H100: each of the 8 model runs predicted with --predict h100-sxm --world 1" ||
+  bad "GPU sweep on an H100: 8 predictions" "$n_pred"
 for what in "--shard grad-op" "--shard none" "--prefetch none" "--limit-all-gathers 1" "--limit-all-gathers 4"; do
   check "GPU sweep has $what under the simulated link" grep -q -- "$what .*--sim-link" "$D/commands.txt"
 done
@@ -64,14 +70,14 @@ check "GPU sweep's link sweep uses gpt2-350m" grep -q -- "--model gpt2-350m .*--
 # ---- the CPU sweep ---------------------------------------------------------------------
 O=$TMP/sweep
 t0=$(date +%s)
-BENCH_PYTHON=/usr/bin/python3 scripts/bench.sh --cpu --quick --out "$O" > "$TMP/sweep.txt" 2>&1
+BENCH_PREDICT_GPU=a100-80gb BENCH_PYTHON=/usr/bin/python3 scripts/bench.sh --cpu --quick --out "$O" > "$TMP/sweep.txt" 2>&1
 rc=$?
 t1=$(date +%s)
 if [ $rc = 0 ]; then ok "bench.sh --cpu --quick exits 0 ($((t1 - t0)) s)"; else bad "bench.sh --cpu --quick exits 0" "exit $rc: $(tail -5 "$TMP/sweep.txt")"; fi
 R=$O/results.md
 check "results.md exists" test -s "$R"
 for f in commands.txt manifest.tsv meta.txt peak.json results.json; do check "$f written" test -s "$O/$f"; done
-header="| model | params | backend | strategy | prefetch | K | sim link | B x T | step ms median (min-max) | tokens/s per GPU | model TFLOPS per GPU | MFU | MFU (measured peak) | exposed comm ms | memory GiB | ours / PyTorch | run |"
+header="| model | params | backend | strategy | prefetch | K | sim link | B x T | step ms median (min-max) | tokens/s per GPU | model TFLOPS per GPU | MFU | MFU (measured peak) | exposed comm ms | memory GiB | ours / PyTorch | predicted step ms (measured / predicted) | run |"
 check "results.md has the table header with every column" grep -qF "$header" "$R"
 
 # Everything below reads the directory with one python program that prints ok/FAIL lines.
@@ -113,6 +119,14 @@ check("8 simulated-link rows (links, strategies, prefetch none, K 1 and 4)", len
       {c[5] for c in sim} == {"1", "2", "4"} and len({c[6] for c in sim}) == 3, sim)
 check("MFU (measured peak) filled from peak.json on fsdp.c rows", all(c[12].endswith("%") for c in fs))
 check("the measured peak is in the report", "measured with --peak" in md)
+# the timeline's prediction of each world-1 fsdp.c run (BENCH_PREDICT_GPU=a100-80gb), and none
+# for the simulated links and PyTorch
+pred = re.compile(r"^(\d+(\.\d+)?) \((\d+\.\d\d)x\)$")
+check("predicted step filled on the fsdp.c model rows", all(pred.match(c[16]) for c in fs if c[6] == "-"),
+      [c[16] for c in fs if c[6] == "-"])
+check("no prediction on simulated-link and PyTorch rows", all(c[16] == "-" for c in cells if c[6] != "-" or
+      not c[2].startswith("fsdp.c")))
+check("the report names the GPU predicted on", "on a100-80gb, and the measured median" in md)
 res = json.load(open(os.path.join(d, "results.json")))["rows"]
 # parameter counts and FLOPs against the trainer's own start-up table
 for r in res:
@@ -131,6 +145,22 @@ for r in res:
             "model", "device", "backend", "ranks", "shard", "batch", "seq", "enc_len", "accum", "steps", "step_ms_median",
             "step_ms_min", "step_ms_max", "tokens_per_s_per_rank", "model_tflops_per_rank", "hardware_tflops_per_rank",
             "mfu", "peak_tflops", "peak_source", "exposed_comm_ms_median", "memory_bytes_per_rank")))
+# the prediction is predict_gpt's for the run's own options, and the ratio is measured over it
+gpt = [r for r in res if r["run"].startswith("model-gpt_")]
+if gpt:
+    r = gpt[0]
+    import subprocess
+    out = subprocess.run(["./predict_gpt", "--model", r["model"], "--batch", str(r["batch"]), "--seq", str(r["seq"]),
+                          "--shard", "full", "--prefetch", "both", "--limit-all-gathers", "2", "--predict", "a100-80gb",
+                          "--world", "1"], capture_output=True, text=True).stdout
+    want = re.search(r"\| step time \(ms\)\s*\|\s*([0-9.]+)", out)
+    check("predicted step of %s = predict_gpt's %s ms" % (r["model"], want and want.group(1)),
+          want and r["predicted_step_ms"] == float(want.group(1)), r["predicted_step_ms"])
+    cell = [c[16] for c in cells if c[-1] == r["run"]]
+    check("measured / predicted = the median over the prediction", cell and pred.match(cell[0]) and
+          abs(float(pred.match(cell[0]).group(3)) - r["step_ms_median"] / r["predicted_step_ms"]) < 0.006, cell)
+else:
+    check("a GPT model row to check the prediction on", False)
 torch_rows = [c for c in cells if c[2] == "pytorch"]
 if have_torch:
     check("PyTorch baseline rows (GPT and T5)", len(torch_rows) == 2, torch_rows)
@@ -232,6 +262,12 @@ w("model-t5-base-B16", model="t5-base", backend="cuda", shard="full", batch=16, 
   tokens_per_s_per_rank=100000.0, model_tflops_per_rank=300.0)
 w("sim-gpt2-350m-B8-full-both-K2-link5", model="gpt2-350m", backend="cuda", shard="full", tokens_per_s_per_rank=50000.0,
   exposed_comm_ms_median=250.0)
+# the timeline's prediction of the gpt2-124m run (as bench.sh saves predict_gpt's output)
+os.makedirs(os.path.join(d, "predict"))
+open(os.path.join(d, "predict", "model-gpt2-124m-B8.txt"), "w").write(
+    "predict | gpt2-124m | 1 x h100-sxm | network ib3200 (8 GPUs per node, 400 GB/s per node) | full | batch 8 | "
+    "seq 1024 | accum 1\n| predicted | value |\n| step time (ms)                           |          80.00 |\n"
+    "predict_tflops_per_gpu 500.00\n")
 json.dump(dict(base, model="gpt2-124m", backend="cuda", shard="full", peak_tflops=800.0, peak_source="measured with --peak",
                step_ms_median=1, step_ms_min=1, step_ms_max=1, tokens_per_s_per_rank=1, model_tflops_per_rank=1, mfu=0.001,
                exposed_comm_ms_median=0), open(os.path.join(d, "peak.json"), "w"))
@@ -245,7 +281,10 @@ $PY scripts/bench_report.py "$G" > "$TMP/gpu_report.txt" 2>&1
 check "bench_report.py on GPU-like results exits 0" test $? = 0
 GM=$G/results.md
 check "GPU report: device name" grep -q "device: NVIDIA H100 80GB HBM3" "$GM"
-check "GPU report: ours / PyTorch as eager / torch.compile (1.50 / 1.20)" grep -q "| 1.50 / 1.20 | model-gpt2-124m-B8 |" "$GM"
+check "GPU report: ours / PyTorch as eager / torch.compile (1.50 / 1.20), predicted 80 ms (measured 100: 1.25x)" \
+  grep -q "| 1.50 / 1.20 | 80.00 (1.25x) | model-gpt2-124m-B8 |" "$GM"
+check "GPU report: a run without a prediction shows none" grep -q "| - | model-t5-base-B16 |" "$GM"
+check "GPU report: names the GPU predicted on" grep -q "on h100-sxm, and the measured median" "$GM"
 check "GPU report: datasheet MFU 40.4% and measured-peak MFU 50.0%" grep -q "| 40.4% | 50.0% |" "$GM"
 check "GPU report: PyTorch FSDP2 row" grep -q "| gpt2-124m | 124M | pytorch | FSDP2 1 rank |" "$GM"
 check "GPU report: T5 shape and params" grep -q "| t5-base | 223M | fsdp.c (cuda) | full | both | 2 | - | 16x(512+114) |" "$GM"
