@@ -189,17 +189,30 @@ typedef struct {
   double bytes_per_score;
 } EagerStep;
 static const EagerStep mingpt_forward[] = {
-    {"eager attention: * scale", 4}, {"eager attention: masked_fill", 4}, {"eager attention: softmax", 4},
-    {"eager attention: dropout", 5}};
+    {"eager attention: * scale", 2 + 2},      // read, write
+    {"eager attention: masked_fill", 2 + 2},  // (the mask is one T x T tensor for the batch)
+    {"eager attention: softmax", 2 + 2},
+    {"eager attention: dropout", 2 + 2 + 1},  // and its mask
+};
 static const EagerStep mingpt_backward[] = {
-    {"eager attention: dropout backward", 5}, {"eager attention: softmax backward", 6},
-    {"eager attention: masked_fill backward", 4}, {"eager attention: * scale backward", 4}};
+    {"eager attention: dropout backward", 2 + 1 + 2},     // gradient, mask -> gradient
+    {"eager attention: softmax backward", 2 + 2 + 2},     // output, gradient -> gradient
+    {"eager attention: masked_fill backward", 2 + 2},
+    {"eager attention: * scale backward", 2 + 2},
+};
 static const EagerStep t5_forward[] = {
-    {"eager attention: + position_bias", 6}, {"eager attention: .float()", 6}, {"eager attention: softmax (fp32)", 8},
-    {"eager attention: .type_as()", 6}, {"eager attention: dropout", 5}};
+    {"eager attention: + position_bias", 2 + 2 + 2},  // scores, the bias -> scores
+    {"eager attention: .float()", 2 + 4},
+    {"eager attention: softmax (fp32)", 4 + 4},
+    {"eager attention: .type_as()", 4 + 2},
+    {"eager attention: dropout", 2 + 2 + 1},
+};
 static const EagerStep t5_backward[] = {
-    {"eager attention: dropout backward", 5}, {"eager attention: .type_as() backward", 6},
-    {"eager attention: softmax backward (fp32)", 12}, {"eager attention: .float() backward", 6}};
+    {"eager attention: dropout backward", 2 + 1 + 2},
+    {"eager attention: .type_as() backward", 2 + 4},
+    {"eager attention: softmax backward (fp32)", 4 + 4 + 4},
+    {"eager attention: .float() backward", 4 + 2},
+};
 
 static void eager_steps(KernelCtx* ctx, const EagerStep* steps, int n, double scores) {
   for (int i = 0; i < n; i++) streaming(ctx, steps[i].what, steps[i].bytes_per_score * scores);
