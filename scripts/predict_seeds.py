@@ -29,7 +29,8 @@ GPT1T = "gpt:L=128,C=25600,H=160,V=50257,T=2048"  # Megatron-2's 1T shape (the A
 
 def predict(binary, model, gpu, world, extra):
     fused = predict_once(binary, model, gpu, world, extra)
-    fused["eager"] = predict_once(binary, model, gpu, world, extra + " --predict-attention eager")["formula"]
+    eager = predict_once(binary, model, gpu, world, extra + " --predict-attention eager")
+    fused["eager"], fused["eager_backward"] = eager["formula"], eager["backward"]
     return fused
 
 
@@ -44,7 +45,8 @@ def predict_once(binary, model, gpu, world, extra):
     formula = float(re.search(r"^predict_tflops_per_gpu (\S+)", text, re.M).group(1))
     hw = float(re.search(r"model TFLOPS per GPU \(trainer's count\)\s*\|\s*(\S+)", text).group(1))
     fits = re.search(r"fits the GPU's memory\s*\|\s*(\S+)", text).group(1) == "yes"
-    return {"formula": formula, "hw": hw, "fits": fits}
+    backward = float(re.search(r"backward share of the step\s*\|\s*(\S+)%", text).group(1)) / 100
+    return {"formula": formula, "hw": hw, "fits": fits, "backward": backward}
 
 
 def fmt(x):
@@ -75,6 +77,13 @@ def main():
         rows.append((src, what, pub, "%.3f" % ours, "%.3f" % ours, r, r, "%.3f" % eager, re_,
                      "yes" if a["fits"] and b["fits"] else "no", note))
 
+    def share_row(src, what, published, r, note=""):
+        # the backward's share of the step (a fraction; the same in both counts)
+        rows.append((src, what, "%g" % published, "%.3f" % r["backward"], "%.3f" % r["backward"],
+                     "%.2f" % (r["backward"] / published), "%.2f" % (r["backward"] / published),
+                     "%.3f" % r["eager_backward"], "%.2f" % (r["eager_backward"] / published),
+                     "yes" if r["fits"] else "no", note))
+
     # FSDP paper, section 5 (A100-80GB, 2 Tb/s RoCE): GPT-175B at batch 1 and 2, sequence 2048.
     roce = "a100-80gb:roce"
     b1 = {w: p(GPT175, roce, w, "--batch 1 --recompute block") for w in (128, 512)}
@@ -83,6 +92,9 @@ def main():
         tflops_row("FSDP paper", "GPT-175B, batch 1, %d A100-80GB" % w, 173, b1[w])
     for w in (256, 512):
         tflops_row("FSDP paper", "GPT-175B, batch 2, %d A100-80GB" % w, 186, b2[w])
+    # "a normal backward pass only accounted for about 67%" of the iteration in these runs
+    share_row("FSDP paper", "GPT-175B: backward share of the step, batch 1, 128 GPUs", 0.67, b1[128],
+              "the compute stream from the last forward kernel to the last backward kernel")
     nobwd = p(GPT175, roce, 128, "--batch 1 --recompute block --prefetch forward")
     ratio_row("FSDP paper", "backward prefetch speed-up, GPT-175B, 128 GPUs", 1.18, b1[128], nobwd,
               "with / without backward prefetch")

@@ -47,8 +47,9 @@ static void bind_groups(FSDP* fs, KernelCtx* k) {
   fs->replica_group = timeline_comm_group(fs->replicas, fs->F, STREAM_REDUCE_SCATTER);
 }
 
-// One optimizer step, as train_gpt.c's loop body issues it.
-static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, int t5, int index) {
+// One optimizer step, as train_gpt.c's loop body issues it. *backward_s: the compute stream's
+// time from each micro-step's last forward kernel to its last backward kernel, summed.
+static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, int t5, int index, double* backward_s) {
   device_step_begin(index + 1);
   fsdp_begin_step(fs, A);
   double global_tokens = (double)W * A * b->B * b->T;
@@ -62,7 +63,9 @@ static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, i
     batch_to_model(b, m);
     fsdp_begin_forward(fs, j, 1);
     model_forward_accumulate(m, (float)(1.0 / global_tokens));
+    double forward_end = timeline_stream_clock(STREAM_COMPUTE);
     model_backward(m);
+    *backward_s += timeline_stream_clock(STREAM_COMPUTE) - forward_end;
   }
   double loss_sum = model_take_loss(m);
   comm_all_reduce(fs->world, &loss_sum, 1, DT_F64);
@@ -122,7 +125,8 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
     (void)device_waited_seconds();
     double t0 = timeline_host_clock(), compute = 0, comm = 0;
     int op0 = timeline_nops();
-    step(fs, &model, &batch, o, A, W, t5, s);
+    p->backward_s = 0;
+    step(fs, &model, &batch, o, A, W, t5, s, &p->backward_s);
     p->step_s = timeline_host_clock() - t0;
     p->exposed_comm_s = device_waited_seconds();
     for (int i = op0; i < timeline_nops(); i++) {
@@ -182,6 +186,7 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   printf("| %-40s | %14.2f |\n", "model TFLOPS per GPU (trainer's count)", p->model_tflops);
   printf("| %-40s | %13.1f%% |\n", "MFU (dense bf16 peak)", 100 * p->mfu);
   printf("| %-40s | %14.2f |\n", "exposed communication (ms)", p->exposed_comm_s * 1e3);
+  printf("| %-40s | %13.1f%% |\n", "backward share of the step", 100 * p->backward_s / p->step_s);
   printf("| %-40s | %14.2f |\n", "compute stream busy (ms)", p->compute_s * 1e3);
   printf("| %-40s | %14.2f |\n", "collectives, all streams (ms)", p->comm_s * 1e3);
   printf("| %-40s | %14.2f |\n", "memory plan per GPU (GiB)", p->plan_bytes / 1073741824.0);

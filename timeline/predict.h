@@ -7,6 +7,7 @@
 typedef struct {
   double step_s;          // one optimizer step, host clock to host clock
   double exposed_comm_s;  // compute-stream stalls on collectives (as the trainer reports)
+  double backward_s;      // compute stream, last forward kernel to last backward kernel
   double compute_s;       // kernels and copies on the compute stream
   double comm_s;          // collectives and their kernels on the two communication streams
   double tokens_per_s;    // all GPUs

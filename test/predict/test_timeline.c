@@ -164,6 +164,17 @@ static void test_toy_timeline(void) {
   EXPECT("toy: root's reduce-scatter overlaps no kernel; the norm starts after its accumulation",
          !any_compute_overlap(&p, rs[2]) && sumsq[0]->start >= add[2]->end, "norm at %g, accumulation ends %g",
          sumsq[0]->start, add[2]->end);
+  // The backward share: from the forward's last compute kernel (the loss accumulation after the
+  // fused classifier) to the backward's last (the embedding's); the backward's first kernel zeroes
+  // the lm_head's gradient buffer.
+  const TimelineOp *emb_b[2], *loss_acc[2];
+  int nemb_b = find(&p, STREAM_COMPUTE, "embedding_backward", emb_b, 2);
+  int nloss = find(&p, STREAM_COMPUTE, "loss_accumulate", loss_acc, 2);
+  if (nemb_b == 1 && nloss == 1)
+    expect_time("toy: backward time = loss_accumulate's end to embedding_backward's end", p.backward_s,
+                emb_b[0]->end - loss_acc[0]->end);
+  else
+    EXPECT("toy: one loss_accumulate and one embedding_backward", 0, "%d, %d", nloss, nemb_b);
   double step_prefetch = p.step_s;
 
   o = options("--prefetch forward");
