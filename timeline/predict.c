@@ -194,6 +194,10 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   char label[64];
   snprintf(label, sizeof label, "TFLOPS per GPU (%s formula)", predict_seed_formula(cfg));
   printf("| %-40s | %14.2f |\n", label, p->seed_tflops);
+  if (cfg->kind == MODEL_T5)
+    printf("note: the IBM formula takes every matmul as h = d_model wide over one sequence length (the encoder's); "
+           "for %s it gives %.2fx the trainer's count: compare it with the IBM post's figures only\n",
+           cfg->name, p->seed_tflops / p->model_tflops);
   if (c->alloc_retry_s > 0)
     printf("note: with an allocator retry of %.0f ms before each all-gather (not fsdp.c's allocator)\n", c->alloc_retry_s * 1e3);
   if (c->attention != ATTENTION_FUSED)
