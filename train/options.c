@@ -147,8 +147,8 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 // Options without a one-letter code of their own (getopt_long returns these values).
-enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW, OPT_INIT_FROM, OPT_EXPORT,
-       OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
+       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
 
 Options parse_options(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
@@ -315,7 +315,8 @@ Options parse_options(int argc, char** argv) {
       case OPT_PREDICT_ALLOC_RETRY: o.predict_alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
       case OPT_PREDICT_ATTENTION:
         if (strcmp(optarg, "fused") && strcmp(optarg, "eager"))
-          usage_error("--predict-attention must be fused (fsdp.c's kernel) or eager (the seeds' PyTorch attention), not '%s'", optarg);
+          usage_error("--predict-attention must be fused (fsdp.c's kernel) or eager (the seeds' PyTorch attention), "
+                      "not '%s'", optarg);
         o.predict_eager_attention = !strcmp(optarg, "eager");
         o.predict_attention_given = 1;
         break;
