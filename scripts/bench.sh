@@ -272,7 +272,6 @@ summary() {
     awk '{printf "%.2f ms median, %.0f tokens/s", $1, $2}'
 }
 
-# run_ours NAME GROUP MODEL BATCH SHAPE SHARD PREFETCH K LINK NOTE
 # predict_ours NAME SHAPE-ARGS...: the timeline's prediction of a run, once (predict/NAME.txt).
 predict_ours() {
   local name=$1
@@ -288,6 +287,7 @@ predict_ours() {
   fi
 }
 
+# run_ours NAME GROUP MODEL BATCH SHAPE SHARD PREFETCH K LINK NOTE
 run_ours() {
   local name=$1 group=$2 model=$3 b=$4 shape=$5 shard=$6 prefetch=$7 k=$8 link=$9 note=${10}
   local json=runs/$name.json log=logs/$name.jsonl sw=- sl=-

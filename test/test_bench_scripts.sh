@@ -91,7 +91,7 @@ for p in ${BENCH_REPORT_PYTHON:-} python3 /usr/bin/python3; do
   command -v "$p" >/dev/null 2>&1 && "$p" -c 'import matplotlib' >/dev/null 2>&1 && have_mpl=1
 done
 $PY - "$O" $have_torch $have_compile $have_mpl > "$TMP/checks.txt" 2>&1 <<'EOF'
-import glob, json, math, os, re, sys
+import glob, json, math, os, re, subprocess, sys
 d, have_torch, have_compile, have_mpl = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4] == "1"
 def check(name, cond, detail=""):
     print(("ok " if cond else "FAIL ") + name + ("" if cond or not detail else ": " + str(detail)[:300]))
@@ -149,7 +149,6 @@ for r in res:
 gpt = [r for r in res if r["run"].startswith("model-gpt_")]
 if gpt:
     r = gpt[0]
-    import subprocess
     out = subprocess.run(["./predict_gpt", "--model", r["model"], "--batch", str(r["batch"]), "--seq", str(r["seq"]),
                           "--shard", "full", "--prefetch", "both", "--limit-all-gathers", "2", "--predict", "a100-80gb",
                           "--world", "1"], capture_output=True, text=True).stdout

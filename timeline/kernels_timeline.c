@@ -217,37 +217,46 @@ static const EagerStep t5_backward[] = {
 static void eager_steps(KernelCtx* ctx, const EagerStep* steps, int n, double scores) {
   for (int i = 0; i < n; i++) streaming(ctx, steps[i].what, steps[i].bytes_per_score * scores);
 }
+// The sizes every eager kernel works on: the score tensor's elements, and the bytes of the
+// [B*T, H*D] operands (q over Tq rows, k and v over Tk) a batched GEMM pairs it with.
+typedef struct {
+  double scores, operands;
+} EagerSizes;
+static EagerSizes eager_sizes(AttnShape s) {
+  double q = (double)s.B * s.Tq * s.H * s.D * A, kv = (double)s.B * s.Tk * s.H * s.D * A;
+  return (EagerSizes){(double)s.B * s.H * s.Tq * s.Tk, q + kv};
+}
 // One batched GEMM of the eager attention: 2 x D FLOPs per score, with the 16-bit score tensor
-// read or written once and the [B*T, H*D] operands it pairs with.
-static void eager_gemm(KernelCtx* ctx, const char* what, AttnShape s, double scores, double operand_bytes) {
-  run(ctx, what, kernel_seconds(2.0 * s.D * scores, RATE_MATMUL, 2.0 * scores + operand_bytes));
+// read or written once and its operands.
+static void eager_gemm(KernelCtx* ctx, const char* what, AttnShape s, EagerSizes z) {
+  run(ctx, what, kernel_seconds(2.0 * s.D * z.scores, RATE_MATMUL, 2.0 * z.scores + z.operands));
 }
 static int eager(void) { return timeline_cluster()->attention != ATTENTION_FUSED; }
+static int eager_t5(void) { return timeline_cluster()->attention == ATTENTION_EAGER_HF_T5; }
 #define EAGER_STEPS(table) table, (int)(sizeof table / sizeof *table)
 
 static void eager_attention_forward(KernelCtx* ctx, AttnShape s) {
-  double scores = (double)s.B * s.H * s.Tq * s.Tk;
-  double q = (double)s.B * s.Tq * s.H * s.D * A, kv = (double)s.B * s.Tk * s.H * s.D * A;
-  eager_gemm(ctx, "eager attention: q @ k^T", s, scores, q + kv);
-  if (timeline_cluster()->attention == ATTENTION_EAGER_HF_T5)
-    eager_steps(ctx, EAGER_STEPS(t5_forward), scores);
+  EagerSizes z = eager_sizes(s);
+  eager_gemm(ctx, "eager attention: q @ k^T", s, z);
+  if (eager_t5())
+    eager_steps(ctx, EAGER_STEPS(t5_forward), z.scores);
   else
-    eager_steps(ctx, EAGER_STEPS(mingpt_forward), scores);
-  eager_gemm(ctx, "eager attention: att @ v", s, scores, kv + q);
+    eager_steps(ctx, EAGER_STEPS(mingpt_forward), z.scores);
+  eager_gemm(ctx, "eager attention: att @ v", s, z);
 }
 static void eager_attention_backward(KernelCtx* ctx, AttnShape s, int bias_grad) {
-  double scores = (double)s.B * s.H * s.Tq * s.Tk;
-  double q = (double)s.B * s.Tq * s.H * s.D * A, kv = (double)s.B * s.Tk * s.H * s.D * A;
-  eager_gemm(ctx, "eager attention: d(att) = dy @ v^T", s, scores, q + kv);
-  eager_gemm(ctx, "eager attention: dv = att^T @ dy", s, scores, q + kv);
-  if (timeline_cluster()->attention == ATTENTION_EAGER_HF_T5) {
-    eager_steps(ctx, EAGER_STEPS(t5_backward), scores);
-    if (bias_grad) streaming(ctx, "eager attention: position_bias gradient", 2.0 * scores + (double)s.H * s.Tq * s.Tk * A);
+  EagerSizes z = eager_sizes(s);
+  eager_gemm(ctx, "eager attention: d(att) = dy @ v^T", s, z);
+  eager_gemm(ctx, "eager attention: dv = att^T @ dy", s, z);
+  if (eager_t5()) {
+    eager_steps(ctx, EAGER_STEPS(t5_backward), z.scores);
+    // the scores' gradient summed over the batch into the [H, Tq, Tk] bias gradient
+    if (bias_grad) streaming(ctx, "eager attention: position_bias gradient", 2.0 * z.scores + (double)s.H * s.Tq * s.Tk * A);
   } else {
-    eager_steps(ctx, EAGER_STEPS(mingpt_backward), scores);
+    eager_steps(ctx, EAGER_STEPS(mingpt_backward), z.scores);
   }
-  eager_gemm(ctx, "eager attention: dq = d(att) @ k", s, scores, kv + q);
-  eager_gemm(ctx, "eager attention: dk = d(att)^T @ q", s, scores, q + kv);
+  eager_gemm(ctx, "eager attention: dq = d(att) @ k", s, z);
+  eager_gemm(ctx, "eager attention: dk = d(att)^T @ q", s, z);
 }
 
 void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,

@@ -317,8 +317,7 @@ Options parse_options(int argc, char** argv) {
         if (strcmp(optarg, "fused") && strcmp(optarg, "eager"))
           usage_error("--predict-attention must be fused (fsdp.c's kernel) or eager (the seeds' PyTorch attention), "
                       "not '%s'", optarg);
-        o.predict_eager_attention = !strcmp(optarg, "eager");
-        o.predict_attention_given = 1;
+        o.predict_attention = optarg;
         break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
@@ -341,7 +340,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
   if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");
-  if (o.predict_attention_given && !o.predict) usage_error("%s", "--predict-attention is for --predict");
+  if (o.predict_attention && !o.predict) usage_error("%s", "--predict-attention is for --predict");
   if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
   if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");

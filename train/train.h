@@ -45,8 +45,7 @@ typedef struct {
   const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)
   int predict_sweep;                // --predict-sweep
   double predict_alloc_retry_ms;    // --predict-alloc-retry MS: model another allocator's retries
-  int predict_eager_attention;      // --predict-attention eager: model the seeds' unfused attention
-  int predict_attention_given;
+  const char* predict_attention;    // --predict-attention fused|eager (NULL: not given, fused)
   FSDPOptions fsdp;
 } Options;
 
