@@ -7,6 +7,7 @@
 #   make test-sim        the CUDA kernels on the CUDA simulator (test/cudasim/), no GPU needed
 #   make test-gpu        on a GPU: every CUDA kernel against the CPU reference, CUDA vs CPU
 #                        training, reproducibility, compute-sanitizer
+#   make bench           on a GPU: the benchmark sweep (scripts/bench.sh; BENCH_ARGS="--quick")
 #   make cuda-config     print the CUDA/NCCL locations the build found
 #   PRECISION=fp16       (with train_gpt, test-gpu, sim-bins, test-sim) the CUDA build with fp16
 #                        activations instead of bf16 (see PRECISION below)
@@ -263,6 +264,10 @@ $(GPU_TEST)/test_kernels_gpu: test/gpu/test_kernels_gpu.c test/gpu/cpu_ref.h $(C
 
 test-gpu: $(GPU_TEST)/test_kernels_gpu train_gpt train_gpt_cpu data/addition/train_000.bin
 	GPU_TEST=$(GPU_TEST) bash test/gpu/test_gpu.sh
+# The benchmark sweep on this machine's GPU (scripts/bench.sh: fsdp.c, PyTorch eager and compiled,
+# simulated links; results.md). BENCH_ARGS passes its options, e.g. BENCH_ARGS="--quick".
+bench: train_gpt data/addition/train_000.bin
+	bash scripts/bench.sh $(BENCH_ARGS)
 # The fp16 binary for the fp16 build's checks, beside train_gpt (not overwriting it).
 $(BUILD)/cuda-fp16/train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)
 	$(CC_CUDA_HOST) $^ -o $@ $(LDLIBS_CUDA)
@@ -413,4 +418,4 @@ print-run-args:
 clean:
 	rm -rf $(BUILD) train_gpt_cpu train_gpt train_gpt_sim train_gpt_sim_fp16 generate_sim predict_gpt
 
-.PHONY: predict-bins test test-suite test-bins test-gpu test-sim sim-bins sim-bins-fp16 cuda-fp16-build train_gpt_sim cuda-config cuda-skip-note run print-run-args clean
+.PHONY: predict-bins test test-suite test-bins test-gpu bench test-sim sim-bins sim-bins-fp16 cuda-fp16-build train_gpt_sim cuda-config cuda-skip-note run print-run-args clean

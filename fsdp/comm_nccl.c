@@ -99,10 +99,23 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// ncclCommAbort can block by itself (seen on an H100, NCCL over sockets, after the peer had
+// exited), so it runs on a thread of its own and the process exits after ABORT_GRACE_S whether
+// or not it returned: exiting ends the process's kernels with its CUDA context.
+#define ABORT_GRACE_S 10
+static void* abort_comms(void* arg) {
+  (void)arg;
+  for (int i = 0; i < watch.ncomms; i++) ncclCommAbort(watch.comms[i]->nc);
+  _exit(1);
+}
+
 static void abort_all_and_exit(const char* msg) {
   fprintf(stderr, "[rank %d] error: %s; aborting the NCCL communicators\n", dist_rank(), msg);
   fflush(stderr);
-  for (int i = 0; i < watch.ncomms; i++) ncclCommAbort(watch.comms[i]->nc);
+  pthread_t t;
+  if (pthread_create(&t, NULL, abort_comms, NULL) == 0) sleep(ABORT_GRACE_S);
+  fprintf(stderr, "[rank %d] ncclCommAbort did not return within %d s; exiting without it\n", dist_rank(),
+          ABORT_GRACE_S);
   _exit(1);
 }
 

@@ -588,9 +588,13 @@ extern "C" ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+// CUDASIM_ABORT_HANGS=1: ncclCommAbort never returns, as a real one can when a peer is gone
+// (the test of the watchdog's grace period).
 extern "C" ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;
   comm->aborted = 1;  // from any thread: in-flight collectives stop progressing
+  const char* hang = getenv("CUDASIM_ABORT_HANGS");
+  while (hang && !strcmp(hang, "1")) pause();
   return ncclSuccess;
 }
 extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* e) {

@@ -7,7 +7,8 @@
 #      the device happens to pick, decide what every kernel reads
 #   3. NCCL (over MPI) with 2, 3 and 4 ranks: full, grad-op and hybrid:2 track one rank with
 #      accumulation; --reduce-dtype bf16; a checkpoint saved on 2 ranks resumes on 1
-#   4. a stalled rank: --comm-timeout ends every rank, naming the rank and the collective
+#   4. a stalled rank: --comm-timeout ends every rank, naming the rank and the collective, also
+#      when ncclCommAbort itself never returns
 #   5. planted faults: a wait removed from fsdp/schedule.c, an extra collective on one rank
 #   6. the memory plan against the simulated device, and no allocation inside the step loop
 # Ends with "N passed, M failed".
@@ -228,6 +229,26 @@ if [ $named -ge 1 ] && [ $((named + peer_gone)) = 2 ] && ! echo "$rcs" | grep -q
   ok "a stalled rank: --comm-timeout 5 ends both ranks by themselves in ${elapsed}s (exit codes$rcs; $named named the collective, $peer_gone saw its peer exit first): $(grep -h -o '\[rank [01]\] error: [^;]*' "$TMP/stall0.out" "$TMP/stall1.out" | head -1)"
 else
   bad "stalled rank: exit codes$rcs after ${elapsed}s, $named of 2 ranks named the collective: $(tail -2 "$TMP/stall0.out") / $(tail -2 "$TMP/stall1.out")"
+fi
+
+# The same stall with an ncclCommAbort that never returns (CUDASIM_ABORT_HANGS, as a real one
+# did on an H100 once its peer had gone): the watchdog's 10 s grace must still end both ranks.
+start=$(date +%s)
+pids=()
+for r in 0 1; do
+  stall=$([ $r = 1 ] && echo 20 || echo "")
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=abort$$ CUDASIM_STALL_AFTER=$stall CUDASIM_ABORT_HANGS=1 timeout 120 \
+    ./train_gpt_sim $MR --steps 4 --init-dir "$TMP/ids" --comm-timeout 5 > "$TMP/abort$r.out" 2>&1 &
+  pids+=($!)
+done
+rcs=""
+for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
+elapsed=$(($(date +%s) - start))
+graced=$(grep -l "ncclCommAbort did not return within 10 s; exiting without it" "$TMP/abort0.out" "$TMP/abort1.out" | wc -l)
+if [ "$graced" -ge 1 ] && ! echo "$rcs" | grep -qw 0 && ! echo "$rcs" | grep -qw 124; then
+  ok "an ncclCommAbort that never returns: both ranks still exit by themselves in ${elapsed}s (exit codes$rcs; $graced waited out the grace)"
+else
+  bad "hanging ncclCommAbort: exit codes$rcs after ${elapsed}s, $graced ranks left after the grace: $(tail -2 "$TMP/abort0.out") / $(tail -2 "$TMP/abort1.out")"
 fi
 
 # ---- 5. planted faults ---------------------------------------------------------------------

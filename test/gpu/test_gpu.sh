@@ -110,11 +110,14 @@ if [ -n "$SAN" ]; then
   echo "== compute-sanitizer memcheck, 2 steps"
   for cfg in GPT T5V11; do
     args=$(echo "${!cfg}" | sed 's/--steps 10/--steps 2/')
-    if "$SAN" --tool memcheck --error-exitcode 99 ./train_gpt $args > "$TMP/san.out" 2>&1 &&
+    # --report-api-errors no: NCCL's start-up asks cudaFuncGetAttributes about kernels the
+    # library was not built for on this GPU and handles the "no kernel image" answer itself
+    # (seen on an H100 with Debian's libnccl); train_gpt checks every return code of its own.
+    if "$SAN" --tool memcheck --report-api-errors no --error-exitcode 99 ./train_gpt $args > "$TMP/san.out" 2>&1 &&
       grep -q "ERROR SUMMARY: 0 errors" "$TMP/san.out"; then
       ok "$cfg: compute-sanitizer memcheck finds no errors"
     else
-      grep -E "^=========" "$TMP/san.out" | head -n 30
+      grep -E "^=========" "$TMP/san.out" | grep -vE "Host Frame|Saved host backtrace|^========= *$" | head -n 30
       bad "$cfg: compute-sanitizer memcheck reports errors (or the run failed): $(tail -2 "$TMP/san.out")"
     fi
   done
@@ -167,20 +170,25 @@ for W in 2 4; do
     fi
   done
 done
-# Gradients reduced in bf16 (--reduce-dtype bf16) still track, with a bf16-sized bound: each
-# reduced gradient element is rounded once to 8 bits of mantissa (2^-9 relative).
-name=mr_w2_bf16
-if launch 2 "$TMP/$name.out" $MR --shard full --reduce-dtype bf16 --log "$TMP/$name.json" --dump-params "$TMP/$name.bin"; then
-  r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/mr_ref2.bin" "$TMP/$name.json" "$TMP/mr_ref2.json" 2e-2)
-  if [ $? = 0 ]; then ok "NCCL 2 ranks --reduce-dtype bf16 tracks 1 rank within 2e-2 ($r)"
-  else bad "NCCL 2 ranks --reduce-dtype bf16: $r"; fi
+# Gradients reduced in the build's 16-bit type (--reduce-dtype bf16, or fp16 in the fp16 build)
+# still track, with a bf16-sized bound: each reduced gradient element is rounded once to 8 bits
+# of mantissa (2^-9 relative; fp16's 2^-12 is inside it). The key bias, whose gradient is
+# rounding noise (test/compare_params.py), gets independent noise in the two runs here: bound
+# 2 x lr x steps = 1.2e-2 (seen on an H100: 1.7e-3).
+case $GPU_TEST in *-fp16) RED=fp16 ;; *) RED=bf16 ;; esac
+name=mr_w2_$RED
+if launch 2 "$TMP/$name.out" $MR --shard full --reduce-dtype $RED --log "$TMP/$name.json" --dump-params "$TMP/$name.bin"; then
+  r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/mr_ref2.bin" "$TMP/$name.json" "$TMP/mr_ref2.json" 2e-2 1.2e-2)
+  if [ $? = 0 ]; then ok "NCCL 2 ranks --reduce-dtype $RED tracks 1 rank within 2e-2 ($r)"
+  else bad "NCCL 2 ranks --reduce-dtype $RED: $r"; fi
 else
-  bad "NCCL 2 ranks --reduce-dtype bf16 failed: $(tail -3 "$TMP/$name.out")"
+  bad "NCCL 2 ranks --reduce-dtype $RED failed: $(grep -h "error" "$TMP/$name.out"* | head -2) $(tail -3 "$TMP/$name.out")"
 fi
 
 # --comm-timeout: rank 1 stops after 1 step while rank 0 goes on, so rank 0's next all-gather
 # never completes. Both must exit non-zero within the timeout plus slack, naming the
-# collective, instead of hanging (the environment path: no mpirun to kill the others).
+# collective, instead of hanging (the environment path: no mpirun to kill the others). The
+# slack covers the watchdog's 10 s grace for an ncclCommAbort that does not return.
 dir=$(mktemp -d)
 start=$(date +%s)
 for r in 0 1; do
