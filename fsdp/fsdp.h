@@ -148,7 +148,7 @@ typedef struct {
   DeviceEvent** grad_reduced;       // per unit: its gradient reduction has read the buffer
   DeviceEvent* params_updated;      // recorded after the optimizer step wrote the master shards
   DeviceEvent* root_free;           // the root buffer's readers of the last pass are done
-  double* norm_host;                // host copy of one shard's norm blocks
+  int64_t* norm_host;               // host copy of norm_words
   act_t* root_params;               // the root's own unsharded buffer (kept across fwd + bwd)
   // gradient buffers
   int ngrad_slots;
@@ -171,6 +171,7 @@ typedef struct {
   float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;
   act_t* region_slots;
   double* norm_blocks;              // workspace: per-block sums of squares of one shard
+  int64_t* norm_words;              // workspace: each unit's exact sum of squares (NORM_WORDS)
   // --offload staging: a master shard copied in for its unshard (params), a gradient shard
   // copied in to accumulate into (grads), and the optimizer step's copies of the master and
   // gradient shards when they live on the other side of the step (host step: optim). The step

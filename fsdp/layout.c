@@ -283,6 +283,8 @@ void fsdp_finalize_layout(FSDP* fs) {
     if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
   memplan_add(p, "workspace", "gradient norm blocks", (size_t)(max_shard / NORM_BLOCK) * sizeof(double),
               (void**)&fs->norm_blocks);
+  memplan_add(p, "workspace", "gradient norm words", (size_t)fs->nunits * NORM_WORDS * sizeof(int64_t),
+              (void**)&fs->norm_words);
   // Staging for what lives on the host: one shard at a time crosses PCIe. The optimizer step
   // runs where AdamW's state is (the host with optim) and copies a master or gradient shard kept
   // on the other side over and back, two units in flight (fsdp/optimizer.c); on the device its
@@ -346,7 +348,7 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
     fs->act_compute_done[s] = device_event_create();
     fs->act_copy_done[s] = device_event_create();
   }
-  fs->norm_host = xmalloc((size_t)(max_shard / NORM_BLOCK) * sizeof(double), "gradient norm blocks");
+  fs->norm_host = xmalloc((size_t)fs->nunits * NORM_WORDS * sizeof(int64_t), "gradient norm words");
   fsdp_init_shards(fs, seed);
 }
 

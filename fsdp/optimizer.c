@@ -18,26 +18,29 @@
 double fsdp_grad_norm(FSDP* fs) {
   // The gradient shards are complete once every unit's reduction has finished.
   for (int u = 0; u < fs->nunits; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[u]);
-  // One all-reduce carries the exact sum and, after it, one flag per unit: was any of this
-  // rank's blocks of that unit non-finite (the guard names the first such unit).
-  int64_t* words = xcalloc(EXACT_WORDS + (size_t)fs->nunits, sizeof(int64_t), "gradient norm");
-  int64_t* bad = words + EXACT_WORDS;
-  double* host = fs->norm_host;
+  // Each unit's exact sum stays where the gradient is until one copy brings them all to the
+  // host: no pass over the blocks on the host, one synchronization per step.
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
-    size_t nb = U->shard / NORM_BLOCK;
     const float* g = U->grad;
     if (fs->opt.offload & OFFLOAD_GRADS) {  // a host shard: summed on the device, one at a time
       device_copy_to_device(fs->offload_grad_acc, U->grad, (size_t)U->shard * sizeof(float));
       g = fs->offload_grad_acc;
     }
     block_sumsq(fs->kctx, fs->norm_blocks, g, U->shard);
-    device_copy_to_host(host, fs->norm_blocks, nb * sizeof(double));
-    for (size_t b = 0; b < nb; b++) {
-      if (!isfinite(host[b])) bad[u] = 1;
-      exact_add(words, host[b]);
-    }
+    exact_sum(fs->kctx, fs->norm_words + (size_t)u * NORM_WORDS, fs->norm_blocks, (size_t)U->shard / NORM_BLOCK);
+  }
+  device_copy_to_host(fs->norm_host, fs->norm_words, (size_t)fs->nunits * NORM_WORDS * sizeof(int64_t));
+  // One all-reduce carries the exact sum and, after it, one flag per unit: was any of this
+  // rank's blocks of that unit non-finite (the guard names the first such unit).
+  int64_t* words = xcalloc(EXACT_WORDS + (size_t)fs->nunits, sizeof(int64_t), "gradient norm");
+  int64_t* bad = words + EXACT_WORDS;
+  for (int u = 0; u < fs->nunits; u++) {
+    int64_t* w = fs->norm_host + (size_t)u * NORM_WORDS;
+    exact_normalize(w);
+    for (int k = 0; k < EXACT_WORDS; k++) words[k] += w[k];
     exact_normalize(words);
+    bad[u] = w[EXACT_WORDS] != 0;
   }
   comm_all_reduce(fs->shard_group, words, EXACT_WORDS + (size_t)fs->nunits, DT_I64);
   exact_normalize(words);

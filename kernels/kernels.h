@@ -202,6 +202,13 @@ void narrow_f32_to_act(KernelCtx* ctx, float* buf, size_t n);
 // on any rank and any world size.
 #define NORM_BLOCK 128
 void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n);
+// words = the exact sum (kernels/exact_sum.h) of x[0 .. n) (block_sumsq's output), and
+// words[EXACT_WORDS] = how many x were not finite: NORM_WORDS int64, where the backend keeps
+// its data (device memory on CUDA). The limbs are left unnormalized (exact_normalize gives the
+// canonical value); integer addition is associative, so the result does not depend on how the
+// backend splits x, and summing it on the device spares the host a pass over every block.
+#define NORM_WORDS 10  // EXACT_WORDS + the non-finite count
+void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n);
 // AdamW on one contiguous range of a shard (one weight-decay segment):
 //   m = b1 m + (1-b1) g*gscale; v = b2 v + (1-b2) (g*gscale)^2
 //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
 #include "test/test.h"
 
@@ -762,6 +763,30 @@ static void test_block_sumsq(void) {
   free(g);
 }
 
+// exact_sum against exact_add one value at a time: the same limbs (after normalizing), the
+// overflow count and the non-finite count, with NaN, inf, a value past 2^96 and zeros mixed in.
+static void test_exact_sum(void) {
+  const size_t n = 1001;
+  double* x = malloc(n * sizeof(double));
+  for (size_t i = 0; i < n; i++) x[i] = ldexp(0.5 + (rand() % 1000) / 2000.0, rand() % 140 - 100);
+  x[3] = 0.0, x[10] = NAN, x[500] = INFINITY, x[777] = 0x1p97;
+  int64_t ref[NORM_WORDS] = {0}, w[NORM_WORDS];
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) ref[EXACT_WORDS]++;
+    exact_add(ref, x[i]);
+  }
+  exact_sum(NULL, w, x, n);
+  exact_normalize(ref), exact_normalize(w);
+  EXPECT("exact_sum == exact_add one by one (limbs, overflow and non-finite counts)",
+         !memcmp(w, ref, sizeof ref) && w[EXACT_LIMBS] == 3 && w[EXACT_WORDS] == 2, "mismatch (overflow %lld, non-finite %lld)",
+         (long long)w[EXACT_LIMBS], (long long)w[EXACT_WORDS]);
+  exact_sum(NULL, w, x, 0);
+  int zero = 1;
+  for (int k = 0; k < NORM_WORDS; k++) zero &= w[k] == 0;
+  EXPECT("exact_sum of nothing writes zeros", zero, "nonzero words");
+  free(x);
+}
+
 // ---- determinism across thread counts ------------------------------------------------
 
 // Every kernel whose work is split among threads, run at 1, 2 and 3 OpenMP threads: the
@@ -872,6 +897,7 @@ int main(void) {
   test_adamw(0.0f);
   test_adamw(0.1f);
   test_block_sumsq();
+  test_exact_sum();
   test_determinism();
   return test_summary();
 }

@@ -65,7 +65,8 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wr
     # master, gradient, adamw m, v: on the host when offloaded
     for what, n in (("params", sb), ("grads", sb), ("optim", sb), ("optim", sb)):
         (hst if what in offload else dev).append(n)
-    dev += [pr * f, nslots * pb * f, pr * f, ngrad * pb * f, one // 4 // 128 * 8]
+    # slots, grad buffers, gradient norm blocks and words (10 int64 per unit)
+    dev += [pr * f, nslots * pb * f, pr * f, ngrad * pb * f, one // 4 // 128 * 8, (units + 1) * 10 * 8]
     # staging: a master / gradient shard crossing PCIe (device); the optimizer step's two pairs
     # of copies of the shards kept across PCIe from it (host step: optim; device step: params or
     # grads on the host, its first pair the device staging above)

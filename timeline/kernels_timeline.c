@@ -356,6 +356,13 @@ void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
   timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * n + 8.0 * (n / NORM_BLOCK));
 }
+// Two launches: the partials read the block sums, one block adds the partials (64 of them:
+// EXACT_GRID of kernels/cuda/adamw.cu).
+void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n) {
+  timeline_call(__func__);
+  streaming(ctx, __func__, 8.0 * n);
+  streaming(ctx, __func__, 8.0 * 64 * NORM_WORDS);
+}
 // --offload optim: the same 28 bytes per element through host memory, on the host's clock.
 void adamw_update_host(KernelCtx* ctx, float* p, const float* g, float* m, float* v, size_t n, AdamWArgs a) {
   timeline_call(__func__);

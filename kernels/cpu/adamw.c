@@ -1,8 +1,10 @@
-// adamw.c: AdamW update of one shard range and the blockwise gradient sum of squares, fp32 CPU.
+// adamw.c: AdamW update of one shard range and the blockwise gradient sum of squares with its
+// exact total, fp32 CPU.
 #include <math.h>
 
 #include "kernels/adamw_host.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
 
 // Each block is summed by one thread, in double, in index order: a block's value depends
@@ -15,6 +17,14 @@ void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
     double s = 0.0;
     for (int i = 0; i < NORM_BLOCK; i++) s += (double)x[i] * x[i];
     block_sums[b] = s;
+  }
+}
+
+void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n) {
+  for (int k = 0; k < NORM_WORDS; k++) words[k] = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) words[EXACT_WORDS]++;
+    exact_add(words, x[i]);
   }
 }
 

@@ -1,8 +1,10 @@
 // adamw.cu: AdamW on one contiguous shard range (fp32 master weights, m and v, optional bf16
-// compute copy) and the blockwise sum of squares for the global gradient norm.
+// compute copy) and the blockwise sum of squares for the global gradient norm, with its exact
+// total.
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/exact_sum.h"
 
 #define ADAM_THREADS 256
 
@@ -67,5 +69,49 @@ extern "C" void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, 
   size_t blocks = (nb + SUMSQ_WARPS - 1) / SUMSQ_WARPS;
   if (blocks > 0x7fffffffu) cuda_fail("block_sumsq", "too many blocks", __FILE__, __LINE__);
   block_sumsq_kernel<<<(unsigned int)blocks, 32 * SUMSQ_WARPS, 0, ctx->stream>>>(block_sums, g, nb);
+  CUDA_LAUNCH_CHECK();
+}
+
+// The exact sum in two passes, without atomics: EXACT_GRID blocks each add a strided share of x
+// into per-thread limbs, sum those over the block word by word in shared memory and write one
+// partial (NORM_WORDS int64) to the kernel scratch; one block of NORM_WORDS threads then adds
+// the partials. Integer sums, so any split gives the same words.
+#define EXACT_GRID 64
+#define EXACT_THREADS 256
+__global__ void exact_partials_kernel(int64_t* partials, const double* x, size_t n) {
+  __shared__ int64_t part[EXACT_THREADS];
+  int64_t w[NORM_WORDS] = {0};
+  for (size_t i = blockIdx.x * (size_t)EXACT_THREADS + threadIdx.x; i < n; i += (size_t)EXACT_GRID * EXACT_THREADS) {
+    double v = x[i];
+    if (!isfinite(v)) w[EXACT_WORDS]++;
+    exact_add(w, v);
+  }
+  for (int k = 0; k < NORM_WORDS; k++) {
+    part[threadIdx.x] = w[k];
+    __syncthreads();
+    for (int s = EXACT_THREADS / 2; s > 0; s >>= 1) {
+      if ((int)threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) partials[blockIdx.x * NORM_WORDS + k] = part[0];
+    __syncthreads();
+  }
+}
+
+__global__ void exact_finish_kernel(int64_t* words, const int64_t* partials) {
+  int k = threadIdx.x;
+  int64_t s = 0;
+  for (int b = 0; b < EXACT_GRID; b++) s += partials[b * NORM_WORDS + k];
+  words[k] = s;
+}
+
+extern "C" void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n) {
+  static_assert(NORM_WORDS == EXACT_WORDS + 1, "NORM_WORDS: the limbs, the overflow count, the non-finite count");
+  size_t need = (size_t)EXACT_GRID * NORM_WORDS * sizeof(int64_t);
+  if (ctx->scratch_bytes < need) cuda_fail("exact_sum", "kernel scratch too small", __FILE__, __LINE__);
+  int64_t* partials = (int64_t*)ctx->scratch;
+  exact_partials_kernel<<<EXACT_GRID, EXACT_THREADS, 0, ctx->stream>>>(partials, x, n);
+  CUDA_LAUNCH_CHECK();
+  exact_finish_kernel<<<1, NORM_WORDS, 0, ctx->stream>>>(words, partials);
   CUDA_LAUNCH_CHECK();
 }

@@ -85,6 +85,7 @@ void CPU(cast_f32_to_act)(KernelCtx* ctx, float* out, const float* in, size_t n)
 void CPU(cast_act_to_f32)(KernelCtx* ctx, float* out, const float* in, size_t n);
 
 void CPU(block_sumsq)(KernelCtx* ctx, double* block_sums, const float* g, size_t n);
+void CPU(exact_sum)(KernelCtx* ctx, int64_t* words, const double* x, size_t n);
 void CPU(adamw_update)(KernelCtx* ctx, float* p, float* p_act, const float* g, float* m, float* v,
                        size_t n, AdamWArgs a);
 #endif

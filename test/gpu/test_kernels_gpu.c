@@ -230,14 +230,15 @@ static void fail(const char* name, const char* detail) {
   printf("FAIL %s: %s\n", name, detail);
 }
 
-// |gpu - ref| <= rtol |ref| + arel rms(ref) for every element; NaN never passes. An infinite
-// reference (a loss of +inf) must be matched exactly and is left out of the rms.
-static void check_close(const char* name, const float* gpu, const float* ref, size_t n, double rtol, double arel) {
+// |gpu - ref| <= rtol |ref| + arel rms(ref) + floor for every element; NaN never passes. An
+// infinite reference (a loss of +inf) must be matched exactly and is left out of the rms.
+static void check_close_floor(const char* name, const float* gpu, const float* ref, size_t n, double rtol,
+                              double arel, double floor) {
   double ss = 0.0;
   size_t nfinite = 0;
   for (size_t i = 0; i < n; i++)
     if (isfinite(ref[i])) ss += (double)ref[i] * ref[i], nfinite++;
-  double rms = nfinite ? sqrt(ss / nfinite) : 0.0, atol = arel * rms;
+  double rms = nfinite ? sqrt(ss / nfinite) : 0.0, atol = arel * rms + floor;
   size_t bad = 0, first = 0, worst_i = 0;
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
@@ -259,6 +260,9 @@ static void check_close(const char* name, const float* gpu, const float* ref, si
              gpu[worst_i], ref[worst_i]);
     fail(name, d);
   }
+}
+static void check_close(const char* name, const float* gpu, const float* ref, size_t n, double rtol, double arel) {
+  check_close_floor(name, gpu, ref, n, rtol, arel, 0.0);
 }
 
 // |gpu - ref| <= bound[i] for every element, with a bound per element; NaN never passes.
@@ -353,6 +357,11 @@ static void check_true(const char* name, int ok, const char* detail) {
 #endif
 #define A_PROD 0.0009765625   // 2^-10
 #define A_ELEM 0.000244140625 // 2^-12
+// An output of the activation type: one rounding to it (R_ACT relative) and, below its normal
+// range, half the smallest subnormal (ACT_ETA2: fp16 dlogits of a 50257-word softmax live there).
+static void check_close_act(const char* name, const float* gpu, const float* ref, size_t n, double arel) {
+  check_close_floor(name, gpu, ref, n, R_ACT, arel, ACT_ETA2);
+}
 // attention (see the top): |gpu - ref| <= u |ref| + (u + ATTN_R) R + ATTN_F F, dpos_bias
 // ATTN_D0 |d0| + ATTN_R R + ATTN_F F
 #define ATTN_R 0.0009765625          // 2^-10
@@ -493,7 +502,7 @@ static void test_unary(const char* name, ActFwd fwd, ActBwd bwd, CpuFwd cfwd, Cp
     r[rep] = get_act(dres, n);
   }
   snprintf(label, sizeof label, "%s_forward n=%zu", name, n);
-  check_close(label, r[0].f, ref, n, R_ACT, A_ELEM);
+  check_close_act(label, r[0].f, ref, n, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[1]);
   act_t* dinpl = up_act(x, n);
@@ -510,7 +519,7 @@ static void test_unary(const char* name, ActFwd fwd, ActBwd bwd, CpuFwd cfwd, Cp
     r[rep] = get_act(dres, n);
   }
   snprintf(label, sizeof label, "%s_backward n=%zu", name, n);
-  check_close(label, r[0].f, ref, n, R_ACT, A_ELEM);
+  check_close_act(label, r[0].f, ref, n, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[1]);
   bwd(K, d_dout, dx_in, d_dout, n);
@@ -540,7 +549,7 @@ static void test_geglu(int N, int F) {
     r[rep] = get_act(dout_buf, no);
   }
   snprintf(label, sizeof label, "geglu_forward N=%d F=%d", N, F);
-  check_close(label, r[0].f, ref, no, R_ACT, A_ELEM);
+  check_close_act(label, r[0].f, ref, no, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
   cpu_geglu_backward(NULL, ref, x, dout, N, F);
@@ -550,7 +559,7 @@ static void test_geglu(int N, int F) {
     r[rep] = get_act(ddx, nx);
   }
   snprintf(label, sizeof label, "geglu_backward N=%d F=%d", N, F);
-  check_close(label, r[0].f, ref, nx, R_ACT, A_ELEM);
+  check_close_act(label, r[0].f, ref, nx, A_ELEM);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
   dfree(dxin), dfree(ddout), dfree(dout_buf), dfree(ddx);
@@ -584,7 +593,7 @@ static void test_layernorm(int N, int C, int rms) {
     o[rep] = get_act(dout, n), m[rep] = get_f32(dmean, N), s[rep] = get_f32(drstd, N);
   }
   snprintf(label, sizeof label, "%s_forward out N=%d C=%d", nm, N, C);
-  check_close(label, o[0].f, ref, n, R_ACT, A_PROD);
+  check_close_act(label, o[0].f, ref, n, A_PROD);
   check_same(label, &o[0], &o[1]);
   if (!rms) {
     snprintf(label, sizeof label, "%s_forward mean N=%d C=%d", nm, N, C);
@@ -613,7 +622,7 @@ static void test_layernorm(int N, int C, int rms) {
   if (rms) cpu_rmsnorm_forward(NULL, ref, rrstd, rr[0].f, w, N, C, eps);
   else cpu_layernorm_forward(NULL, ref, rmean, rrstd, rr[0].f, w, bias, N, C, eps);
   snprintf(label, sizeof label, "residual_%s_forward out N=%d C=%d", nm, N, C);
-  check_close(label, o[0].f, ref, n, R_ACT, A_PROD);
+  check_close_act(label, o[0].f, ref, n, A_PROD);
   check_same(label, &o[0], &o[1]);
   snprintf(label, sizeof label, "residual_%s_forward rstd N=%d C=%d", nm, N, C);
   check_close(label, s[0].f, rrstd, N, 1e-4, 0);
@@ -648,7 +657,7 @@ static void test_layernorm(int N, int C, int rms) {
     gx[rep] = get_act(ddx, n), gw[rep] = get_f32(ddw, C), gb[rep] = get_f32(ddb, C);
   }
   snprintf(label, sizeof label, "%s_backward dx (accumulated) N=%d C=%d", nm, N, C);
-  check_close(label, gx[0].f, rdx, n, R_ACT, A_PROD);
+  check_close_act(label, gx[0].f, rdx, n, A_PROD);
   check_same(label, &gx[0], &gx[1]);
   snprintf(label, sizeof label, "%s_backward dweight (accumulated) N=%d C=%d", nm, N, C);
   check_close(label, gw[0].f, rdw, C, 1e-4, 1e-4);
@@ -702,7 +711,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int weight_offset) 
     r[rep] = get_act(dout, no);
   }
   snprintf(label, sizeof label, "matmul_forward %s", tag);
-  check_close(label, r[0].f, ref, no, R_ACT, A_PROD);
+  check_close_act(label, r[0].f, ref, no, A_PROD);
   check_same(label, &r[0], &r[1]);
   free_result(&r[0]), free_result(&r[1]);
 
@@ -723,7 +732,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int weight_offset) 
     gi[rep] = get_act(ddinp, ni), gw[rep] = get_f32(ddw, nw), gb[rep] = get_f32(ddb, OC);
   }
   snprintf(label, sizeof label, "matmul_backward dinp %s", tag);
-  check_close(label, gi[0].f, rdinp, ni, R_ACT, A_PROD);
+  check_close_act(label, gi[0].f, rdinp, ni, A_PROD);
   check_same(label, &gi[0], &gi[1]);
   snprintf(label, sizeof label, "matmul_backward dweight (accumulated) %s", tag);
   check_close(label, gw[0].f, rdw, nw, 1e-3, 1e-3);
@@ -773,10 +782,10 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
     o[rep] = get_act(dout, no), p[rep] = get_act(dpre, no);
   }
   snprintf(label, sizeof label, "matmul_forward_gelu pre N=%d C=%d OC=%d%s", N, C, OC, with_bias ? " bias" : "");
-  check_close(label, p[0].f, rpre, no, R_ACT, A_PROD);
+  check_close_act(label, p[0].f, rpre, no, A_PROD);
   check_same(label, &p[0], &p[1]);
   snprintf(label, sizeof label, "matmul_forward_gelu out N=%d C=%d OC=%d%s", N, C, OC, with_bias ? " bias" : "");
-  check_close(label, o[0].f, rout, no, R_ACT, A_PROD);
+  check_close_act(label, o[0].f, rout, no, A_PROD);
   check_same(label, &o[0], &o[1]);
   for (int i = 0; i < 2; i++) free_result(&o[i]), free_result(&p[i]);
   dfree(di), dfree(dw), dfree(db), dfree(dout), dfree(dpre);
@@ -865,7 +874,7 @@ static void test_classifier(int N, int V, int Vp) {
   // Padding columns and ignored rows must be exactly 0: their reference is 0 and the bound
   // there is only the tiny atol.
   snprintf(label, sizeof label, "classifier_forward_backward dlogits (in place, padding 0) %s", tag);
-  check_close(label, g[0].f, rl, nl, R_ACT, 1.0 / 16384);
+  check_close_act(label, g[0].f, rl, nl, 1.0 / 16384);
   check_same(label, &g[0], &g[1]);
   for (int i = 0; i < 2; i++) free_result(&g[i]), free_result(&l[i]);
 
@@ -971,7 +980,7 @@ static void test_classifier_inf(int V, int Vp) {
   check_close(label, l[0].f, rloss, N, 1e-5, 1e-5);
   check_same(label, &l[0], &l[1]);
   snprintf(label, sizeof label, "classifier_forward_backward dlogits with infinite logits %s", tag);
-  check_close(label, g[0].f, rl, nl, R_ACT, 1.0 / 16384);
+  check_close_act(label, g[0].f, rl, nl, 1.0 / 16384);
   check_same(label, &g[0], &g[1]);
   for (int i = 0; i < 2; i++) free_result(&g[i]), free_result(&l[i]);
 
@@ -1111,6 +1120,36 @@ static void test_block_sumsq(size_t nblocks) {
   check_true(label, !memcmp(out[0], out[1], nblocks * 8), "runs differ");
   dfree(dg), dfree(ds);
   free(g), free(ref), free(out[0]), free(out[1]);
+}
+
+// exact_sum on the device against the CPU reference: the words must be identical (integer sums
+// of the same per-value limbs, however the values are split among threads), on block sums with
+// exponents over 140 binades, a zero, NaN, inf and one value past the range (2^97).
+static void test_exact_sum(size_t n) {
+  char label[160];
+  double* x = malloc((n ? n : 1) * sizeof(double));
+  for (size_t i = 0; i < n; i++) x[i] = ldexp(0.5 + urand() * 0.5, (int)(urand() * 140) - 100);
+  if (n > 3) x[n / 2] = 0.0, x[n / 3] = NAN, x[n - 1] = INFINITY, x[1] = 0x1p97;
+  double* dx = dmalloc((n ? n : 1) * 8);
+  CUDA_T(cudaMemcpy(dx, x, n * 8, cudaMemcpyHostToDevice));
+  int64_t ref[NORM_WORDS], out[2][NORM_WORDS];
+  cpu_exact_sum(NULL, ref, x, n);
+  int64_t* dw = dmalloc(sizeof ref);
+  for (int rep = 0; rep < 2; rep++) {
+    poison(dw, sizeof ref);
+    exact_sum(K, dw, dx, n);
+    gpu_done();
+    CUDA_T(cudaMemcpy(out[rep], dw, sizeof ref, cudaMemcpyDeviceToHost));
+  }
+  char d[200];
+  snprintf(d, sizeof d, "words differ: gpu non-finite %lld overflow %lld, cpu %lld %lld", (long long)out[0][NORM_WORDS - 1],
+           (long long)out[0][NORM_WORDS - 2], (long long)ref[NORM_WORDS - 1], (long long)ref[NORM_WORDS - 2]);
+  snprintf(label, sizeof label, "exact_sum %zu values: the CPU's words exactly", n);
+  check_true(label, !memcmp(out[0], ref, sizeof ref), d);
+  snprintf(label, sizeof label, "exact_sum %zu values: deterministic (two runs bit-identical)", n);
+  check_true(label, !memcmp(out[0], out[1], sizeof ref), "runs differ");
+  dfree(dx), dfree(dw);
+  free(x);
 }
 
 // ---- attention ------------------------------------------------------------------------
@@ -1401,6 +1440,8 @@ int main(int argc, char** argv) {
     test_adamw(4097, 0);
     test_block_sumsq(10007);
     test_block_sumsq(1);
+    test_exact_sum(1000003);
+    test_exact_sum(1);
 
     test_attention("GPT-2 124M", 4, 1024, 1024, 12, 64, 1, 0, 1, 0.125f);
     test_attention("odd sizes", 3, 37, 37, 3, 24, 1, 0, 1, 1.0f / sqrtf(24.0f));
@@ -1463,6 +1504,8 @@ int main(int argc, char** argv) {
     test_adamw(4097, 0);
     test_block_sumsq(523);
     test_block_sumsq(1);
+    test_exact_sum(64 * 256 + 13);  // past one stride of the partials' grid
+    test_exact_sum(0);
 
     // Every branch of the fused kernels: Tk not a multiple of 64 and more than one 64-key tile
     // (70: two, 130: three, so a K/V buffer is reused), causal and not, with a bias, Tq != Tk,
