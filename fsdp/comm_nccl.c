@@ -12,7 +12,8 @@
 // Failure handling: every NCCL call is checked; a watchdog thread polls each communicator's
 // asynchronous error and the age of the oldest collective still running. A collective that
 // has not finished after --comm-timeout seconds aborts every communicator and exits with a
-// message that names the rank and the collective, instead of hanging.
+// message that names the rank and the collective, instead of hanging (within a grace period
+// when the abort itself blocks).
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <pthread.h>
