@@ -23,6 +23,9 @@
 #           Every fsdp.c run without a simulated link is also predicted by the timeline backend
 #           (--predict GPU --world 1 with the same options; timeline/README.md) for the catalogue
 #           GPU this one is, and the report puts the predicted step beside the measured one.
+#   profile where one step's time goes: ncu (Nsight Compute) times every kernel of a 2-step run
+#           of the first model (profile/<run>.csv); the report sums them per kernel. Skipped
+#           without ncu, and in --cpu mode (only with --parts profile there)
 # --quick trims it: 4 models, gpt2-124m for the link sweep (5, 25, 200 GB/s; the strategies,
 #   prefetch none and K at 25), fewer steps.
 # --cpu runs the same pipeline with ./train_gpt_cpu on tiny custom models (gpt:..., t5:...,
@@ -32,7 +35,7 @@
 # --out DIR     results directory (default bench_results/<date>). Rerunning into the same DIR
 #               reuses the runs whose JSON is already there, so a sweep cut short (or run part
 #               by part) can be completed; the report covers everything in DIR.
-# --parts LIST  comma-separated subset of peak,models,torch,sim (default all). The full GPU
+# --parts LIST  comma-separated subset of peak,models,torch,sim,profile (default all). The full GPU
 #               sweep takes longer than 10 minutes: e.g. run `--parts peak,models`, then
 #               `--parts torch`, then `--parts sim` into the same --out DIR.
 # --models "A B"  only these models of the mode's model list
@@ -61,7 +64,7 @@ usage() {
   sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
-MODE=gpu QUICK=0 OUT="" PARTS="peak,models,torch,sim" ONLY_MODELS="" DRY=0 STEPS="" WARMUP=""
+MODE=gpu QUICK=0 OUT="" PARTS="" ONLY_MODELS="" DRY=0 STEPS="" WARMUP=""
 ARGV_LINE="scripts/bench.sh"
 for a in "$@"; do ARGV_LINE+=" $(printf '%q' "$a")"; done
 need_value() { if [ $# -lt 2 ] || [ -z "$2" ]; then echo "error: $1 needs a value" >&2; exit 2; fi; }
@@ -80,8 +83,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ -n "$PARTS" ] || PARTS=peak,models,torch,sim$([ $MODE = gpu ] && echo ,profile)
 for p in ${PARTS//,/ }; do
-  case $p in peak | models | torch | sim) ;; *) echo "error: --parts: unknown part '$p' (peak, models, torch, sim)" >&2; exit 2 ;; esac
+  case $p in peak | models | torch | sim | profile) ;; *) echo "error: --parts: unknown part '$p' (peak, models, torch, sim, profile)" >&2; exit 2 ;; esac
 done
 for v in "$STEPS" "$WARMUP"; do
   if [ -n "$v" ] && ! [[ $v =~ ^[0-9]+$ ]]; then echo "error: --steps/--warmup expect a number, got '$v'" >&2; exit 2; fi
@@ -134,7 +138,7 @@ DATA=${BENCH_DATA:-data/addition/train_000.bin}
 
 # ---- the results directory -------------------------------------------------------------
 [ -n "$OUT" ] || OUT=bench_results/$(date +%Y%m%d-%H%M%S)
-mkdir -p "$OUT"/runs "$OUT"/logs "$OUT"/out "$OUT"/predict || { echo "error: cannot create $OUT" >&2; exit 2; }
+mkdir -p "$OUT"/runs "$OUT"/logs "$OUT"/out "$OUT"/predict "$OUT"/profile || { echo "error: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
 MANIFEST=$OUT/manifest.tsv CMDS=$OUT/commands.txt PLANS=$OUT/plans.txt
 [ -s "$MANIFEST" ] || printf 'run\tgroup\tbackend\tmodel\tbatch\tshape\tshard\tprefetch\tK\tsim_world\tsim_link\tjson\tlog\tstatus\tnote\n' > "$MANIFEST"
@@ -453,6 +457,46 @@ if has_part sim; then
       for k in 1 4; do
         run_ours "sim-$s-B$b-full-both-K$k-link$DEFAULT_LINK" limit "$model" "$b" "$shape" full both "$k" "$DEFAULT_LINK" "$FIT_NOTE"
       done
+    fi
+  fi
+fi
+
+# ---- profile: where one step's time goes ------------------------------------------------
+# ncu's gpu__time_duration of every kernel of a short run, caches and clocks as they are (its
+# defaults flush the caches and lock the clocks before each kernel). The report divides by
+# PROFILE_STEPS, so the first step's one-time work counts once in two.
+PROFILE_STEPS=2
+if has_part profile && [ ${#MODEL_LIST[@]} -gt 0 ]; then
+  IFS='|' read -r model b shape <<< "${MODEL_LIST[0]}"
+  name=profile-$(slug "$model")-B$b
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  # shellcheck disable=SC2206  # $shape: several words on purpose
+  cmd=("${NCU:-ncu}" --metrics gpu__time_duration.sum --csv --cache-control none --clock-control none
+       "$BIN" --model "$model" --data "$DATA" --batch "$b" $shape --steps $PROFILE_STEPS)
+  row=("$name" profile fsdp.c "$model" "$b" "$shape" full both 2 - - "profile/$name.csv" -)
+  RUNS=$((RUNS + 1))
+  if [ $DRY = 1 ]; then
+    log_cmd "${cmd[@]}"
+    manifest "${row[@]}" planned "$PROFILE_STEPS steps"
+  elif [ $MODE = cpu ]; then
+    record_skip "$name" profile fsdp.c "$model" "$b" "$shape" "ncu profiles CUDA kernels: a GPU part"
+  elif [ -z "$NCU" ]; then
+    record_skip "$name" profile fsdp.c "$model" "$b" "$shape" "no ncu (Nsight Compute) on PATH or under /usr/local/cuda/bin"
+  elif grep -qs '"Kernel Name"' "$OUT/profile/$name.csv"; then
+    say "$name: reused"
+    manifest "${row[@]}" reused "$PROFILE_STEPS steps"
+  else
+    log_cmd "${cmd[@]}"
+    timeout "$RUN_TIMEOUT" "${cmd[@]}" > "$OUT/profile/$name.csv" 2> "$OUT/out/$name.txt"
+    rc=$?
+    if [ $rc = 0 ] && grep -qs '"Kernel Name"' "$OUT/profile/$name.csv"; then
+      say "$name: $(grep -c '"gpu__time_duration.sum"' "$OUT/profile/$name.csv") kernels timed"
+      manifest "${row[@]}" ok "$PROFILE_STEPS steps"
+    else
+      say "$name: FAILED (exit $rc; see out/$name.txt)"
+      rm -f "$OUT/profile/$name.csv"
+      manifest "${row[@]}" failed "exit $rc: $(grep -m1 -iE 'error' "$OUT/out/$name.txt" | cut -c1-200)"
+      FAILED=$((FAILED + 1))
     fi
   fi
 fi

@@ -512,6 +512,76 @@ def make_plots(d, runs, peak_tflops):
 
 # ---- the report ------------------------------------------------------------------------------
 
+# ---- where a step goes: ncu kernel times (bench.sh's profile part) -----------------------
+
+NCU_UNIT_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
+
+
+def kernel_group(name):
+    """A kernel's line in the table: cuBLAS(Lt)'s own kernels (nvjet, cutlass, gemm) as one, the
+    others by their function name without arguments or namespace."""
+    n = name[5:] if name.startswith("void ") else name
+    for prefix in ("(anonymous namespace)::", "<unnamed>::"):
+        n = n.replace(prefix, "")
+    n = n.split("(")[0].strip()
+    low = n.lower()
+    if low.startswith("nvjet") or "gemm" in low or "cutlass" in low:
+        return "matmuls (cuBLAS)"
+    return n
+
+
+def read_profile(path):
+    """{kernel line: [launches, ms]} from ncu --csv --metrics gpu__time_duration.sum (the traced
+    program's own output, mixed in, is skipped: ncu's CSV lines start with a quote)."""
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    groups = {}
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        scale = NCU_UNIT_MS.get(r.get("Metric Unit", ""))
+        if scale is None:
+            raise ValueError("unknown ncu unit '%s' in %s" % (r.get("Metric Unit"), path))
+        g = groups.setdefault(kernel_group(r.get("Kernel Name", "?")), [0, 0.0])
+        g[0] += 1
+        g[1] += float(r["Metric Value"].replace(",", "")) * scale
+    return groups
+
+
+def profile_section(d, manifest, top=15):
+    out = []
+    for m in manifest:
+        if m.get("group") != "profile" or m.get("status") not in ("ok", "reused"):
+            continue
+        path = os.path.join(d, m.get("json", ""))
+        counted = re.match(r"(\d+) steps", m.get("note", ""))
+        steps = int(counted.group(1)) if counted else 1
+        try:
+            groups = read_profile(path)
+        except (OSError, ValueError) as e:
+            out += ["- %s: unreadable profile: %s" % (m.get("run"), e), ""]
+            continue
+        total = sum(g[1] for g in groups.values())
+        launches = sum(g[0] for g in groups.values())
+        if not total:
+            continue
+        out.append("%s, batch %s (`%s`): %.2f ms of kernels per step in %d launches (ncu, %d steps, caches and "
+                   "clocks as they are). The step's own time is in the Results table; the difference is time no "
+                   "kernel ran (host work, synchronizations, launch gaps)." % (m.get("model"), m.get("batch"), m.get("run"),
+                                                                             total / steps, launches // steps, steps))
+        out += ["", "| kernel | launches per step | ms per step | us per launch | share |", "|---|---|---|---|---|"]
+        ranked = sorted(groups.items(), key=lambda kv: -kv[1][1])
+        for name, (n, ms) in ranked[:top]:
+            out.append("| %s | %g | %.3f | %.1f | %.1f%% |" % (name, n / steps, ms / steps, 1e3 * ms / n, 100 * ms / total))
+        rest = ranked[top:]
+        if rest:
+            n, ms = sum(g[0] for _, g in rest), sum(g[1] for _, g in rest)
+            out.append("| %d other kernels | %g | %.3f | %.1f | %.1f%% |" % (len(rest), n / steps, ms / steps, 1e3 * ms / n,
+                                                                          100 * ms / total))
+        out.append("")
+    return out
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print("usage: bench_report.py DIR   (writes DIR/results.md, DIR/results.json and plots)")
@@ -578,6 +648,10 @@ def main(argv):
         for rel, err in bad:
             out.append("- %s: **unreadable JSON** %s" % (rel, err))
         out.append("")
+
+    prof = profile_section(d, manifest)
+    if prof:
+        out += ["## Where a step goes", ""] + prof
 
     # notes on runs that did run (a batch lowered to fit, PyTorch without FSDP2, ...)
     run_names = {r["run"] for r in runs}

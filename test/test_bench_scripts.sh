@@ -12,7 +12,8 @@
 #   - bench.sh --dry-run of the GPU sweep (no GPU needed): the commands it would run
 #   - rerunning into the same directory reuses the runs
 #   - bench_report.py on hand-made GPU results (datasheet MFU, measured peak, eager and
-#     torch.compile ratios), the paths this machine cannot produce
+#     torch.compile ratios, an ncu kernel profile), the paths this machine cannot produce; the
+#     profile part skipped on the CPU
 #   - bench_cpu.sh on a tiny model: interleaved fsdp.c and PyTorch runs, the table's rows and
 #     their step counts, refused options
 # Prints ok/FAIL per check and "N passed, M failed"; exits 1 on failure.
@@ -66,6 +67,8 @@ for what in "--shard grad-op" "--shard none" "--prefetch none" "--limit-all-gath
   check "GPU sweep has $what under the simulated link" grep -q -- "$what .*--sim-link" "$D/commands.txt"
 done
 check "GPU sweep's link sweep uses gpt2-350m" grep -q -- "--model gpt2-350m .*--sim-link 5 " "$D/commands.txt"
+n_prof=$(grep -c -- "ncu --metrics gpu__time_duration.sum --csv --cache-control none --clock-control none ./train_gpt --model gpt2-124m .*--steps 2$" "$D/commands.txt")
+[ "$n_prof" = 1 ] && ok "GPU sweep: one ncu profile of gpt2-124m, 2 steps" || bad "GPU sweep: one ncu profile" "$n_prof"
 
 # ---- the CPU sweep ---------------------------------------------------------------------
 O=$TMP/sweep
@@ -290,6 +293,36 @@ check "GPU report: T5 shape and params" grep -q "| t5-base | 223M | fsdp.c (cuda
 check "GPU report: the simulated link from the manifest" grep -q "| 8 x 5 GB/s | 8x1024 |" "$GM"
 check "GPU report: the memory skip" grep -q "model-gpt2-1.5b-B8 (gpt2-1.5b, fsdp.c): \*\*skipped\*\* memory: plan 90.00 GiB" "$GM"
 check "GPU report: memory in GiB" grep -q "| 20.00 |" "$GM"
+
+# The profile part: skipped on the CPU, and a hand-made ncu CSV (the traced program's output
+# mixed in, two units, a cuBLAS kernel, an anonymous-namespace template kernel) summed per step.
+P=$TMP/prof
+scripts/bench.sh --cpu --quick --parts profile --out "$P" > "$TMP/prof.txt" 2>&1
+check "bench.sh --cpu --parts profile exits 0" test $? = 0
+check "profile on the CPU: skipped, saying it is a GPU part" \
+  grep -q "profile-gpt_L_2_C_64_H_4_V_256_T_64-B4 (gpt:L=2,C=64,H=4,V=256,T=64, fsdp.c): \*\*skipped\*\* ncu profiles CUDA kernels" "$P/results.md"
+check "the CPU sweep's default parts have no profile" bash -c "! grep -q profile '$O/manifest.tsv'"
+mkdir -p "$G/profile"
+cat > "$G/profile/profile-gpt2-124m-B8.csv" <<'CSV'
+==PROF== Connected to process 1 (./train_gpt)
+step     1/2 | loss 10.5
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","train_gpt","127.0.0.1","nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT","1","13","(384, 1, 1)","(66, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","100.00"
+"1","1","train_gpt","127.0.0.1","void <unnamed>::attn_fwd_kernel<64, 0>(const __nv_bfloat16 *)","1","13","(128, 1, 1)","(16, 12, 8)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","50,000"
+step     2/2 | loss 7.9
+"2","1","train_gpt","127.0.0.1","nvjet_sm90_tss_128x160_64x5_2x4_h_badd_NTT","1","13","(384, 1, 1)","(66, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","us","300.00"
+"3","1","train_gpt","127.0.0.1","void <unnamed>::attn_fwd_kernel<64, 0>(const __nv_bfloat16 *)","1","13","(128, 1, 1)","(16, 12, 8)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","150,000"
+CSV
+printf 'profile-gpt2-124m-B8\tprofile\tfsdp.c\tgpt2-124m\t8\t--seq 1024\tfull\tboth\t2\t-\t-\tprofile/profile-gpt2-124m-B8.csv\t-\tok\t2 steps\n' >> "$G/manifest.tsv"
+$PY scripts/bench_report.py "$G" > /dev/null 2>&1
+check "profile report: 0.30 ms of kernels per step in 2 launches" grep -q "(\`profile-gpt2-124m-B8\`): 0.30 ms of kernels per step in 2 launches" "$GM"
+check "profile report: cuBLAS kernels as one line (1 per step, 0.200 ms, 200 us each, 66.7%)" \
+  grep -q "^| matmuls (cuBLAS) | 1 | 0.200 | 200.0 | 66.7% |$" "$GM"
+check "profile report: ns with thousands separators, namespace and arguments dropped" \
+  grep -q "^| attn_fwd_kernel<64, 0> | 1 | 0.100 | 100.0 | 33.3% |$" "$GM"
+sed -i 's/"ns","150,000"/"furlongs","150,000"/' "$G/profile/profile-gpt2-124m-B8.csv"
+$PY scripts/bench_report.py "$G" > /dev/null 2>&1
+check "profile report: an unknown ncu unit is named, not summed" grep -q "unreadable profile: unknown ncu unit 'furlongs'" "$GM"
 
 # ---- bench_cpu.sh: fsdp.c and PyTorch side by side on the CPU --------------------------
 out=$(scripts/bench_cpu.sh --help 2>&1)
