@@ -114,7 +114,11 @@ static void abort_all_and_exit(const char* msg) {
   fprintf(stderr, "[rank %d] error: %s; aborting the NCCL communicators\n", dist_rank(), msg);
   fflush(stderr);
   pthread_t t;
-  if (pthread_create(&t, NULL, abort_comms, NULL) == 0) sleep(ABORT_GRACE_S);
+  if (pthread_create(&t, NULL, abort_comms, NULL) != 0) {
+    fprintf(stderr, "[rank %d] could not start a thread for ncclCommAbort; exiting without it\n", dist_rank());
+    _exit(1);
+  }
+  sleep(ABORT_GRACE_S);  // abort_comms exits the process as soon as the aborts return
   fprintf(stderr, "[rank %d] ncclCommAbort did not return within %d s; exiting without it\n", dist_rank(),
           ABORT_GRACE_S);
   _exit(1);

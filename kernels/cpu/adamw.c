@@ -20,6 +20,8 @@ void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
   }
 }
 
+_Static_assert(NORM_WORDS == EXACT_WORDS + 1, "NORM_WORDS: the limbs, the overflow count, the non-finite count");
+
 void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n) {
   for (int k = 0; k < NORM_WORDS; k++) words[k] = 0;
   for (size_t i = 0; i < n; i++) {
