@@ -510,8 +510,6 @@ def make_plots(d, runs, peak_tflops):
     return made, None
 
 
-# ---- the report ------------------------------------------------------------------------------
-
 # ---- where a step goes: ncu kernel times (bench.sh's profile part) -----------------------
 
 NCU_UNIT_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
@@ -581,6 +579,8 @@ def profile_section(d, manifest, top=15):
         out.append("")
     return out
 
+
+# ---- the report ------------------------------------------------------------------------------
 
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):

@@ -206,17 +206,22 @@ else bad "--resume across world sizes: '$d2' vs uninterrupted '$d1': $(tail -2 "
 # GPU or link would. Its next collective and the peers' matching one wait forever: the
 # watchdog of every rank must end it within --comm-timeout (5 s) plus its polling, naming the
 # rank and the collective. Started without mpirun, so that no launcher ends the ranks for them.
-start=$(date +%s)
-pids=()
-for r in 0 1; do
-  stall=$([ $r = 1 ] && echo 20 || echo "")
-  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=stall$$ CUDASIM_STALL_AFTER=$stall timeout 300 \
-    ./train_gpt_sim $MR --steps 4 --init-dir "$TMP/ids" --comm-timeout 5 > "$TMP/stall$r.out" 2>&1 &
-  pids+=($!)
-done
-rcs=""
-for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
-elapsed=$(($(date +%s) - start))
+# stalled_pair NAME [VAR=VALUE ...]: the two ranks (outputs $TMP/NAME0.out, NAME1.out), rank 1
+# stalled after its 20th collective; sets rcs (their exit codes) and elapsed (seconds).
+stalled_pair() {
+  local name=$1 r p pids=() start
+  shift
+  start=$(date +%s)
+  for r in 0 1; do
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=$name$$ CUDASIM_STALL_AFTER=$([ $r = 1 ] && echo 20) "$@" \
+      timeout 300 ./train_gpt_sim $MR --steps 4 --init-dir "$TMP/ids" --comm-timeout 5 > "$TMP/$name$r.out" 2>&1 &
+    pids+=($!)
+  done
+  rcs=""
+  for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
+  elapsed=$(($(date +%s) - start))
+}
+stalled_pair stall
 # Both watchdogs fire about 5 s in; when one rank has already exited, the other's NCCL
 # transport can see the closed connection first (the simulator reports that, exit 86) before
 # its own watchdog names the collective. Either way every rank ends by itself.
@@ -233,17 +238,7 @@ fi
 
 # The same stall with an ncclCommAbort that never returns (CUDASIM_ABORT_HANGS, as a real one
 # did on an H100 once its peer had gone): the watchdog's 10 s grace must still end both ranks.
-start=$(date +%s)
-pids=()
-for r in 0 1; do
-  stall=$([ $r = 1 ] && echo 20 || echo "")
-  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=abort$$ CUDASIM_STALL_AFTER=$stall CUDASIM_ABORT_HANGS=1 timeout 120 \
-    ./train_gpt_sim $MR --steps 4 --init-dir "$TMP/ids" --comm-timeout 5 > "$TMP/abort$r.out" 2>&1 &
-  pids+=($!)
-done
-rcs=""
-for p in "${pids[@]}"; do wait "$p"; rcs="$rcs $?"; done
-elapsed=$(($(date +%s) - start))
+stalled_pair abort CUDASIM_ABORT_HANGS=1
 graced=$(grep -l "ncclCommAbort did not return within 10 s; exiting without it" "$TMP/abort0.out" "$TMP/abort1.out" | wc -l)
 if [ "$graced" -ge 1 ] && ! echo "$rcs" | grep -qw 0 && ! echo "$rcs" | grep -qw 124; then
   ok "an ncclCommAbort that never returns: both ranks still exit by themselves in ${elapsed}s (exit codes$rcs; $graced waited out the grace)"
