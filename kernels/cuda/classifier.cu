@@ -2,8 +2,9 @@
 // the host sampling probabilities.
 //
 // One block per row, and the row is never materialized as probabilities:
-//   1. each thread streams its columns j = tid, tid + blockDim, ... < V once, keeping an online
-//      (max, sum of exp(x - max)) pair: a new maximum rescales the running sum;
+//   1. each thread streams its packs of W columns (ActPack, common.cuh: 16-byte loads when the
+//      padded row allows, W = 8) once, keeping an online (max, sum of exp(x - max)) pair: each
+//      pack's own pair is combined into it, and a new maximum rescales the running sum;
 //   2. the pairs are combined across the block in a fixed tree (warp butterfly, then the warps'
 //      results in warp order), giving the row's max M and S = sum exp(x - M), deterministic;
 //   3. loss = M + log(S) - x[target] (fp32), and every column is overwritten in place with
@@ -42,28 +43,70 @@ static __device__ __forceinline__ void lse_combine(float& m, float& s, float m2,
   }
 }
 
+// The elements of one W-wide pack (ActPack, common.cuh) as a (max, sum) pair: the pack's max,
+// then exp(x - max) over its elements below V (a column j counts only when j < V).
+template <int W>
+static __device__ __forceinline__ void pack_lse(float& m, float& s, const ActPack<W>& p, int j0, int V) {
+  m = -INFINITY, s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < W; k++)
+    if (j0 + k < V) m = fmaxf(m, act2f(p.v[k]));
+#pragma unroll
+  for (int k = 0; k < W; k++) {
+    float x = act2f(p.v[k]);
+    if (j0 + k < V) s += x == m ? 1.0f : expf(x - m);
+  }
+}
+
+// This thread's (max, sum) pair over its packs of the row's first V columns.
+template <int W>
+static __device__ __forceinline__ void thread_lse(float& m, float& s, const act16* row, int V) {
+  m = -INFINITY, s = 0.0f;
+  for (int j = threadIdx.x * W; j < V; j += blockDim.x * W) {
+    float pm, ps;
+    pack_lse<W>(pm, ps, load_pack<W>(row + j), j, V);
+    lse_combine(m, s, pm, ps);
+  }
+}
+
+// Overwrite this thread's packs of the row with the logit gradient (0 where j >= V). With
+// t < 0 (an ignored position) every column gets 0.
+template <int W>
+static __device__ __forceinline__ void write_dlogits(act16* row, int V, int Vp, int t, float M,
+                                                     float inv, float dloss) {
+  for (int j = threadIdx.x * W; j < Vp; j += blockDim.x * W) {
+    ActPack<W> p = load_pack<W>(row + j);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+      float g = 0.0f;
+      if (t >= 0 && j + k < V) {
+        float x = act2f(p.v[k]);
+        g = dloss * ((x == M ? 1.0f : expf(x - M)) * inv - (j + k == t ? 1.0f : 0.0f));
+      }
+      p.v[k] = f2act(g);
+    }
+    store_pack<W>(row + j, p);
+  }
+}
+
+// wide: the padded rows allow 16-byte packs (W = 8), else W = 1. (Not a template parameter:
+// the simulator needs the static __shared__ variables of a kernel outside templates.)
 __global__ void classifier_kernel(float* losses, act16* logits, const int32_t* targets, int V, int Vp,
-                                  float dloss) {
+                                  float dloss, int wide) {
   __shared__ float sm[32], ss[32];
   __shared__ float row_m, row_s;
   int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   act16* row = logits + (size_t)n * Vp;
   int t = targets[n];
   if (t < 0) {  // ignored position: no loss, no gradient
-    for (int j = tid; j < Vp; j += blockDim.x) row[j] = f2act(0.0f);
+    if (wide) write_dlogits<8>(row, V, Vp, t, 0.0f, 0.0f, 0.0f);
+    else write_dlogits<1>(row, V, Vp, t, 0.0f, 0.0f, 0.0f);
     if (tid == 0 && losses) losses[n] = 0.0f;
     return;
   }
-  float m = -INFINITY, s = 0.0f;
-  for (int j = tid; j < V; j += blockDim.x) {
-    float x = act2f(row[j]);
-    if (x > m) {
-      s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
-      m = x;
-    } else {
-      s += x == m ? 1.0f : expf(x - m);
-    }
-  }
+  float m, s;
+  if (wide) thread_lse<8>(m, s, row, V);
+  else thread_lse<1>(m, s, row, V);
   float xt = tid == 0 ? act2f(row[t]) : 0.0f;  // read before the barrier below
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -79,21 +122,15 @@ __global__ void classifier_kernel(float* losses, act16* logits, const int32_t* t
     if (losses) losses[n] = xt == M ? logf(S) : M + logf(S) - xt;
   }
   __syncthreads();
-  float M = row_m, inv = 1.0f / row_s;
-  for (int j = tid; j < Vp; j += blockDim.x) {
-    float g = 0.0f;
-    if (j < V) {
-      float x = act2f(row[j]);
-      g = dloss * ((x == M ? 1.0f : expf(x - M)) * inv - (j == t ? 1.0f : 0.0f));
-    }
-    row[j] = f2act(g);
-  }
+  if (wide) write_dlogits<8>(row, V, Vp, t, row_m, 1.0f / row_s, dloss);
+  else write_dlogits<1>(row, V, Vp, t, row_m, 1.0f / row_s, dloss);
 }
 
 extern "C" void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
                                             const int32_t* targets, int N, int V, int Vp, float dloss) {
   if (N <= 0) return;
-  classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, as_act16(logits), targets, V, Vp, dloss);
+  int wide = pack_width(Vp, logits) == 8;
+  classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, as_act16(logits), targets, V, Vp, dloss, wide);
   CUDA_LAUNCH_CHECK();
 }
 

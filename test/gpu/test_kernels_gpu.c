@@ -1428,6 +1428,7 @@ int main(int argc, char** argv) {
 
     test_classifier(1024, 50257, 50304);
     test_classifier(7, 13, 16);
+    test_classifier(7, 13, 14);  // Vp % 8 != 0: one value per access instead of 16-byte packs
     test_classifier_inf(50257, 50304);
     test_classifier_inf(13, 16);
 
@@ -1493,6 +1494,7 @@ int main(int argc, char** argv) {
     // most dlogits below fp16's normal range (about 1/(N V)), where the bound needs ACT_ETA2
     test_classifier(128, 1999, 2048);
     test_classifier(7, 13, 16);
+    test_classifier(7, 13, 14);  // Vp % 8 != 0: one value per access instead of 16-byte packs
     test_classifier_inf(1999, 2048);
     test_classifier_inf(13, 16);
 
