@@ -22,12 +22,25 @@ static __device__ __forceinline__ float gelu_grad(float x) {
 #define GRID_STRIDE(i, n) \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
+// GELU runs over W-wide packs (ActPack, common.cuh): element p * W + j of pack p.
+template <int W>
 __global__ void gelu_forward_kernel(act16* out, const act16* x, size_t n) {
-  GRID_STRIDE(i, n) out[i] = f2act(gelu(act2f(x[i])));
+  GRID_STRIDE(p, n / W) {
+    ActPack<W> v = load_pack<W>(x + p * W);
+#pragma unroll
+    for (int j = 0; j < W; j++) v.v[j] = f2act(gelu(act2f(v.v[j])));
+    store_pack<W>(out + p * W, v);
+  }
 }
 
+template <int W>
 __global__ void gelu_backward_kernel(act16* dx, const act16* x, const act16* dout, size_t n) {
-  GRID_STRIDE(i, n) dx[i] = f2act(act2f(dout[i]) * gelu_grad(act2f(x[i])));
+  GRID_STRIDE(p, n / W) {
+    ActPack<W> xv = load_pack<W>(x + p * W), dv = load_pack<W>(dout + p * W);
+#pragma unroll
+    for (int j = 0; j < W; j++) dv.v[j] = f2act(act2f(dv.v[j]) * gelu_grad(act2f(xv.v[j])));
+    store_pack<W>(dx + p * W, dv);
+  }
 }
 
 __global__ void relu_forward_kernel(act16* out, const act16* x, size_t n) {
@@ -68,14 +81,19 @@ __global__ void geglu_backward_kernel(act16* dx, const act16* x, const act16* do
 
 extern "C" void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
   if (!n) return;
-  gelu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), n);
+  if (pack_width(n, out, x) == 8)
+    gelu_forward_kernel<8><<<grid_for(n / 8, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), n);
+  else
+    gelu_forward_kernel<1><<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), n);
   CUDA_LAUNCH_CHECK();
 }
 
 extern "C" void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
   if (!n) return;
-  gelu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x),
-                                                                                   as_act16(dout), n);
+  if (pack_width(n, dx, x, dout) == 8)
+    gelu_backward_kernel<8><<<grid_for(n / 8, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x), as_act16(dout), n);
+  else
+    gelu_backward_kernel<1><<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x), as_act16(dout), n);
   CUDA_LAUNCH_CHECK();
 }
 

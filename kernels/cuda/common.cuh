@@ -125,25 +125,29 @@ void finish_column_sums(KernelCtx* ctx, float* out, const float* partials, int c
 // out[c] += sum over rows n of x[n*C + c] (the bias gradient of a linear layer).
 void column_sums_accumulate(KernelCtx* ctx, float* out, const act16* x, int N, int C);
 
-// ---- 16-byte loads and stores of activations -----------------------------------------
+// ---- 16-byte loads and stores ---------------------------------------------------------
 // A kernel that moves one 2-byte act16 per lane keeps 64 bytes per warp in flight, too few to
-// cover DRAM latency; ActPack<8> moves 8 consecutive values as one 16-byte access (the PTX
-// ld/st .v4 forms). ActPack<1> is the same code for rows whose length or address does not
-// allow that (pack_width picks), so a kernel templated on W has one body for both.
-template <int W>
-struct alignas(W * sizeof(act16)) ActPack {
-  act16 v[W];
+// cover DRAM latency; Pack<act16, 8> (ActPack<8>) moves 8 consecutive values as one 16-byte
+// access (the PTX ld/st .v4 forms), Pack<float, 8> as two. Width 1 is the same code for rows
+// whose length or address does not allow that (pack_width picks), so a kernel templated on W
+// has one body for both.
+template <typename T, int W>
+struct alignas(W * sizeof(T) < 16 ? W * sizeof(T) : 16) Pack {
+  T v[W];
 };
 template <int W>
-static __device__ __forceinline__ ActPack<W> load_pack(const act16* p) {
-  return *reinterpret_cast<const ActPack<W>*>(p);
+using ActPack = Pack<act16, W>;
+template <int W, typename T>
+static __device__ __forceinline__ Pack<T, W> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, W>*>(p);
 }
-template <int W>
-static __device__ __forceinline__ void store_pack(act16* p, const ActPack<W>& v) {
-  *reinterpret_cast<ActPack<W>*>(p) = v;
+template <int W, typename T>
+static __device__ __forceinline__ void store_pack(T* p, const Pack<T, W>& v) {
+  *reinterpret_cast<Pack<T, W>*>(p) = v;
 }
-// 8 when every row of `len` elements starting at each pointer is 16-byte aligned, else 1.
-static inline int pack_width(int len, const void* a, const void* b = NULL, const void* c = NULL,
+// 8 when `len` is a multiple of 8 and every pointer is 16-byte aligned (so is every row of len
+// 16-bit elements after it), else 1.
+static inline int pack_width(size_t len, const void* a, const void* b = NULL, const void* c = NULL,
                              const void* d = NULL) {
   uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
   return len % 8 == 0 && bits % 16 == 0 ? 8 : 1;

@@ -27,9 +27,16 @@ __global__ void add_f32_kernel(float* y, const float* x, size_t n) {
     y[i] += x[i];
 }
 
-__global__ void cast_f32_to_act_kernel(act16* out, const float* in, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = f2act(in[i]);
+// Over W-wide packs (Pack, common.cuh): 8 floats in, 8 act16 out per pack when W = 8.
+template <int W>
+__global__ void cast_f32_to_act_kernel(act16* __restrict__ out, const float* __restrict__ in, size_t n) {
+  for (size_t p = blockIdx.x * (size_t)blockDim.x + threadIdx.x; p < n / W; p += (size_t)gridDim.x * blockDim.x) {
+    Pack<float, W> f = load_pack<W>(in + p * W);
+    ActPack<W> a;
+#pragma unroll
+    for (int j = 0; j < W; j++) a.v[j] = f2act(f.v[j]);
+    store_pack<W>(out + p * W, a);
+  }
 }
 
 __global__ void cast_act_to_f32_kernel(float* out, const act16* in, size_t n) {
@@ -95,7 +102,10 @@ extern "C" void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n) {
 // Round to nearest even (the all-gather sends these bits; fsdp/schedule.c casts the shard).
 extern "C" void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n) {
   if (!n) return;
-  cast_f32_to_act_kernel<<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_act16(out), in, n);
+  if (pack_width(n, out, in) == 8)
+    cast_f32_to_act_kernel<8><<<grid_for(n / 8, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_act16(out), in, n);
+  else
+    cast_f32_to_act_kernel<1><<<grid_for(n, EW_THREADS), EW_THREADS, 0, ctx->stream>>>(as_act16(out), in, n);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -1395,9 +1395,11 @@ int main(int argc, char** argv) {
   test_backend();
   if (!small) {
     test_elementwise((size_t)4096 * 768 + 13);
+    test_elementwise((size_t)4096 * 768);
     test_elementwise(7);
 
     test_unary("gelu", gelu_forward, gelu_backward, cpu_gelu_forward, cpu_gelu_backward, (size_t)4096 * 3072);
+    test_unary("gelu", gelu_forward, gelu_backward, cpu_gelu_forward, cpu_gelu_backward, (size_t)4096 * 3072 + 5);
     test_unary("gelu", gelu_forward, gelu_backward, cpu_gelu_forward, cpu_gelu_backward, 13);
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, (size_t)4096 * 2048 + 5);
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 13);
@@ -1457,9 +1459,11 @@ int main(int argc, char** argv) {
   } else {
     // Elementwise maps: ~10^4-10^5 elements, one odd length and one shorter than a warp.
     test_elementwise(65536 + 13);
+    test_elementwise(65536);  // a multiple of 8: the 16-byte packs of the casts
     test_elementwise(7);
 
     test_unary("gelu", gelu_forward, gelu_backward, cpu_gelu_forward, cpu_gelu_backward, 49152 + 5);
+    test_unary("gelu", gelu_forward, gelu_backward, cpu_gelu_forward, cpu_gelu_backward, 49152);  // 16-byte packs
     test_unary("gelu", gelu_forward, gelu_backward, cpu_gelu_forward, cpu_gelu_backward, 13);
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 32768 + 5);
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 13);
