@@ -68,6 +68,7 @@ void embedding_backward(KernelCtx* ctx, float* dwte, float* dwpe, const act_t* d
                         const int32_t* tokens, int N, int T, int C);
 
 // ---- normalization ----------------------------------------------------------------
+// No output of a norm may overlap an input (the CUDA kernels' pointers are __restrict__).
 // LayerNorm: out = (x - mean) * rstd * weight + bias, per row of C. Saves mean and rstd.
 void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, const act_t* x,
                        const act_t* weight, const act_t* bias, int N, int C, float eps);
@@ -77,7 +78,7 @@ void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, flo
                                 const act_t* bias, int N, int C, float eps);
 // dx ACCUMULATES (+=): the input of a norm is a residual stream whose gradient also
 // arrives through the skip connection. dweight, dbias accumulate. dbias may be NULL.
-// dx must not alias dout (dout is read again after dx is written).
+// dx must not overlap dout, x or weight.
 void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
                         const act_t* dout, const act_t* x, const act_t* weight,
                         const float* mean, const float* rstd, int N, int C);

@@ -11,6 +11,11 @@
 #include "test/cudasim/order.h"
 #include "test/cudasim/sim.h"
 
+// The program's static data (.data and .bss), from the linker: where a kernel's static
+// __shared__ variable lands when g++ ignores its section (see describe_address).
+extern "C" char __data_start[] __attribute__((weak));
+extern "C" char _end[] __attribute__((weak));
+
 namespace cudasim {
 
 static const size_t kRedZone = 256;
@@ -68,6 +73,14 @@ void describe_address(const void* p, char* out, size_t n) {
   }
   if (is_pinned_host(p)) {
     snprintf(out, n, "%p: pinned host memory (cudaMallocHost)", p);
+    return;
+  }
+  if (__data_start && _end && a >= (uintptr_t)__data_start && a < (uintptr_t)_end) {
+    // g++ ignores the section attribute of a static local in a template (it goes to a COMDAT
+    // section of its own), so a template kernel's __shared__ variable is ordinary static data.
+    snprintf(out, n,
+             "%p: a static variable of the program, not device memory (a __shared__ variable of a "
+             "template kernel? the simulator cannot place those: test/cudasim/README.md)", p);
     return;
   }
   snprintf(out, n, "%p: in no device allocation (host memory or freed)", p);
