@@ -112,7 +112,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 // A sum over the N rows of a [N, C] matrix is split into `chunks` consecutive row ranges of
 // `rows` rows (the last may be shorter). A first kernel writes one partial sum per (chunk,
 // column), each the plain sequential sum over its rows, into the ctx scratch; finish_column_sums
-// then adds the partials of each column in increasing chunk order to the fp32 output. The
+// then adds the partials of each column in a fixed order (reduce.cu) to the fp32 output. The
 // split depends only on (N, C, vectors) and the scratch size, never on the GPU or timing, so
 // the bits are the same on every run.
 typedef struct {

@@ -1471,11 +1471,13 @@ int main(int argc, char** argv) {
     test_geglu(7, 13);
 
     // Rows not a multiple of the 8 warps of a block, C not a multiple of 32 (lanes with fewer
-    // channels), C > 1024, and N > 32 rows: more than one chunk of the column sums (reduce.cu).
+    // channels), C > 1024, and N > 32 rows: more than one chunk of the column sums (reduce.cu);
+    // N = 600: 19 chunks, more than the 16 runs the second pass spreads a column's chunks over.
     for (int rms = 0; rms < 2; rms++) {
       test_layernorm(96, 200, rms);
       test_layernorm(7, 13, rms);
       test_layernorm(37, 1100, rms);
+      test_layernorm(600, 40, rms);
     }
 
     // N <= 64, C, OC <= 96, the weight at 128 bytes (not 256) and at 2 bytes, odd sizes
