@@ -262,6 +262,12 @@ void fsdp_pre_backward(FSDP* fs, int unit);   // unshard + gradient buffer + pre
 void fsdp_pre_recompute(FSDP* fs, int unit);
 void fsdp_post_recompute(FSDP* fs, int unit);
 void fsdp_post_backward(FSDP* fs, int unit);  // reduce-scatter gradient, reshard
+// The root's compute between other units' (the final norm, lm_head and loss after the blocks'
+// forward and before their backward; T5's norms and embeddings between its two stacks): the
+// root stays unsharded all step, and these bracket each such stretch so that --trace draws it
+// as a "forward" or "backward" span of the root, not as a gap or inside one long root span.
+void fsdp_root_compute_begin(FSDP* fs);
+void fsdp_root_compute_end(FSDP* fs, const char* what);
 // Parameter and gradient views into the unsharded buffers (valid between the points).
 act_t* fsdp_param(FSDP* fs, int unit, int param);
 float* fsdp_grad(FSDP* fs, int unit, int param);

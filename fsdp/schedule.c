@@ -117,6 +117,12 @@ void fsdp_post_forward(FSDP* fs, int u) {
   reshard(fs, u);
 }
 
+void fsdp_root_compute_begin(FSDP* fs) { fs->compute_start[0] = trace_mark(fs->trace, TRACK_COMPUTE); }
+
+void fsdp_root_compute_end(FSDP* fs, const char* what) {
+  trace_span(fs->trace, what, 0, TRACK_COMPUTE, fs->compute_start[0], trace_mark(fs->trace, TRACK_COMPUTE));
+}
+
 void fsdp_end_forward(FSDP* fs) {
   if (fs->training) return;
   for (int u = 0; u < fs->nunits; u++) reshard(fs, u);

@@ -308,10 +308,12 @@ void gpt_forward(Model* m, int use_targets, float dloss) {
   fsdp_post_forward(fs, 0);
   for (int l = 0; l < L; l++) block_forward(m, l, block_input(m, l));
   // The root is still unsharded: final norm and the tied lm_head (logits = lnf @ wte^T).
+  fsdp_root_compute_begin(fs);
   const act_t* last = block_input(m, L);
   layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
   matmul_forward(k, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), NULL, N, C, m->cfg.Vp);
   if (use_targets) model_loss(m, dloss);
+  fsdp_root_compute_end(fs, "forward");
   fsdp_end_forward(fs);
 }
 
@@ -327,12 +329,14 @@ void gpt_backward(Model* m) {
   g->blocks[L - 1].out = (act_t*)fsdp_act_in(fs, L - 1);
   layernorm_backward(k, g->dresidual, fsdp_grad(fs, 0, R_LNF_W), fsdp_grad(fs, 0, R_LNF_B), g->dln,
                      block_input(m, L), fsdp_param(fs, 0, R_LNF_W), g->lnf_mean, g->lnf_rstd, N, C);
+  fsdp_root_compute_end(fs, "backward");
   fsdp_act_release(fs, L - 1);
   for (int l = L - 1; l >= 0; l--) {
     if (l > 0) g->blocks[l - 1].out = (act_t*)fsdp_act_in(fs, l - 1);  // the block's input
     block_backward(m, l, block_input(m, l));
     if (l > 0) fsdp_act_release(fs, l - 1);
   }
+  fsdp_root_compute_begin(fs);
   embedding_backward(k, fsdp_grad(fs, 0, R_WTE), fsdp_grad(fs, 0, R_WPE), g->dresidual, m->inputs, N, m->T, C);
   fsdp_post_backward(fs, 0);
 }

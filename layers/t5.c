@@ -439,8 +439,10 @@ void t5_forward(Model* m, int use_targets, float dloss) {
     fsdp_post_forward(fs, 1 + l);
     fsdp_act_written(fs, l);
   }
+  fsdp_root_compute_begin(fs);
   rmsnorm_forward(k, t->enc_final, t->enc_final_rstd, encoder_input(m, L), fsdp_param(fs, 0, R_ENC_NORM), Ne, C, RMS_EPS);
   embedding_forward(k, t->dec_emb, m->inputs, fsdp_param(fs, 0, R_SHARED), NULL, Nd, m->T, C);
+  fsdp_root_compute_end(fs, "forward");
   for (int l = 0; l < Ld; l++) {
     t->dec[l].out = fsdp_act_out(fs, L + l);
     fsdp_pre_forward(fs, 1 + L + l);
@@ -448,12 +450,14 @@ void t5_forward(Model* m, int use_targets, float dloss) {
     fsdp_post_forward(fs, 1 + L + l);
     fsdp_act_written(fs, L + l);
   }
+  fsdp_root_compute_begin(fs);
   rmsnorm_forward(k, t->dec_final, t->dec_final_rstd, decoder_input(m, Ld), fsdp_param(fs, 0, R_DEC_NORM), Nd, C, RMS_EPS);
   // v1.0 (tied): the lm_head input is scaled by d_model^-1/2 (Mesh TensorFlow's convention),
   // in place: the unscaled norm output has no other reader.
   if (c->tied) scale_act(k, t->dec_final, 1.0f / sqrtf((float)C), (size_t)Nd * C);
   matmul_forward(k, m->logits, t->dec_final, lm_head(m), NULL, Nd, C, c->Vp);
   if (use_targets) model_loss(m, dloss);
+  fsdp_root_compute_end(fs, "forward");
   fsdp_end_forward(fs);
 }
 
@@ -475,6 +479,7 @@ void t5_backward(Model* m) {
                    t->dec_final_rstd, Nd, C);
   fsdp_act_release(fs, L + Ld - 1);
   fill_zero_act(k, t->denc, (size_t)Ne * C);
+  fsdp_root_compute_end(fs, "backward");
   // Block outputs come back from the schedule in reverse (fsdp_act_in: block l's input is block
   // l-1's output); a recomputed block's own output is not needed again and goes to scratch.
   int rc = fs->opt.recompute == RECOMPUTE_BLOCK, sel = fs->opt.recompute == RECOMPUTE_SELECTIVE;  // see gpt.c
@@ -487,6 +492,7 @@ void t5_backward(Model* m) {
     fsdp_post_backward(fs, 1 + L + l);
     if (l > 0) fsdp_act_release(fs, L + l - 1);
   }
+  fsdp_root_compute_begin(fs);
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->inputs, Nd, m->T, C);
   relative_bias_backward(k, fsdp_grad(fs, 0, R_DEC_BIAS), t->d_dec_bias, H, m->T, m->T, 0, NUM_BUCKETS, MAX_DISTANCE);
   // encoder: its output's gradient was accumulated over every decoder block's cross-attention
@@ -494,6 +500,7 @@ void t5_backward(Model* m) {
   t->enc[L - 1].out = (act_t*)fsdp_act_in(fs, L - 1);
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, 0, R_ENC_NORM), t->denc, encoder_input(m, L), fsdp_param(fs, 0, R_ENC_NORM),
                    t->enc_final_rstd, Ne, C);
+  fsdp_root_compute_end(fs, "backward");
   fsdp_act_release(fs, L - 1);
   for (int l = L - 1; l >= 0; l--) {
     if (l > 0) t->enc[l - 1].out = (act_t*)fsdp_act_in(fs, l - 1);
@@ -504,6 +511,7 @@ void t5_backward(Model* m) {
     fsdp_post_backward(fs, 1 + l);
     if (l > 0) fsdp_act_release(fs, l - 1);
   }
+  fsdp_root_compute_begin(fs);
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->enc_inputs, Ne, m->Te, C);
   relative_bias_backward(k, fsdp_grad(fs, 0, R_ENC_BIAS), t->d_enc_bias, H, m->Te, m->Te, 1, NUM_BUCKETS, MAX_DISTANCE);
   fsdp_post_backward(fs, 0);

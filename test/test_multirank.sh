@@ -100,10 +100,21 @@ L, steps = 3, 2
 for rank in (0, 1):
     ev = [e for e in json.load(open("%s.rank%d" % (sys.argv[1], rank)))["traceEvents"] if e["ph"] == "X"]
     c = collections.Counter(e["cat"] for e in ev)
-    want = {"all-gather": (1 + 2 * L) * steps, "forward": (1 + L) * steps, "backward": (1 + L) * steps,
+    # The root computes twice per pass: the embedding, and the final norm + lm_head + loss
+    # after the blocks' forward (their gradients before the blocks' backward).
+    want = {"all-gather": (1 + 2 * L) * steps, "forward": (2 + L) * steps, "backward": (2 + L) * steps,
             "reduce-scatter": (1 + L) * steps, "optimizer": steps}
     if dict(c) != want:
         print("rank %d: %s != %s" % (rank, dict(c), want)); sys.exit(1)
+    # The compute track, in time order, is the step as train_gpt.c runs it, with no gap left
+    # unnamed where the root computes and no two compute spans overlapping.
+    one = (["forward root"] + ["forward block.%d" % l for l in range(L)] + ["forward root", "backward root"]
+           + ["backward block.%d" % l for l in reversed(range(L))] + ["backward root", "optimizer"])
+    compute = sorted((e for e in ev if e["tid"] == 0), key=lambda e: e["ts"])
+    if [e["name"] for e in compute] != one * steps:
+        print("rank %d compute track: %s" % (rank, [e["name"] for e in compute])); sys.exit(1)
+    if any(b["ts"] < a["ts"] + a["dur"] - 1e-3 for a, b in zip(compute, compute[1:])):
+        print("overlapping compute spans on rank %d" % rank); sys.exit(1)
     comm = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e["tid"] in (1, 2))
     if any(b[0] < a[1] - 1e-3 for a, b in zip(comm, comm[1:])):  # CPU collectives run one at a time
         print("overlapping collectives on rank %d" % rank); sys.exit(1)
@@ -112,7 +123,26 @@ for rank in (0, 1):
 print("ok")
 PYEOF
 )
-[ "$r" = ok ] && ok "--trace writes a Chrome trace per rank with every unit's all-gather, compute and reduce-scatter" || bad "--trace: $r"
+[ "$r" = ok ] && ok "--trace writes a Chrome trace per rank with every unit's all-gather, compute and reduce-scatter, the root's head included" || bad "--trace: $r"
+
+# T5's root computes three times per pass: embeddings, then between the stacks (the encoder's
+# final norm, the decoder's embedding), then the head; each stretch is a span of its own.
+$MPIRUN -np 2 $BIN --model t5:L=2,M=2,C=40,H=3,D=12,F=72,V=509 $T5A --steps 1 --trace "$TMP/trace5.json" > "$TMP/trace5.out" 2>&1
+r=$(python3 - "$TMP/trace5.json" <<'PYEOF'
+import json, sys
+enc, dec = ["encoder.%d" % l for l in range(2)], ["decoder.%d" % l for l in range(2)]
+one = (["forward root"] + ["forward " + u for u in enc] + ["forward root"] + ["forward " + u for u in dec]
+       + ["forward root", "backward root"] + ["backward " + u for u in reversed(dec)] + ["backward root"]
+       + ["backward " + u for u in reversed(enc)] + ["backward root", "optimizer"])
+for rank in (0, 1):
+    ev = [e for e in json.load(open("%s.rank%d" % (sys.argv[1], rank)))["traceEvents"] if e["ph"] == "X" and e["tid"] == 0]
+    names = [e["name"] for e in sorted(ev, key=lambda e: e["ts"])]
+    if names != one:
+        print("rank %d compute track: %s" % (rank, names)); sys.exit(1)
+print("ok")
+PYEOF
+)
+[ "$r" = ok ] && ok "--trace, T5: the root's compute between and after the stacks has spans of its own" || bad "--trace T5: $r $(tail -2 "$TMP/trace5.out")"
 
 # Checkpoints are independent of the world size: 3 steps on one rank, saved, then resumed on
 # two ranks for 3 more steps ends bit-identical to 6 uninterrupted steps; and back from 3 ranks
