@@ -37,27 +37,33 @@ __global__ void iota_kernel(int32_t* v, int n) {
 }
 
 // Block i: if sorted position i starts a segment of equal ids, add the segment's rows.
+// Segments can be long (a frequent token, or a small vocabulary: hundreds of rows), and each
+// channel's adds must stay in row order, so the time goes into latency: the segment's end is
+// found by binary search over the sorted ids (not a walk of dependent loads), and DWTE_UNROLL
+// rows' loads are in flight before their adds, which still happen in row order.
+#define DWTE_UNROLL 16
 __global__ void embedding_dwte_kernel(float* dwte, const act16* dout, const int32_t* ids, const int32_t* rows,
                                       int N, int C) {
   int i = blockIdx.x;
   int id = ids[i];
   if (i > 0 && ids[i - 1] == id) return;
-  int end = i + 1;
-  while (end < N && ids[end] == id) end++;
+  int lo = i + 1, hi = N;  // the first position after i whose id differs: in [lo, hi]
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (ids[mid] == id) lo = mid + 1;
+    else hi = mid;
+  }
+  int end = lo;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float* w = dwte + (size_t)id * C + c;
     float acc = *w;
     int j = i;
-    // Four rows' loads in flight at once; the adds stay in row order.
-    for (; j + 4 <= end; j += 4) {
-      float v0 = act2f(dout[(size_t)rows[j] * C + c]);
-      float v1 = act2f(dout[(size_t)rows[j + 1] * C + c]);
-      float v2 = act2f(dout[(size_t)rows[j + 2] * C + c]);
-      float v3 = act2f(dout[(size_t)rows[j + 3] * C + c]);
-      acc += v0;
-      acc += v1;
-      acc += v2;
-      acc += v3;
+    for (; j + DWTE_UNROLL <= end; j += DWTE_UNROLL) {
+      float v[DWTE_UNROLL];
+#pragma unroll
+      for (int u = 0; u < DWTE_UNROLL; u++) v[u] = act2f(dout[(size_t)rows[j + u] * C + c]);
+#pragma unroll
+      for (int u = 0; u < DWTE_UNROLL; u++) acc += v[u];
     }
     for (; j < end; j++) acc += act2f(dout[(size_t)rows[j] * C + c]);
     *w = acc;

@@ -1495,6 +1495,7 @@ int main(int argc, char** argv) {
     test_embedding(256, 64, 300, 1999, 2048, 200, 1);
     test_embedding(7, 3, 13, 5, 8, 5, 1);
     test_embedding(128, 128, 48, 100, 128, 100, 0);
+    test_embedding(520, 130, 40, 100, 128, 13, 0);  // 13 ids, as the addition data: every segment long
 
     // V prime and > 512 (every thread of a row has columns), padding Vp - V = 49; 128 rows put
     // most dlogits below fp16's normal range (about 1/(N V)), where the bound needs ACT_ETA2
