@@ -148,7 +148,7 @@ typedef struct {
   DeviceEvent** grad_reduced;       // per unit: its gradient reduction has read the buffer
   DeviceEvent* params_updated;      // recorded after the optimizer step wrote the master shards
   DeviceEvent* root_free;           // the root buffer's readers of the last pass are done
-  int64_t* norm_host;               // host copy of norm_words
+  int64_t* norm_host;               // host copy of norm_words, then the all-reduced sum and flags
   act_t* root_params;               // the root's own unsharded buffer (kept across fwd + bwd)
   // gradient buffers
   int ngrad_slots;

@@ -11,6 +11,7 @@
 
 #include "fsdp/dist.h"
 #include "fsdp/fsdp.h"
+#include "kernels/exact_sum.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -348,7 +349,8 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
     fs->act_compute_done[s] = device_event_create();
     fs->act_copy_done[s] = device_event_create();
   }
-  fs->norm_host = xmalloc((size_t)fs->nunits * NORM_WORDS * sizeof(int64_t), "gradient norm words");
+  fs->norm_host = xmalloc(((size_t)fs->nunits * NORM_WORDS + EXACT_WORDS + (size_t)fs->nunits) * sizeof(int64_t),
+                          "gradient norm words");
   fsdp_init_shards(fs, seed);
 }
 

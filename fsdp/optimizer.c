@@ -33,8 +33,9 @@ double fsdp_grad_norm(FSDP* fs) {
   device_copy_to_host(fs->norm_host, fs->norm_words, (size_t)fs->nunits * NORM_WORDS * sizeof(int64_t));
   // One all-reduce carries the exact sum and, after it, one flag per unit: was any of this
   // rank's blocks of that unit non-finite (the guard names the first such unit).
-  int64_t* words = xcalloc(EXACT_WORDS + (size_t)fs->nunits, sizeof(int64_t), "gradient norm");
+  int64_t* words = fs->norm_host + (size_t)fs->nunits * NORM_WORDS;
   int64_t* bad = words + EXACT_WORDS;
+  memset(words, 0, (EXACT_WORDS + (size_t)fs->nunits) * sizeof(int64_t));
   for (int u = 0; u < fs->nunits; u++) {
     int64_t* w = fs->norm_host + (size_t)u * NORM_WORDS;
     exact_normalize(w);
@@ -50,9 +51,7 @@ double fsdp_grad_norm(FSDP* fs) {
   fs->nonfinite_unit = -1;
   for (int u = fs->nunits - 1; u >= 0; u--)
     if (bad[u]) fs->nonfinite_unit = u;
-  double norm = fs->nonfinite_unit >= 0 ? NAN : sqrt(exact_value(words));
-  free(words);
-  return norm;
+  return fs->nonfinite_unit >= 0 ? NAN : sqrt(exact_value(words));
 }
 
 // Zeroes unit U's gradient shard where it lives (after device_synchronize when on the host).
