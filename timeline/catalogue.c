@@ -31,28 +31,39 @@
 //  [LAUNCH] NVIDIA developer blog, "Getting Started with CUDA Graphs" (2019): a few
 //          microseconds per launch of a short kernel on the host, and 1-2 us of gap between
 //          dependent kernels on the device.
+//  [SM]    NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs, 12 third-
+//          generation NVLinks (600 GB/s); NVIDIA H100 Tensor Core GPU Architecture whitepaper
+//          (2022): 132 SMs on the SXM5 part, 18 fourth-generation NVLinks (900 GB/s). The H200
+//          is the same GH100 part.
+//  [CTA]   NCCL runs one block (CTA) per channel, and "NCCL CTAs won't share an SM with
+//          compute kernels" (NCCL maintainers, github.com/NVIDIA/nccl issue 689, 2023, which
+//          also gives 2 SMs for a one-NIC system and 16 for a DGX with 8 NICs); two channels
+//          per NIC keep it busy (issue 438); two CTAs per NVLink saturate it (issue 1703); at
+//          most MAXCHANNELS = 32 channels (NCCL 2.x, src/include/devcomm.h). collective.c
+//          turns these into the SMs each collective holds.
 static const GpuSpec gpus[] = {
     {"a100-40gb", "timeline A100-SXM4-40GB", 312e12 /*[A100]*/, 0.859 /*[MAMF]*/, 0.50 /*[FA2]*/,
      1555e9 /*[A100]*/, 0.90 /*[HBM]*/, 40 * GiB, 300e9 /*[A100] 600 GB/s / 2*/, 0.80 /*[NCCL]*/,
-     2e-6 /*[LAUNCH]*/, "efa400"},
+     2e-6 /*[LAUNCH]*/, "efa400", 108 /*[SM]*/, 12 /*[SM]*/},
     {"a100-80gb", "timeline A100-SXM4-80GB", 312e12 /*[A100]*/, 0.859 /*[MAMF]*/, 0.50 /*[FA2]*/,
      2039e9 /*[A100]*/, 0.90 /*[HBM]*/, 80 * GiB, 300e9 /*[A100]*/, 0.80 /*[NCCL]*/,
-     2e-6 /*[LAUNCH]*/, "roce"},
+     2e-6 /*[LAUNCH]*/, "roce", 108 /*[SM]*/, 12 /*[SM]*/},
     {"h100-sxm", "timeline H100-SXM5-80GB", 989e12 /*[H100]*/, 0.801 /*[MAMF]*/, 0.35 /*[FA3]*/,
      3350e9 /*[H100]*/, 0.90 /*[HBM]*/, 80 * GiB, 450e9 /*[H100] 900 GB/s / 2*/, 0.80 /*[NCCL]*/,
-     2e-6 /*[LAUNCH]*/, "ib3200"},
+     2e-6 /*[LAUNCH]*/, "ib3200", 132 /*[SM]*/, 18 /*[SM]*/},
     {"h200", "timeline H200-SXM-141GB", 989e12 /*[H200]*/, 0.803 /*[MAMF]*/, 0.35 /*[FA3]*/,
      4800e9 /*[H200]*/, 0.90 /*[HBM]*/, 141e9, 450e9 /*[H100]*/, 0.80 /*[NCCL]*/,
-     2e-6 /*[LAUNCH]*/, "ib3200"},
+     2e-6 /*[LAUNCH]*/, "ib3200", 132 /*[SM]*/, 18 /*[SM]*/},
 };
 
 // Sources:
 //  [AWS]   the AWS 175B/1T post (seeds): p4d.24xlarge, 8 A100-40GB, 4 EFA interfaces of
 //          100 Gb/s = 400 Gb/s = 50 GB/s per node.
 //  [FSDP]  the FSDP paper (seeds), section 5: A100-80GB nodes on a 2 Tb/s RoCE network
-//          = 250 GB/s per node.
-//  [IBM]   the IBM T5 post (seeds): 2 x 100 Gb/s Ethernet, 120 Gb/s usable = 15 GB/s per
-//          node, TCP/IP (SR-IOV); NVLink 600 GB/s card to card.
+//          = 250 GB/s per node. It does not say how many interfaces; assumed 8, one per GPU,
+//          as A100 nodes are built (DGX A100: 8 compute NICs).
+//  [IBM]   the IBM T5 post (seeds): 2 x 100 Gb/s Ethernet (2 interfaces), 120 Gb/s usable
+//          = 15 GB/s per node, TCP/IP (SR-IOV); NVLink 600 GB/s card to card.
 //  [NDR]   current H100/H200 nodes (e.g. DGX H100): 8 ConnectX-7 NDR 400 Gb/s ports,
 //          3.2 Tb/s = 400 GB/s per node.
 //  [BUSBW] NCCL's bus bandwidth over InfiniBand/RoCE in nccl-tests reports is typically
@@ -62,10 +73,10 @@ static const GpuSpec gpus[] = {
 //          of a few us plus NCCL's proxy), ~15 us over EFA's SRD, ~30 us over kernel TCP;
 //          ~1 us over NVLink. Order-of-magnitude figures from vendor latency specs; assumed.
 static const NetSpec nets[] = {
-    {"efa400", 8, 50e9 /*[AWS]*/, 0.80 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
-    {"roce", 8, 250e9 /*[FSDP]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
-    {"eth120", 8, 15e9 /*[IBM]*/, 1.00 /*[BUSBW]*/, 30e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
-    {"ib3200", 8, 400e9 /*[NDR]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/},
+    {"efa400", 8, 50e9 /*[AWS]*/, 0.80 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 4 /*[AWS]*/},
+    {"roce", 8, 250e9 /*[FSDP]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 8 /*[FSDP]*/},
+    {"eth120", 8, 15e9 /*[IBM]*/, 1.00 /*[BUSBW]*/, 30e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 2 /*[IBM]*/},
+    {"ib3200", 8, 400e9 /*[NDR]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 8 /*[NDR]*/},
 };
 
 // [LAUNCH] for the host's issue cost; [PCIE] PCIe 4.0 x16: 32 GB/s per direction, ~25 GB/s
@@ -117,6 +128,7 @@ int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size
   out->world = world;
   out->alloc_retry_s = 0.0;
   out->attention = ATTENTION_FUSED;
+  out->comm_sms_max = -1;
   return 0;
 }
 

@@ -16,6 +16,11 @@
 // Training with NCCL 2.4", NVIDIA blog 2019) with a latency logarithmic in the nodes: the ring's
 // bandwidth term plus 2 x (log2 N network + (p-1) NVLink steps) for the way up and down. NCCL's
 // tuner picks the faster; on a tie (one node) the ring.
+//
+// SMs: NCCL runs a collective as one block per channel, each holding an SM of its own for the
+// whole collective (catalogue.c [CTA]). It opens two channels per network interface across
+// nodes and two per NVLink inside one, at most MAXCHANNELS (32). A group that gets a share of
+// the node's interfaces (a replica group, one rank per node) drives its share, at least one.
 #include <math.h>
 
 #include "timeline/timeline.h"
@@ -47,6 +52,19 @@ static double tree_all_reduce(const Cluster* c, const Placement* pl, int n, doub
   return 2 * ring_volume(pl, n, bytes) + 2 * (depth * c->net.latency_s + (pl->per_node - 1) * c->net.intra_latency_s);
 }
 
+static int collective_sms(const Cluster* c, const Placement* pl) {
+  int sms;
+  if (pl->nodes > 1) {
+    int nics = c->net.nics * pl->per_node / c->net.gpus_per_node;
+    sms = 2 * (nics > 1 ? nics : 1);
+  } else {
+    sms = 2 * c->gpu.nvlinks;
+  }
+  if (sms > 32) sms = 32;
+  if (c->comm_sms_max >= 0 && sms > c->comm_sms_max) sms = c->comm_sms_max;
+  return sms;
+}
+
 // One ring pass (all-gather or reduce-scatter) of `bytes`.
 // Of its n-1 steps, the N-1 that cross to the next node pay the network's latency and the rest
 // NVLink's (NCCL's own latency model, src/graph/tuning.cc: inter-node steps apart).
@@ -57,9 +75,10 @@ static double ring_pass(const Cluster* c, const Placement* pl, int n, double byt
 
 CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g) {
   Placement pl = place(c, g);
-  CollCost r = {0.0, "none", pl.nodes, pl.per_node};
+  CollCost r = {0.0, "none", pl.nodes, pl.per_node, 0};
   if (g.n <= 1 || bytes <= 0) return r;
   r.algorithm = "ring";
+  r.sms = collective_sms(c, &pl);
   switch (kind) {
     case COLL_ALL_GATHER:
     case COLL_REDUCE_SCATTER:

@@ -66,12 +66,12 @@ void comm_bind_stream(Comm* c, StreamId s) {
 static void collective(Comm* c, CollKind kind, const void* buf, double bytes, const char* what) {
   CollCost cost = collective_cost(timeline_cluster(), kind, bytes, c->group);
   if (timeline_is_device(buf)) {
-    timeline_issue(c->stream, cost.seconds, what, cost.seconds > 0);
+    timeline_collective(c->stream, cost.seconds, cost.sms, what);
     return;
   }
   // Host values: staged through the device on the communicator's stream; the host waits.
   timeline_synchronize();
-  timeline_issue(c->stream, cost.seconds, what, cost.seconds > 0);
+  timeline_collective(c->stream, cost.seconds, cost.sms, what);
   timeline_synchronize();
 }
 

@@ -6,6 +6,14 @@
 // issued it, so a GPU faster than its host waits for it. Copies of tokens in and of the loss out
 // are synchronous, as in device_cuda.c: the host waits for the compute stream there.
 //
+// SMs: a collective's NCCL kernel holds some of the SMs for as long as it runs (one block per
+// channel, never sharing its SM: catalogue.c [CTA]), and a kernel beside it gets the rest. Each
+// kernel is placed through the collectives already on the links: where one holds k of the S SMs
+// the kernel advances at (S - k) / S of its rate. A collective issued after a kernel that it
+// turns out to overlap does not stretch that kernel (its end is already in events and clocks);
+// the schedule issues each all-gather before the kernels it hides behind and each
+// reduce-scatter after the kernels it waits for, so the kernels it overlaps come after it.
+//
 // Events: recording one on a stream stamps it with the time that stream reaches it; a wait moves
 // the waiting stream's clock up to the stamp. A wait on an event never recorded does nothing, as
 // in CUDA. A compute-stream wait measured with device_stream_wait_timed adds its stall to the
@@ -29,7 +37,14 @@ struct DeviceEvent {
 
 static Cluster cluster;
 static int configured = 0;
-static double clock_of[NSTREAMS], host_clock, net_free, stalled, stalled_read;
+static double clock_of[NSTREAMS], host_clock, net_free, stalled, stalled_read, contention;
+// The collectives on this rank's links, in the order they run (so sorted, never overlapping).
+typedef struct {
+  double start, end;
+  int sms;
+} Busy;
+static Busy* busy;
+static int nbusy, cap_busy;
 static TimelineOp* ops;
 static int nops, cap_ops;
 static double marks[DEVICE_MAX_MARKS];
@@ -53,8 +68,8 @@ const Cluster* timeline_cluster(void) {
 
 void timeline_reset(void) {
   memset(clock_of, 0, sizeof clock_of);
-  host_clock = net_free = stalled = stalled_read = 0.0;
-  nops = nmarks = 0;
+  host_clock = net_free = stalled = stalled_read = contention = 0.0;
+  nops = nmarks = nbusy = 0;
 }
 
 void timeline_call(const char* name) {
@@ -83,22 +98,79 @@ static void log_op(const char* what, StreamId s, double start, double end) {
   ops[nops++] = (TimelineOp){what, s, start, end};
 }
 
-double timeline_issue(StreamId s, double seconds, const char* what, int net) {
-  const Cluster* c = timeline_cluster();
-  double start = max2(clock_of[s], host_clock);
-  if (net) start = max2(start, net_free);
-  double end = start + seconds;
+// Work starts, and a stream reaches a point (an event, a mark), when the stream's issued work is
+// done and the host has issued it.
+static double stream_point(StreamId s) { return max2(clock_of[s], host_clock); }
+
+static double place(StreamId s, double start, double end, const char* what) {
   clock_of[s] = end;
-  if (net) net_free = end;
-  host_clock += c->host.launch_s;
+  host_clock += timeline_cluster()->host.launch_s;
   log_op(what, s, start, end);
   return start;
+}
+
+// The first collective still running at time t (binary search: busy[] is sorted).
+static int first_busy_after(double t) {
+  int lo = 0, hi = nbusy;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (busy[mid].end <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// When a kernel of `seconds` (on every SM) that starts at t ends, through the collectives'
+// SMs: full rate between them, (S - k) / S of it beside one holding k.
+static double kernel_end(double t, double seconds) {
+  int S = cluster.gpu.sms;
+  double left = seconds;
+  for (int i = first_busy_after(t); i < nbusy && left > 0; i++) {
+    if (busy[i].start > t) {
+      if (busy[i].start - t >= left) break;
+      left -= busy[i].start - t;
+      t = busy[i].start;
+    }
+    double rate = (double)(S - busy[i].sms) / S, span = busy[i].end - t;
+    if (span * rate >= left) return t + left / rate;
+    left -= span * rate;
+    t = busy[i].end;
+  }
+  return t + left;
+}
+
+double timeline_kernel(StreamId s, double seconds, const char* what) {
+  double start = stream_point(s), end = kernel_end(start, seconds);
+  if (end > start + seconds) contention += end - (start + seconds);
+  return place(s, start, end, what);
+}
+
+double timeline_collective(StreamId s, double seconds, int sms, const char* what) {
+  double start = stream_point(s);
+  if (seconds <= 0) return place(s, start, start, what);  // a group of one rank: nothing moves
+  start = max2(start, net_free);
+  double end = net_free = start + seconds;
+  if (sms > 0 && cluster.gpu.sms > sms) {
+    if (nbusy == cap_busy) {
+      cap_busy = cap_busy ? 2 * cap_busy : 1024;
+      busy = realloc(busy, (size_t)cap_busy * sizeof(Busy));
+      if (!busy) fatal("timeline: out of host memory for the collectives' spans (%d)", nbusy);
+    }
+    busy[nbusy++] = (Busy){start, end, sms};
+  }
+  return place(s, start, end, what);
+}
+
+double timeline_copy(StreamId s, double seconds, const char* what) {
+  double start = stream_point(s);
+  return place(s, start, start + seconds, what);
 }
 
 double timeline_stream_clock(StreamId s) { return clock_of[s]; }
 void timeline_host_wait(double seconds) { host_clock += seconds; }
 double timeline_host_clock(void) { return host_clock; }
 double timeline_compute_stalled(void) { return stalled; }
+double timeline_sm_contention(void) { return contention; }
 int timeline_nops(void) { return nops; }
 const TimelineOp* timeline_op(int i) { return &ops[i]; }
 
@@ -149,7 +221,7 @@ void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s) {
   timeline_call(__func__);
   (void)dst;
   (void)src;
-  timeline_issue(s, (double)bytes / timeline_cluster()->host.pcie_bytes_s, "host copy", 0);
+  timeline_copy(s, (double)bytes / timeline_cluster()->host.pcie_bytes_s, "host copy");
 }
 
 // Is p inside the reserved device memory? (Collectives on host values are synchronous.)
@@ -170,9 +242,6 @@ DeviceEvent* device_event_create(void) {
   timeline_call(__func__);
   return xcalloc(1, sizeof(DeviceEvent), "event");
 }
-
-// A stream reaches a point when its issued work is done and the host has issued the point.
-static double stream_point(StreamId s) { return max2(clock_of[s], host_clock); }
 
 void device_event_record(DeviceEvent* e, StreamId s) {
   timeline_call(__func__);
@@ -246,7 +315,7 @@ void device_marks_release(void) {
 
 void device_delay(StreamId s, double seconds) {
   timeline_call(__func__);
-  timeline_issue(s, seconds > 0 ? seconds : 0.0, "delay", 0);
+  timeline_copy(s, seconds > 0 ? seconds : 0.0, "delay");
 }
 
 void* device_stream(StreamId s) {

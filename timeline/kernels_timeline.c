@@ -29,7 +29,7 @@ static double kernel_seconds(double flops, Rate rate, double bytes) {
 }
 
 static void run(KernelCtx* ctx, const char* what, double seconds) {
-  timeline_issue(ctx ? ctx->stream : STREAM_COMPUTE, seconds, what, 0);
+  timeline_kernel(ctx ? ctx->stream : STREAM_COMPUTE, seconds, what);
 }
 
 // An elementwise or reduction kernel: bound by its bytes.

@@ -123,12 +123,13 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
     int last = s == PREDICT_STEPS - 1;
     if (last && trace_path) fs->trace = trace_open(trace_path, 0, 1, unit_names);
     (void)device_waited_seconds();
-    double t0 = timeline_host_clock(), compute = 0, comm = 0;
+    double t0 = timeline_host_clock(), compute = 0, comm = 0, contention0 = timeline_sm_contention();
     int op0 = timeline_nops();
     p->backward_s = 0;
     step(fs, &model, &batch, o, A, W, t5, s, &p->backward_s);
     p->step_s = timeline_host_clock() - t0;
     p->exposed_comm_s = device_waited_seconds();
+    p->contention_s = timeline_sm_contention() - contention0;
     for (int i = op0; i < timeline_nops(); i++) {
       const TimelineOp* op = timeline_op(i);
       if (op->stream == STREAM_COMPUTE) compute += op->end - op->start;
@@ -189,6 +190,7 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   printf("| %-40s | %13.1f%% |\n", "backward share of the step", 100 * p->backward_s / p->step_s);
   printf("| %-40s | %14.2f |\n", "compute stream busy (ms)", p->compute_s * 1e3);
   printf("| %-40s | %14.2f |\n", "collectives, all streams (ms)", p->comm_s * 1e3);
+  printf("| %-40s | %14.2f |\n", "kernels slowed by collectives' SMs (ms)", p->contention_s * 1e3);
   printf("| %-40s | %14.2f |\n", "memory plan per GPU (GiB)", p->plan_bytes / 1073741824.0);
   printf("| %-40s | %14s |\n", "fits the GPU's memory", p->fits ? "yes" : "NO");
   char label[64];
@@ -200,6 +202,8 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
            cfg->name, p->seed_tflops / p->model_tflops);
   if (c->alloc_retry_s > 0)
     printf("note: with an allocator retry of %.0f ms before each all-gather (not fsdp.c's allocator)\n", c->alloc_retry_s * 1e3);
+  if (c->comm_sms_max >= 0)
+    printf("note: each collective holds at most %d SMs (--predict-comm-sms)\n", c->comm_sms_max);
   if (c->attention != ATTENTION_FUSED)
     printf("note: with %s's unfused attention (not fsdp.c's fused kernel)\n",
            c->attention == ATTENTION_EAGER_HF_T5 ? "Hugging Face T5" : "minGPT");

@@ -10,6 +10,7 @@ typedef struct {
   double backward_s;      // compute stream, last forward kernel to last backward kernel
   double compute_s;       // kernels and copies on the compute stream
   double comm_s;          // collectives and their kernels on the two communication streams
+  double contention_s;    // kernels' stretch beside collectives holding SMs (all streams)
   double tokens_per_s;    // all GPUs
   double model_tflops;    // per GPU, the trainer's exact matmul count (model_flops)
   double mfu;             // model_tflops against the dense bf16 peak

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   Cluster c;
   if (catalogue_cluster(o.predict, o.plan_world, &c, err, sizeof err)) usage_error("%s", err);
   c.alloc_retry_s = o.predict_alloc_retry_ms / 1e3;
+  c.comm_sms_max = o.predict_comm_sms;
   if (o.predict_attention && !strcmp(o.predict_attention, "eager")) c.attention = t5 ? ATTENTION_EAGER_HF_T5 : ATTENTION_EAGER_MINGPT;
   if (o.global_batch && o.global_batch % (o.batch * c.world)) {
     fprintf(stderr, "error: --global-batch %d cannot be split into micro-batches of --batch %d on %d GPUs: it must be a "

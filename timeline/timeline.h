@@ -37,6 +37,8 @@ typedef struct {
   double nvlink_eff;         // fraction of it NCCL reaches inside a node (measured)
   double launch_s;           // device-side gap between dependent kernels
   const char* network;       // its default network
+  int sms;                   // streaming multiprocessors (whitepaper)
+  int nvlinks;               // NVLink links per GPU (datasheet)
 } GpuSpec;
 
 typedef struct {
@@ -46,6 +48,7 @@ typedef struct {
   double net_eff;            // fraction of it NCCL's bus bandwidth reaches
   double latency_s;          // one network step of a collective (alpha)
   double intra_latency_s;    // one NVLink step (alpha)
+  int nics;                  // network interfaces per node
 } NetSpec;
 
 // The host's cost of issuing work (cudaLaunchKernel, ncclGroupEnd) and of a synchronizing copy.
@@ -75,6 +78,9 @@ typedef struct {
   // (FlashAttention-2-style), or the unfused attention the seeds' PyTorch models ran, a kernel
   // per step over the whole score tensor (kernels_timeline.c says which steps and their bytes).
   AttentionImpl attention;
+  // The SMs a collective may hold (--predict-comm-sms N, as NCCL_MAX_CTAS caps them): -1 leaves
+  // NCCL's own choice (collective.c); 0 models collectives that take no SMs from the kernels.
+  int comm_sms_max;
 } Cluster;
 
 const GpuSpec* catalogue_gpu(const char* name);
@@ -95,6 +101,7 @@ typedef struct {
   const char* algorithm;     // "ring", "tree" or "none"
   int nodes;                 // nodes the group spans
   int per_node;              // its ranks per node
+  int sms;                   // SMs its kernel holds while it runs (one per NCCL channel)
 } CollCost;
 // bytes: the whole buffer (all-gather / reduce-scatter: n x the per-rank chunk; all-reduce and
 // broadcast: the buffer every rank holds).
@@ -105,10 +112,16 @@ void timeline_configure(const Cluster* c);
 const Cluster* timeline_cluster(void);
 // Clears the clocks, the op log and the counters (before a new prediction in the same process).
 void timeline_reset(void);
-// Work of `seconds` on stream s, issued by the host now: it starts when both the stream and the
-// host have reached it. net: it also needs this rank's links (collectives share them). Returns
-// the start time.
-double timeline_issue(StreamId s, double seconds, const char* what, int net);
+// Work on stream s, issued by the host now: it starts when both the stream and the host have
+// reached it. Each returns the start time.
+//   kernel: `seconds` on the whole GPU; while a collective holds some of the SMs, it runs at the
+//           rate of the SMs left, so it takes longer.
+//   collective: `seconds` on this rank's links (collectives share them, one after the other),
+//           holding `sms` SMs from the kernels beside it while it runs.
+//   copy: `seconds` on a copy engine or the host (PCIe copies, delays): no SMs, no links.
+double timeline_kernel(StreamId s, double seconds, const char* what);
+double timeline_collective(StreamId s, double seconds, int sms, const char* what);
+double timeline_copy(StreamId s, double seconds, const char* what);
 double timeline_stream_clock(StreamId s);
 // The host waits for every stream (device_synchronize without the call log).
 void timeline_synchronize(void);
@@ -117,6 +130,8 @@ void timeline_host_wait(double seconds);
 double timeline_host_clock(void);
 // Exposed waiting of the compute stream since timeline_reset.
 double timeline_compute_stalled(void);
+// Time kernels lost to the SMs collectives held (their stretch), since timeline_reset.
+double timeline_sm_contention(void);
 // Is p inside the (reserved, untouched) device memory?
 int timeline_is_device(const void* p);
 

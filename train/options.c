@@ -107,6 +107,8 @@ static void print_help(void) {
       "                        MS of cudaMalloc) before each all-gather, as PyTorch at its memory limit\n"
       "  --predict-attention fused|eager   with --predict: fsdp.c's fused attention (default), or the\n"
       "                        unfused attention of the seeds' PyTorch models (minGPT, Hugging Face T5)\n"
+      "  --predict-comm-sms N  with --predict: each collective holds at most N SMs from the kernels beside\n"
+      "                        it (as NCCL_MAX_CTAS=N); 0: collectives take no SMs (default: NCCL's choice)\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
@@ -147,11 +149,11 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 }
 
 // Options without a one-letter code of their own (getopt_long returns these values).
-enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
+enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
        OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
 
 Options parse_options(int argc, char** argv) {
-  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict_comm_sms = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -189,6 +191,7 @@ Options parse_options(int argc, char** argv) {
       {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
       {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
       {"predict-attention", required_argument, 0, OPT_PREDICT_ATTENTION},
+      {"predict-comm-sms", required_argument, 0, OPT_PREDICT_COMM_SMS},
       {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
       {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
@@ -319,6 +322,7 @@ Options parse_options(int argc, char** argv) {
                       "not '%s'", optarg);
         o.predict_attention = optarg;
         break;
+      case OPT_PREDICT_COMM_SMS: o.predict_comm_sms = (int)parse_long(name, optarg, 0, 1024); break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
@@ -341,6 +345,7 @@ Options parse_options(int argc, char** argv) {
   if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
   if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");
   if (o.predict_attention && !o.predict) usage_error("%s", "--predict-attention is for --predict");
+  if (o.predict_comm_sms >= 0 && !o.predict) usage_error("%s", "--predict-comm-sms is for --predict");
   if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
   if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");

@@ -46,6 +46,7 @@ typedef struct {
   int predict_sweep;                // --predict-sweep
   double predict_alloc_retry_ms;    // --predict-alloc-retry MS: model another allocator's retries
   const char* predict_attention;    // --predict-attention fused|eager (NULL: not given, fused)
+  int predict_comm_sms;             // --predict-comm-sms N: SMs a collective may hold (-1: NCCL's choice)
   FSDPOptions fsdp;
 } Options;
 

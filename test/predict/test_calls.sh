@@ -104,6 +104,10 @@ check_cli "a bad --predict-attention names the choices" 2 "must be fused .* or e
   ./predict_gpt --model gpt2-124m --predict h200 --world 8 --predict-attention flash
 check_cli "--predict-attention without --predict is refused" 2 "--predict-attention is for --predict" \
   ./train_gpt_cpu --model gpt2-124m --data x --predict-attention eager
+check_cli "--predict-comm-sms caps the collectives' SMs and says so" 0 "note: each collective holds at most 4 SMs" \
+  ./predict_gpt --model gpt2-124m --predict a100-80gb --world 16 --predict-comm-sms 4
+check_cli "--predict-comm-sms without --predict is refused" 2 "--predict-comm-sms is for --predict" \
+  ./train_gpt_cpu --model gpt2-124m --data x --predict-comm-sms 8
 check_cli "--predict --trace writes a Chrome trace" 0 "trace: " ./predict_gpt --model gpt2-124m --predict h200 \
   --world 8 --trace "$TMP/trace.json"
 if python3 -c "

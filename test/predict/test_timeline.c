@@ -8,15 +8,17 @@
 #include "test/test.h"
 #include "timeline/predict.h"
 
-// 4 GPUs per node; NVLink 100 GB/s per GPU, network 40 GB/s per node; alphas 10 us (network),
-// 1 us (NVLink); all efficiencies 1; compute 100 TFLOPS, memory 1 TB/s; no launch costs.
+// 4 GPUs per node; NVLink 100 GB/s per GPU (4 links), network 40 GB/s per node (2 NICs);
+// alphas 10 us (network), 1 us (NVLink); all efficiencies 1; compute 100 TFLOPS, memory 1 TB/s,
+// 100 SMs; no launch costs.
 static Cluster toy_cluster(int world) {
   Cluster c;
   memset(&c, 0, sizeof c);
-  c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy"};
-  c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6};
+  c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy", 100, 4};
+  c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6, 2};
   c.host = (HostSpec){0.0, 0.0, 1e12, 1e12};
   c.world = world;
+  c.comm_sms_max = -1;
   return c;
 }
 
@@ -53,7 +55,52 @@ static void test_collectives(void) {
   expect_time("all-reduce inside a node", r.seconds, 6e-3 + 6e-6);
   EXPECT("  ... picks the ring", !strcmp(r.algorithm, "ring"), "picked %s", r.algorithm);
   r = collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){1, 1});
-  EXPECT("a group of one rank takes no time", r.seconds == 0 && !strcmp(r.algorithm, "none"), "%g s, %s", r.seconds, r.algorithm);
+  EXPECT("a group of one rank takes no time", r.seconds == 0 && !strcmp(r.algorithm, "none") && r.sms == 0,
+         "%g s, %s, %d SMs", r.seconds, r.algorithm, r.sms);
+  // The SMs each holds: two channels per NVLink inside a node (2 x 4), two per NIC across nodes
+  // (2 x 2), a replica group (one rank of a node's 4) drives its share of the NICs, at least one.
+  int inside = collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){4, 1}).sms;
+  int across = collective_cost(&c, COLL_REDUCE_SCATTER, 1e6, (Group){16, 1}).sms;
+  int replica = collective_cost(&c, COLL_ALL_REDUCE, 1e6, (Group){4, 4}).sms;
+  EXPECT("SMs held: 8 inside a node, 4 across nodes, 2 for a replica group", inside == 8 && across == 4 && replica == 2,
+         "%d, %d, %d", inside, across, replica);
+  c.gpu.nvlinks = 18;
+  EXPECT("SMs held: at most NCCL's 32 channels", collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){4, 1}).sms == 32, "%d",
+         collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){4, 1}).sms);
+  c.comm_sms_max = 3;
+  EXPECT("SMs held: --predict-comm-sms 3 caps them", collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){16, 1}).sms == 3,
+         "%d", collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){16, 1}).sms);
+}
+
+// Kernels beside a collective run on the SMs it leaves, drawn by hand on the toy GPU (100 SMs):
+//   links    |coll 20 SMs, 0-1 ms|      |coll 50 SMs, 1.5-2 ms|
+//   compute  |kernel A: 1 ms of work at 80%, then 0.2 ms at 100%: ends at 1.2 ms|
+//            kernel B from 1.2 ms, 0.5 ms of work: 0.3 ms to 1.5 ms, then 0.2 ms of work at
+//            50% over 0.4 ms: ends at 1.9 ms
+//            kernel C, 1 ms of work: 0.05 ms of it at 50% to 2 ms, then free: ends at 2.95 ms
+static void test_sm_contention(void) {
+  Cluster c = toy_cluster(8);
+  timeline_configure(&c);
+  timeline_collective(STREAM_ALL_GATHER, 1e-3, 20, "all-gather");
+  timeline_collective(STREAM_REDUCE_SCATTER, 0.5e-3, 50, "reduce-scatter");  // queues behind it on the links
+  expect_time("SMs: the second collective queues on the links", timeline_stream_clock(STREAM_REDUCE_SCATTER), 1.5e-3);
+  // Its start (1 ms) is not what was drawn (1.5 ms): move it by a delay on its stream first.
+  timeline_reset();
+  timeline_collective(STREAM_ALL_GATHER, 1e-3, 20, "all-gather");
+  timeline_copy(STREAM_REDUCE_SCATTER, 1.5e-3, "delay");
+  timeline_collective(STREAM_REDUCE_SCATTER, 0.5e-3, 50, "reduce-scatter");
+  timeline_kernel(STREAM_COMPUTE, 1e-3, "A");
+  expect_time("SMs: kernel A beside 20 of 100 SMs held", timeline_stream_clock(STREAM_COMPUTE), 1.2e-3);
+  timeline_kernel(STREAM_COMPUTE, 0.5e-3, "B");
+  expect_time("SMs: kernel B runs free, then beside 50 of 100", timeline_stream_clock(STREAM_COMPUTE), 1.9e-3);
+  expect_time("SMs: the stretch is counted (0.2 + 0.2 ms)", timeline_sm_contention(), 0.4e-3);
+  timeline_kernel(STREAM_COMPUTE, 1e-3, "C");
+  expect_time("SMs: kernel C, through the end of the second collective", timeline_stream_clock(STREAM_COMPUTE), 2.95e-3);
+  // A collective holding no SMs (--predict-comm-sms 0), 3-4 ms, beside kernel D (2.95-3.95 ms).
+  timeline_copy(STREAM_ALL_GATHER, 2e-3, "delay");
+  timeline_collective(STREAM_ALL_GATHER, 1e-3, 0, "all-gather");
+  timeline_kernel(STREAM_COMPUTE, 1e-3, "D");
+  expect_time("SMs: a collective holding none slows nothing", timeline_stream_clock(STREAM_COMPUTE), 3.95e-3);
 }
 
 static void test_catalogue(void) {
@@ -194,6 +241,20 @@ static void test_toy_timeline(void) {
   predict_run(&o, &c, &cfg, NULL, &p);
   EXPECT("toy, allocator retries: the step is longer by at least 5 x 1 ms", p.step_s >= step_prefetch + 5e-3,
          "%g s against %g s", p.step_s, step_prefetch);
+
+  // The collectives' SMs: the lm_head's matmul_backward runs beside block.1's all-gather (above)
+  // and is stretched by it; with collectives that hold none, it is not.
+  c.alloc_retry_s = 0;
+  predict_run(&o, &c, &cfg, NULL, &p);
+  double contention = p.contention_s, held = -1, free = -2;
+  if (find(&p, STREAM_COMPUTE, "matmul_backward", mmb, 16) == 9) held = mmb[0]->end - mmb[0]->start;
+  c.comm_sms_max = 0;
+  predict_run(&o, &c, &cfg, NULL, &p);
+  if (find(&p, STREAM_COMPUTE, "matmul_backward", mmb, 16) == 9) free = mmb[0]->end - mmb[0]->start;
+  EXPECT("toy: the lm_head's matmul_backward is longer beside the all-gather's SMs", held > free && free > 0,
+         "%g s against %g s", held, free);
+  EXPECT("toy: the step's stretch is positive, and none with --predict-comm-sms 0", contention > 0 && p.contention_s == 0,
+         "%g s, then %g s", contention, p.contention_s);
 }
 
 // The time attention_forward or attention_backward adds to the compute stream, from a fresh clock.
@@ -251,6 +312,7 @@ static void test_eager_attention(void) {
 int main(void) {
   test_collectives();
   test_catalogue();
+  test_sm_contention();
   test_toy_timeline();
   test_eager_attention();
   return test_summary();
