@@ -69,14 +69,16 @@ static const GpuSpec gpus[] = {
 //  [BUSBW] NCCL's bus bandwidth over InfiniBand/RoCE in nccl-tests reports is typically
 //          80-90% of line rate; assumed 0.80 for RDMA networks. TCP sockets: the IBM post's
 //          "usable" 120 Gb/s is already a measured rate, so 1.0 of it.
-//  [LAT]   one step of a ring: a network message, ~5 us over RDMA (IB/RoCE verbs latency
-//          of a few us plus NCCL's proxy), ~15 us over EFA's SRD, ~30 us over kernel TCP;
-//          ~1 us over NVLink. Order-of-magnitude figures from vendor latency specs; assumed.
+//  [LAT]   NCCL's own latency model (src/graph/tuning.cc, ring with the Simple protocol it
+//          uses for large messages): 8.4 us per collective (baseLat), then per ring step
+//          3.4 us over NVLink and 14 us over the network (hwLat). The model has one network
+//          figure; EFA's SRD and kernel TCP are slower transports than RDMA verbs, assumed
+//          15 and 30 us a step.
 static const NetSpec nets[] = {
-    {"efa400", 8, 50e9 /*[AWS]*/, 0.80 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 4 /*[AWS]*/},
-    {"roce", 8, 250e9 /*[FSDP]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 8 /*[FSDP]*/},
-    {"eth120", 8, 15e9 /*[IBM]*/, 1.00 /*[BUSBW]*/, 30e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 2 /*[IBM]*/},
-    {"ib3200", 8, 400e9 /*[NDR]*/, 0.80 /*[BUSBW]*/, 5e-6 /*[LAT]*/, 1e-6 /*[LAT]*/, 8 /*[NDR]*/},
+    {"efa400", 8, 50e9 /*[AWS]*/, 0.80 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 4 /*[AWS]*/, 8.4e-6 /*[LAT]*/},
+    {"roce", 8, 250e9 /*[FSDP]*/, 0.80 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[FSDP]*/, 8.4e-6 /*[LAT]*/},
+    {"eth120", 8, 15e9 /*[IBM]*/, 1.00 /*[BUSBW]*/, 30e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 2 /*[IBM]*/, 8.4e-6 /*[LAT]*/},
+    {"ib3200", 8, 400e9 /*[NDR]*/, 0.80 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[NDR]*/, 8.4e-6 /*[LAT]*/},
 };
 
 // [LAUNCH] for the host's issue cost; [PCIE] PCIe 4.0 x16: 32 GB/s per direction, ~25 GB/s

@@ -5,6 +5,11 @@
 // once (the schedule is symmetric), so the G/p groups that share a node share its network
 // links: a group gets node_bw x p/G of them. Each rank has its own NVLink port.
 //
+// Latencies are NCCL's own model's (catalogue.c [LAT]): a fixed cost per collective, and per
+// ring step one of NVLink or of the network, for the Simple protocol NCCL picks for large
+// messages. Small collectives (the loss, a norm) would run its LL protocol, faster to start;
+// the model charges them the Simple latencies (a few per step).
+//
 // Ring (NCCL's algorithm for all-gather and reduce-scatter; Thakur et al. 2005): n-1 steps,
 // each rank sends (n-1)/n of the buffer through its NVLink port, and the data of the other
 // N-1 nodes, (N-1)/N of the buffer, enters each node through the group's share of the
@@ -92,5 +97,6 @@ CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g)
       break;
     }
   }
+  r.seconds += c->net.base_latency_s;  // once per collective (NCCL's baseLat)
   return r;
 }

@@ -49,6 +49,7 @@ typedef struct {
   double latency_s;          // one network step of a collective (alpha)
   double intra_latency_s;    // one NVLink step (alpha)
   int nics;                  // network interfaces per node
+  double base_latency_s;     // a collective's fixed cost, whatever its steps
 } NetSpec;
 
 // The host's cost of issuing work (cudaLaunchKernel, ncclGroupEnd) and of a synchronizing copy.

@@ -15,7 +15,7 @@ static Cluster toy_cluster(int world) {
   Cluster c;
   memset(&c, 0, sizeof c);
   c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy", 100, 4};
-  c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6, 2};
+  c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6, 2, 0.0};
   c.host = (HostSpec){0.0, 0.0, 1e12, 1e12};
   c.world = world;
   c.comm_sms_max = -1;
@@ -54,6 +54,10 @@ static void test_collectives(void) {
   r = collective_cost(&c, COLL_ALL_REDUCE, 400e6, (Group){4, 1});
   expect_time("all-reduce inside a node", r.seconds, 6e-3 + 6e-6);
   EXPECT("  ... picks the ring", !strcmp(r.algorithm, "ring"), "picked %s", r.algorithm);
+  // A fixed cost per collective (NCCL's baseLat), once even for an all-reduce's two passes.
+  c.net.base_latency_s = 5e-6;
+  r = collective_cost(&c, COLL_ALL_REDUCE, 400e6, (Group){4, 1});
+  expect_time("a collective's fixed cost is paid once", r.seconds, 6e-3 + 6e-6 + 5e-6);
   r = collective_cost(&c, COLL_ALL_GATHER, 1e6, (Group){1, 1});
   EXPECT("a group of one rank takes no time", r.seconds == 0 && !strcmp(r.algorithm, "none") && r.sms == 0,
          "%g s, %s, %d SMs", r.seconds, r.algorithm, r.sms);
