@@ -210,7 +210,8 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   if (!p->fits)
     printf("note: the plan needs %.2f GiB per GPU, more than the %s's %.0f GiB: the run would not start (the time is "
            "predicted as if it did)\n", p->plan_bytes / 1073741824.0, c->gpu.name, c->gpu.memory_bytes / 1073741824.0);
-  printf("predict_tflops_per_gpu %.2f\n", p->seed_tflops);
+  if (o->trace_path) printf("trace: %s (the measured step, modelled times)\n", o->trace_path);
+  printf("predict_tflops_per_gpu %.2f\n", p->seed_tflops);  // the last line, for scripts
 }
 
 typedef struct {

@@ -49,6 +49,5 @@ int main(int argc, char** argv) {
   Prediction p;
   predict_run(&o, &c, &cfg, o.trace_path, &p);
   predict_print(&o, &c, &cfg, &p);
-  if (o.trace_path) printf("trace: %s (the measured step, modelled times)\n", o.trace_path);
   return 0;
 }

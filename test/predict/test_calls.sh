@@ -110,6 +110,13 @@ check_cli "--predict-comm-sms without --predict is refused" 2 "--predict-comm-sm
   ./train_gpt_cpu --model gpt2-124m --data x --predict-comm-sms 8
 check_cli "--predict --trace writes a Chrome trace" 0 "trace: " ./predict_gpt --model gpt2-124m --predict h200 \
   --world 8 --trace "$TMP/trace.json"
+if [ "$(tail -1 "$TMP/cli.out" | cut -d' ' -f1)" = predict_tflops_per_gpu ]; then
+  echo "ok   with --trace too, the last line is predict_tflops_per_gpu"
+  pass=$((pass + 1))
+else
+  echo "FAIL with --trace, the last line is not predict_tflops_per_gpu: $(tail -1 "$TMP/cli.out")"
+  fail=$((fail + 1))
+fi
 if python3 -c "
 import json, sys
 ev = json.load(open(sys.argv[1]))['traceEvents']
