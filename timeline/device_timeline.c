@@ -39,11 +39,7 @@ static Cluster cluster;
 static int configured = 0;
 static double clock_of[NSTREAMS], host_clock, net_free, stalled, stalled_read, contention;
 // The collectives on this rank's links, in the order they run (so sorted, never overlapping).
-typedef struct {
-  double start, end;
-  int sms;
-} Busy;
-static Busy* busy;
+static TimelineSMs* busy;
 static int nbusy, cap_busy;
 static TimelineOp* ops;
 static int nops, cap_ops;
@@ -153,10 +149,10 @@ double timeline_collective(StreamId s, double seconds, int sms, const char* what
   if (sms > 0 && cluster.gpu.sms > sms) {
     if (nbusy == cap_busy) {
       cap_busy = cap_busy ? 2 * cap_busy : 1024;
-      busy = realloc(busy, (size_t)cap_busy * sizeof(Busy));
+      busy = realloc(busy, (size_t)cap_busy * sizeof(TimelineSMs));
       if (!busy) fatal("timeline: out of host memory for the collectives' spans (%d)", nbusy);
     }
-    busy[nbusy++] = (Busy){start, end, sms};
+    busy[nbusy++] = (TimelineSMs){start, end, sms};
   }
   return place(s, start, end, what);
 }
@@ -172,6 +168,8 @@ double timeline_host_clock(void) { return host_clock; }
 double timeline_compute_stalled(void) { return stalled; }
 double timeline_sm_contention(void) { return contention; }
 int timeline_nops(void) { return nops; }
+int timeline_nsm_spans(void) { return nbusy; }
+const TimelineSMs* timeline_sm_span(int i) { return &busy[i]; }
 const TimelineOp* timeline_op(int i) { return &ops[i]; }
 
 // Reserved address space for the plan: layers/ and fsdp/ carve pointers from it, and nothing

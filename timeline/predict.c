@@ -78,7 +78,8 @@ static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, i
 }
 
 // Below the unit spans of fsdp/trace.c, every kernel, copy and collective of the measured step
-// on four more tracks, one per stream, on the same clock.
+// on four more tracks, one per stream, on the same clock, and a counter of the SMs collectives
+// held (the kernels beside them ran on the rest).
 static void write_kernel_tracks(Trace* t, int first_op) {
   static const char* names[DEVICE_STREAMS] = {"compute kernels", "all-gather stream kernels",
                                               "reduce-scatter stream kernels", "copy stream (--offload activations)"};
@@ -89,6 +90,15 @@ static void write_kernel_tracks(Trace* t, int first_op) {
     const TimelineOp* op = timeline_op(i);
     fprintf(t->f, ",\n{\"name\": \"%s\", \"cat\": \"kernel\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
                   "\"dur\": %.3f}", op->what, 3 + (int)op->stream, (op->start - t->origin) * 1e6, (op->end - op->start) * 1e6);
+  }
+  for (int i = 0; i < timeline_nsm_spans(); i++) {
+    const TimelineSMs* b = timeline_sm_span(i);
+    if (b->end <= t->origin) continue;  // an earlier step's
+    double at[2] = {b->start, b->end};
+    int sms[2] = {b->sms, 0};
+    for (int k = 0; k < 2; k++)
+      fprintf(t->f, ",\n{\"name\": \"SMs held by collectives\", \"ph\": \"C\", \"pid\": 0, \"ts\": %.3f, "
+                    "\"args\": {\"SMs\": %d}}", (at[k] - t->origin) * 1e6, sms[k]);
   }
 }
 

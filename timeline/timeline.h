@@ -150,6 +150,14 @@ typedef struct {
 } TimelineOp;
 int timeline_nops(void);
 const TimelineOp* timeline_op(int i);
+// The SMs collectives held, one span per collective, in the order they ran (the trace draws
+// them as a counter).
+typedef struct {
+  double start, end;
+  int sms;
+} TimelineSMs;
+int timeline_nsm_spans(void);
+const TimelineSMs* timeline_sm_span(int i);
 
 // The call log: with FSDP_CALL_LOG=FILE every kernels.h, device.h and comm.h entry point
 // called writes its name, one per line (the CPU build writes the same through

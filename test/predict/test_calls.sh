@@ -121,11 +121,12 @@ if python3 -c "
 import json, sys
 ev = json.load(open(sys.argv[1]))['traceEvents']
 assert any(e.get('name', '').startswith('reduce-scatter block') and e.get('tid') == 2 for e in ev)
-assert any(e.get('name') == 'matmul_forward' and e.get('tid') == 3 for e in ev)" "$TMP/trace.json" 2> /dev/null; then
-  echo "ok   the trace is JSON with unit spans (reduce-scatter) and kernel tracks (matmul_forward)"
+assert any(e.get('name') == 'matmul_forward' and e.get('tid') == 3 for e in ev)
+assert any(e.get('ph') == 'C' and e['args']['SMs'] == 32 for e in ev)  # 2 x 18 NVLinks, at most 32" "$TMP/trace.json" 2> /dev/null; then
+  echo "ok   the trace is JSON with unit spans (reduce-scatter), kernel tracks (matmul_forward) and the SMs collectives held"
   pass=$((pass + 1))
 else
-  echo "FAIL the trace is not JSON with unit spans and kernel tracks"
+  echo "FAIL the trace is not JSON with unit spans, kernel tracks and the SMs collectives held"
   fail=$((fail + 1))
 fi
 echo "$pass passed, $fail failed"
