@@ -53,11 +53,9 @@ typedef struct {
   int home_unit, home_param;
 } ParamInfo;
 
-// A shard-local range of elements that share a weight-decay flag (a parameter cut by the shard).
-typedef struct {
-  int64_t start, end;  // shard-local element indices
-  int decay;
-} DecaySegment;
+// A shard-local range of elements that share a weight-decay flag (a parameter cut by the shard):
+// AdamW's ranges (kernels.h), one list per unit, so the update of a unit is one call.
+typedef AdamWRange DecaySegment;
 
 // The FSDP unit: FlatParameter of the FSDP paper (section 3.2.1).
 typedef struct {

@@ -110,13 +110,16 @@ void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
       if (p_away) p = fs->step_master[k];
       if (g_away) g = fs->step_grad[k];
     }
-    for (int s = 0; s < U->nseg; s++) {
-      const DecaySegment* seg = &U->segs[s];
-      AdamWArgs a = args;
-      if (!seg->decay) a.weight_decay = 0.0f;
-      size_t o = (size_t)seg->start, n = (size_t)(seg->end - seg->start);
-      if (on_host) adamw_update_host(fs->kctx, p + o, g + o, U->m + o, U->v + o, n, a);
-      else adamw_update(fs->kctx, p + o, NULL, g + o, U->m + o, U->v + o, n, a);
+    if (on_host) {
+      for (int s = 0; s < U->nseg; s++) {
+        const DecaySegment* seg = &U->segs[s];
+        AdamWArgs a = args;
+        if (!seg->decay) a.weight_decay = 0.0f;
+        size_t o = (size_t)seg->start, n = (size_t)(seg->end - seg->start);
+        adamw_update_host(fs->kctx, p + o, g + o, U->m + o, U->v + o, n, a);
+      }
+    } else {
+      adamw_update_ranges(fs->kctx, p, g, U->m, U->v, U->segs, U->nseg, args);  // the whole unit at once
     }
     if (staged && !on_host) {  // the copy stream may overwrite or send back pair k once it is updated
       device_event_record(fs->step_updated[k], STREAM_COMPUTE);

@@ -221,6 +221,19 @@ typedef struct {
 } AdamWArgs;
 void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
                   size_t n, AdamWArgs a);
+// A range of a shard that AdamW updates with its weight decay (decay) or none: a parameter, or
+// the part of one a shard holds. Ranges are ascending and do not overlap; gaps between them
+// (alignment padding) are left alone.
+typedef struct {
+  int64_t start, end;  // element indices into the shard
+  int decay;
+} AdamWRange;
+// adamw_update over every range of one shard (a unit's parameters) in one call: range k with
+// a.weight_decay if r[k].decay, else 0. The same bits as one adamw_update per range; on the
+// GPU, one launch instead of one per parameter (most of a unit's parameters are small: biases,
+// norm weights).
+void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
+                         AdamWArgs a);
 // The same update on the host, on host memory (--offload optim: the shards and AdamW state in
 // pinned host memory), with OpenMP threads; the call returns when it is done. The CPU backend's
 // adamw_update gives the same bits.

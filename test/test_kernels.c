@@ -747,6 +747,26 @@ static void test_adamw(float wd) {
          worst < 1e-5 && act_ok, "rel err %.3e, p_act %s", worst, act_ok ? "ok" : "differs");
 }
 
+// adamw_update_ranges is adamw_update on each range, with or without decay, gaps untouched.
+static void test_adamw_ranges(void) {
+  const AdamWRange r[3] = {{1, 4, 1}, {4, 6, 0}, {8, 11, 1}};
+  float p[12], m[12], v[12], g[12], rp[12], rm[12], rv[12];
+  for (int i = 0; i < 12; i++) p[i] = rp[i] = srand1(), m[i] = rm[i] = 0.1f * srand1(), g[i] = srand1();
+  for (int i = 0; i < 12; i++) v[i] = rv[i] = 0.01f + 0.01f * fabsf(srand1());
+  AdamWArgs a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f,
+                 .step = 2};
+  adamw_update_ranges(NULL, p, g, m, v, r, 3, a);
+  for (int k = 0; k < 3; k++) {
+    AdamWArgs ak = a;
+    if (!r[k].decay) ak.weight_decay = 0.0f;
+    int o = (int)r[k].start;
+    adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv + o, (size_t)(r[k].end - r[k].start), ak);
+  }
+  EXPECT("adamw_update_ranges: adamw_update on each range, the gaps untouched",
+         !memcmp(p, rp, sizeof p) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) && p[0] == rp[0],
+         "differs");
+}
+
 static void test_block_sumsq(void) {
   const size_t nb = 5, n = nb * NORM_BLOCK;
   float* g = falloc(n);
@@ -896,6 +916,7 @@ int main(void) {
   test_elementwise();
   test_adamw(0.0f);
   test_adamw(0.1f);
+  test_adamw_ranges();
   test_block_sumsq();
   test_exact_sum();
   test_determinism();

@@ -374,3 +374,11 @@ void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float*
   timeline_call(__func__);
   streaming(ctx, __func__, n * (28.0 + (p_act ? A : 0)));
 }
+// One kernel over a unit's ranges: the same 28 bytes per element.
+void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
+                         AdamWArgs a) {
+  timeline_call(__func__);
+  double n = 0;
+  for (int k = 0; k < nr; k++) n += (double)(r[k].end - r[k].start);
+  if (nr > 0) streaming(ctx, __func__, 28.0 * n);
+}

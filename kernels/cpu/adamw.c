@@ -36,6 +36,16 @@ void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float*
   adamw_host_loop(p, p_act, g, m, v, n, a);
 }
 
+void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
+                         AdamWArgs a) {
+  for (int k = 0; k < nr; k++) {
+    AdamWArgs ak = a;
+    if (!r[k].decay) ak.weight_decay = 0.0f;
+    size_t o = (size_t)r[k].start;
+    adamw_host_loop(p + o, NULL, g + o, m + o, v + o, (size_t)(r[k].end - r[k].start), ak);
+  }
+}
+
 // --offload optim: on the CPU backend every shard is already in host memory.
 void adamw_update_host(KernelCtx* ctx, float* p, const float* g, float* m, float* v, size_t n, AdamWArgs a) {
   adamw_host_loop(p, NULL, g, m, v, n, a);

@@ -1,6 +1,6 @@
 // adamw.cu: AdamW on one contiguous shard range (fp32 master weights, m and v, optional bf16
-// compute copy) and the blockwise sum of squares for the global gradient norm, with its exact
-// total.
+// compute copy) or on all of a unit's ranges in one launch, and the blockwise sum of squares for
+// the global gradient norm, with its exact total.
 #include <math.h>
 
 #include "kernels/cuda/common.cuh"
@@ -14,19 +14,33 @@
 // same float the CPU computes:
 //   g' = g * grad_scale;  m = b1 m + (1-b1) g';  v = b2 v + ((1-b2) g') g'
 //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p),  mhat = m / bc1,  vhat = v / bc2
-__global__ void adamw_kernel(float* p, act16* p_act, const float* g, float* m, float* v, size_t n,
-                             float lr, float b1, float b2, float omb1, float omb2, float eps,
-                             float wd, float gscale, float bc1, float bc2) {
+struct AdamConsts {
+  float lr, b1, b2, omb1, omb2, eps, gscale, bc1, bc2;
+};
+
+// Bias corrections in double, rounded to float once, exactly as kernels/adamw_host.h.
+static AdamConsts adam_consts(AdamWArgs a) {
+  AdamConsts c = {a.lr, a.beta1, a.beta2, 1.0f - a.beta1, 1.0f - a.beta2, a.eps, a.grad_scale,
+                  (float)(1.0 - pow((double)a.beta1, a.step)), (float)(1.0 - pow((double)a.beta2, a.step))};
+  return c;
+}
+
+// One element; returns the new p.
+__device__ __forceinline__ float adam_element(float pi, float gi, float* mi, float* vi, const AdamConsts& c, float wd) {
+  gi = __fmul_rn(gi, c.gscale);
+  float m = __fadd_rn(__fmul_rn(c.b1, *mi), __fmul_rn(c.omb1, gi));
+  float v = __fadd_rn(__fmul_rn(c.b2, *vi), __fmul_rn(__fmul_rn(c.omb2, gi), gi));
+  *mi = m;
+  *vi = v;
+  float mhat = __fdiv_rn(m, c.bc1), vhat = __fdiv_rn(v, c.bc2);
+  float upd = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), c.eps)), __fmul_rn(wd, pi));
+  return __fsub_rn(pi, __fmul_rn(c.lr, upd));
+}
+
+__global__ void adamw_kernel(float* p, act16* p_act, const float* g, float* m, float* v, size_t n, AdamConsts c,
+                             float wd) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float gi = __fmul_rn(g[i], gscale);
-    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(omb1, gi));
-    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(omb2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = __fdiv_rn(mi, bc1), vhat = __fdiv_rn(vi, bc2);
-    float pi = p[i];
-    float upd = __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), eps)), __fmul_rn(wd, pi));
-    pi = __fsub_rn(pi, __fmul_rn(lr, upd));
+    float pi = adam_element(p[i], g[i], &m[i], &v[i], c, wd);
     p[i] = pi;
     if (p_act) p_act[i] = f2act(pi);
   }
@@ -35,14 +49,73 @@ __global__ void adamw_kernel(float* p, act16* p_act, const float* g, float* m, f
 extern "C" void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
                              size_t n, AdamWArgs a) {
   if (!n) return;
-  // Bias corrections in double, rounded to float once, exactly as kernels/cpu/adamw.c.
-  float bc1 = (float)(1.0 - pow((double)a.beta1, a.step));
-  float bc2 = (float)(1.0 - pow((double)a.beta2, a.step));
-  float omb1 = 1.0f - a.beta1, omb2 = 1.0f - a.beta2;
   adamw_kernel<<<grid_for(n, ADAM_THREADS), ADAM_THREADS, 0, ctx->stream>>>(
-      p, p_act ? as_act16(p_act) : NULL, g, m, v, n, a.lr, a.beta1, a.beta2, omb1, omb2, a.eps,
-      a.weight_decay, a.grad_scale, bc1, bc2);
+      p, p_act ? as_act16(p_act) : NULL, g, m, v, n, adam_consts(a), a.weight_decay);
   CUDA_LAUNCH_CHECK();
+}
+
+// A unit's ranges in one launch: up to ADAM_MAX_RANGES per launch, passed by value (kernel
+// parameters). Each thread takes 4 consecutive elements from a multiple of 4, finds the range of
+// the first by binary search and steps through the next ones; when all 4 are in ranges and the
+// pointers allow it, they move as 16-byte loads and stores. Elements in gaps are left alone.
+#define ADAM_MAX_RANGES 32
+struct AdamRanges {
+  int64_t start[ADAM_MAX_RANGES], end[ADAM_MAX_RANGES];
+  unsigned decay;  // bit k: range k takes weight decay
+  int n;
+};
+
+__global__ void adamw_ranges_kernel(float* p, const float* g, float* m, float* v, AdamRanges R, AdamConsts c, float wd,
+                                    int vec) {
+  int64_t lo = R.start[0] & ~(int64_t)3, hi = R.end[R.n - 1];
+  for (int64_t i0 = lo + 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); i0 < hi;
+       i0 += 4 * (int64_t)gridDim.x * blockDim.x) {
+    int a = 0, b = R.n - 1;  // the first range that ends after i0
+    while (a < b) {
+      int mid = (a + b) / 2;
+      if (R.end[mid] > i0) b = mid;
+      else a = mid + 1;
+    }
+    float wds[4];
+    int in[4], all = 1;
+    for (int j = 0, k = a; j < 4; j++) {
+      int64_t i = i0 + j;
+      while (k < R.n && R.end[k] <= i) k++;
+      in[j] = k < R.n && i >= R.start[k];
+      wds[j] = in[j] && (R.decay >> k & 1u) ? wd : 0.0f;
+      all &= in[j];
+    }
+    if (all && vec) {
+      Pack<float, 4> pv = load_pack<4>(p + i0), gv = load_pack<4>(g + i0);
+      Pack<float, 4> mv = load_pack<4>(m + i0), vv = load_pack<4>(v + i0);
+      for (int j = 0; j < 4; j++) pv.v[j] = adam_element(pv.v[j], gv.v[j], &mv.v[j], &vv.v[j], c, wds[j]);
+      store_pack<4>(p + i0, pv), store_pack<4>(m + i0, mv), store_pack<4>(v + i0, vv);
+    } else {
+      for (int j = 0; j < 4; j++)
+        if (in[j]) p[i0 + j] = adam_element(p[i0 + j], g[i0 + j], &m[i0 + j], &v[i0 + j], c, wds[j]);
+    }
+  }
+}
+
+extern "C" void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r,
+                                    int nr, AdamWArgs a) {
+  AdamConsts c = adam_consts(a);
+  int vec = ((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
+  for (int k0 = 0; k0 < nr; k0 += ADAM_MAX_RANGES) {
+    AdamRanges R = {};
+    R.n = nr - k0 < ADAM_MAX_RANGES ? nr - k0 : ADAM_MAX_RANGES;
+    for (int k = 0; k < R.n; k++) {
+      const AdamWRange* x = &r[k0 + k];
+      if (x->start >= x->end || (k > 0 && x->start < R.end[k - 1]))
+        cuda_fail("adamw_update_ranges", "ranges must be non-empty, ascending and disjoint", __FILE__, __LINE__);
+      R.start[k] = x->start, R.end[k] = x->end;
+      if (x->decay) R.decay |= 1u << k;
+    }
+    size_t quads = (size_t)((R.end[R.n - 1] - (R.start[0] & ~(int64_t)3) + 3) / 4);
+    adamw_ranges_kernel<<<grid_for(quads, ADAM_THREADS), ADAM_THREADS, 0, ctx->stream>>>(p, g, m, v, R, c,
+                                                                                        a.weight_decay, vec);
+    CUDA_LAUNCH_CHECK();
+  }
 }
 
 // One warp per NORM_BLOCK block: lane l sums g[l], g[l+32], g[l+64], g[l+96] in double, in

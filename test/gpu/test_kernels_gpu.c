@@ -1052,15 +1052,21 @@ static void test_position(int H, int Tq, int Tk, int bidir, int nb, int maxd) {
 
 // ---- optimizer ------------------------------------------------------------------------
 
+// Random AdamW state of n elements: parameters, gradients, m and a positive v; the step's constants.
+static AdamWArgs adam_inputs(size_t n, int step, float** p0, float** g, float** m0, float** v0) {
+  *p0 = hrand(n, 1.0f, 0.0f);
+  *g = hrand(n, 0.01f, 0.0f);
+  *m0 = hrand(n, 0.01f, 0.0f);
+  *v0 = malloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) (*v0)[i] = (float)(1e-5 + 1e-4 * urand());
+  return (AdamWArgs){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                     .grad_scale = 0.5f, .step = step};
+}
+
 static void test_adamw(size_t n, int with_act) {
   char label[160];
-  float* p0 = hrand(n, 1.0f, 0.0f);
-  float* g = hrand(n, 0.01f, 0.0f);
-  float* m0 = hrand(n, 0.01f, 0.0f);
-  float* v0 = malloc(n * sizeof(float));
-  for (size_t i = 0; i < n; i++) v0[i] = (float)(1e-5 + 1e-4 * urand());
-  AdamWArgs a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                 .grad_scale = 0.5f, .step = 7};
+  float *p0, *g, *m0, *v0;
+  AdamWArgs a = adam_inputs(n, 7, &p0, &g, &m0, &v0);
   float *dp = up_f32(p0, n), *dg = up_f32(g, n), *dm = up_f32(m0, n), *dv = up_f32(v0, n);
   act_t* dact = dmalloc(n * 2);
   float *rp = hcopy(p0, n), *rm = hcopy(m0, n), *rv_ = hcopy(v0, n), *ract = hzero(n);
@@ -1087,6 +1093,49 @@ static void test_adamw(size_t n, int with_act) {
   for (int i = 0; i < 2; i++) free_result(&P[i]), free_result(&M[i]), free_result(&Vv[i]), free_result(&A[i]);
   dfree(dp), dfree(dg), dfree(dm), dfree(dv), dfree(dact);
   free(p0), free(g), free(m0), free(v0), free(rp), free(rm), free(rv_), free(ract);
+}
+
+// A unit's ranges in one call against the CPU's adamw_update on each range: ranges of uneven
+// sizes (1 element up to several thousand), gaps between some (left alone), the first starting
+// off a multiple of 4, weight decay on some; `shift` elements past an aligned address (1: no
+// 16-byte accesses); more than 32 ranges take more than one launch.
+static void test_adamw_ranges(int nr, int shift) {
+  static const int sizes[] = {1, 3, 768, 7, 2304, 13, 2, 4096, 5, 33};
+  AdamWRange* r = malloc((size_t)nr * sizeof(AdamWRange));
+  int64_t at = 5;
+  for (int k = 0; k < nr; k++) {
+    at += (k % 3 == 1) ? k % 5 : 0;  // a gap before some ranges
+    r[k] = (AdamWRange){at, at + sizes[k % 10], (k * 7) % 3 != 0};
+    at = r[k].end;
+  }
+  size_t n = (size_t)at + 3 + shift;
+  float *p0, *g, *m0, *v0;
+  AdamWArgs a = adam_inputs(n, 3, &p0, &g, &m0, &v0);
+  float *rp = hcopy(p0, n), *rm = hcopy(m0, n), *rv_ = hcopy(v0, n);
+  for (int k = 0; k < nr; k++) {
+    AdamWArgs ak = a;
+    if (!r[k].decay) ak.weight_decay = 0.0f;
+    size_t o = (size_t)(r[k].start + shift);
+    cpu_adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv_ + o, (size_t)(r[k].end - r[k].start), ak);
+  }
+  float *dp = up_f32(p0, n), *dg = up_f32(g, n), *dm = up_f32(m0, n), *dv = up_f32(v0, n);
+  Result P[2], M[2], Vv[2];
+  for (int rep = 0; rep < 2; rep++) {
+    set_f32(dp, p0, n), set_f32(dm, m0, n), set_f32(dv, v0, n);
+    adamw_update_ranges(K, dp + shift, dg + shift, dm + shift, dv + shift, r, nr, a);
+    P[rep] = get_f32(dp, n), M[rep] = get_f32(dm, n), Vv[rep] = get_f32(dv, n);
+  }
+  char label[160];
+  snprintf(label, sizeof label, "adamw_update_ranges p, %d ranges over %zu%s (gaps untouched)", nr, n,
+           shift ? ", unaligned" : "");
+  check_f32_exact(label, P[0].f, rp, n);
+  check_same(label, &P[0], &P[1]);
+  snprintf(label, sizeof label, "adamw_update_ranges m and v, %d ranges%s", nr, shift ? ", unaligned" : "");
+  check_f32_exact(label, M[0].f, rm, n);
+  check_f32_exact(label, Vv[0].f, rv_, n);
+  for (int i = 0; i < 2; i++) free_result(&P[i]), free_result(&M[i]), free_result(&Vv[i]);
+  dfree(dp), dfree(dg), dfree(dm), dfree(dv);
+  free(p0), free(g), free(m0), free(v0), free(rp), free(rm), free(rv_), free(r);
 }
 
 static void test_block_sumsq(size_t nblocks) {
@@ -1441,6 +1490,9 @@ int main(int argc, char** argv) {
 
     test_adamw(1000003, 1);
     test_adamw(4097, 0);
+    test_adamw_ranges(12, 0);
+    test_adamw_ranges(70, 0);
+    test_adamw_ranges(12, 1);
     test_block_sumsq(10007);
     test_block_sumsq(1);
     test_exact_sum(1000003);
@@ -1512,6 +1564,9 @@ int main(int argc, char** argv) {
 
     test_adamw(65537, 1);
     test_adamw(4097, 0);
+    test_adamw_ranges(12, 0);
+    test_adamw_ranges(70, 0);
+    test_adamw_ranges(12, 1);
     test_block_sumsq(523);
     test_block_sumsq(1);
     test_exact_sum(64 * 256 + 13);  // past one stride of the partials' grid
