@@ -51,6 +51,7 @@ struct CUstream_st {
   int destroyed = 0;
   int running = 0;  // an operation of this stream is executing (or a collective is starting)
   long chain = 0;   // the longest chain of operations ending at this stream's last one
+  uint32_t issued = 0;  // operations issued that count on its clock: the next one's number is issued + 1
   cudasim::Clock clock = {};  // what this stream's operations are ordered after (order.h)
   std::deque<cudasim::Op> q;
 };

@@ -6,6 +6,9 @@
 //   fault_driver stream-race | stream-ordered: a kernel on the compute stream, then a copy into
 //   its input on a second stream, without (race) or with (ordered) an event between them.
 //   fault_driver host-pointer: a kernel handed host memory instead of device memory.
+//   fault_driver host-read-race | host-write-race | host-ordered: the host reads pinned memory a
+//   copy is still filling, writes pinned memory a copy is still reading, or reads it after
+//   synchronizing with the copy.
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,7 +64,7 @@ static void attention(KernelCtx* K, int D) {
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fault_driver add|matmul|sumsq|classifier|attention64|attention128|stream-race|"
-            "stream-ordered|pinned-race|pinned-ordered|host-pointer\n");
+            "stream-ordered|pinned-race|pinned-ordered|host-pointer|host-read-race|host-write-race|host-ordered\n");
     return 2;
   }
   const char* c = argv[1];
@@ -116,6 +119,20 @@ int main(int argc, char** argv) {
       if (cudaEventRecord(done, compute) != cudaSuccess || cudaStreamWaitEvent(other, done, 0) != cudaSuccess) return 2;
     }
     if (cudaMemcpyAsync(back, pinned, n * sizeof(act_t), cudaMemcpyHostToDevice, other) != cudaSuccess) return 2;
+  } else if (!strcmp(c, "host-read-race") || !strcmp(c, "host-write-race") || !strcmp(c, "host-ordered")) {
+    // --offload optim's pattern: a shard copied into pinned memory, then the host's own loop on it.
+    size_t n = 4096;
+    act_t *d = dev_act(n), *pinned = NULL;
+    if (cudaMallocHost((void**)&pinned, n * sizeof(act_t)) != cudaSuccess) return 2;
+    cudaStream_t compute = (cudaStream_t)kernels_cuda_stream(0);
+    int writes = !strcmp(c, "host-write-race");
+    if (cudaMemcpyAsync(writes ? (void*)d : (void*)pinned, writes ? (void*)pinned : (void*)d, n * sizeof(act_t),
+                        writes ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, compute) != cudaSuccess)
+      return 2;
+    if (!strcmp(c, "host-ordered") && cudaStreamSynchronize(compute) != cudaSuccess) return 2;
+    volatile act_t* h = pinned;
+    if (writes) h[3000] = 1;
+    else printf("fault_driver: pinned[3000] = %d\n", (int)h[3000]);
   } else if (!strcmp(c, "host-pointer")) {
     size_t n = 1000;
     act_t* host = calloc(n, sizeof(act_t));

@@ -157,7 +157,7 @@ extern "C" cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   // The device thread looks pinned blocks up for its copies (the stream-order checker): change
   // the table only while it is idle, as cudaMalloc does.
   device_synchronize_all();
-  *ptr = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
+  *ptr = pinned_map(bytes);  // two views of one memory (hostcheck.cpp)
   if (!*ptr) return cudaErrorMemoryAllocation;
   pinned[(uintptr_t)*ptr] = Allocation{(uintptr_t)*ptr, bytes ? bytes : 1, next_pinned++};
   return cudaSuccess;
@@ -173,7 +173,7 @@ extern "C" cudaError_t cudaFreeHost(void* ptr) {
   device_synchronize_all();
   order_forget(it->first);
   pinned.erase(it);
-  free(ptr);
+  pinned_unmap(ptr);
   return cudaSuccess;
 }
 

@@ -35,4 +35,17 @@ void order_name(int stream, uint32_t seq, const char* what);
 // Forgets the shadow of an allocation (cudaFree).
 void order_forget(uintptr_t base);
 
+// The host's accesses to pinned memory (hostcheck.cpp). Pinned blocks are mapped twice: the
+// host's view, whose pages are protected while copies are pending on them, and the device
+// thread's, which copies use.
+void* pinned_map(size_t bytes);               // NULL when out of memory
+void pinned_unmap(void* host);
+void* pinned_device_view(const void* p);      // p itself when not pinned
+// A copy issued as operation `seq` of `stream` reads (device_writes 0) or writes [p, p+bytes)
+// of a pinned block: the host may not write, or touch, those pages until it has seen the copy
+// complete.
+void hostcheck_copy(const void* p, size_t bytes, int device_writes, int stream, uint32_t seq, const char* what);
+// The host's clock moved (a synchronization): copies it has now seen complete are released.
+void hostcheck_synced(const Clock& host);
+
 }  // namespace cudasim

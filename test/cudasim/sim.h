@@ -41,7 +41,8 @@ const Allocation* find_pinned(const void* p);
 // ---- streams (stream.cpp) -----------------------------------------------------------------
 // Runs a device operation (a kernel, copy, memset, cuBLASLt product, sort) on stream s after
 // the work already queued on it. `what` names it in reports.
-void stream_op(cudaStream_t s, const char* what, std::function<void()> op);
+// Returns the operation's number on its stream's clock (order.h).
+uint32_t stream_op(cudaStream_t s, const char* what, std::function<void()> op);
 // A copy as a stream operation; `blocking`: the host waits for it (cudaMemcpy).
 void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_t bytes, int blocking);
 // Waits for all work on every stream (cudaDeviceSynchronize, and what implies it).

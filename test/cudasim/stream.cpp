@@ -163,14 +163,28 @@ static void check_stream(CUstream_st* s, const char* call) {
   if (s->destroyed) fatal("api", "%s on a destroyed stream", call);
 }
 
-static void enqueue(CUstream_st* s, Op&& op) {
+// Queues op on s; returns the number it will have on s's clock (0 for records and waits, which
+// do not count), as advance_clock will give it: the queue runs in order.
+static uint32_t enqueue(CUstream_st* s, Op&& op) {
   pthread_mutex_lock(&mu);
   start_device();
   check_stream(s, op.what);
   op.host = host_clock;
+  uint32_t seq = 0;
+  if ((op.kind == Op::WORK || op.kind == Op::COLLECTIVE) && s->id < kClockStreams) seq = ++s->issued;
   s->q.push_back(std::move(op));
   pthread_cond_signal(&device_wake);
   pthread_mutex_unlock(&mu);
+  return seq;
+}
+
+// The host's clock moved: hostcheck releases the pinned pages of the copies it now has seen
+// complete (called without the lock).
+static void host_clock_moved() {
+  pthread_mutex_lock(&mu);
+  Clock c = host_clock;
+  pthread_mutex_unlock(&mu);
+  hostcheck_synced(c);
 }
 
 // The host has seen stream s finish everything issued to it so far.
@@ -178,6 +192,7 @@ static void host_saw(CUstream_st* s) {
   pthread_mutex_lock(&mu);
   clock_join(&host_clock, s->clock);
   pthread_mutex_unlock(&mu);
+  host_clock_moved();
 }
 
 // Blocks the host until done() holds (evaluated with the lock held).
@@ -198,11 +213,14 @@ static void legacy_op(Op&& op) {
   host_saw(&legacy_stream);
 }
 
-void stream_op(cudaStream_t s, const char* what, std::function<void()> fn) {
+uint32_t stream_op(cudaStream_t s, const char* what, std::function<void()> fn) {
   Op op;
   op.kind = Op::WORK, op.what = what, op.fn = std::move(fn);
-  if (!s) legacy_op(std::move(op));
-  else enqueue(s, std::move(op));
+  if (!s) {
+    legacy_op(std::move(op));  // done when it returns
+    return 0;
+  }
+  return enqueue(s, std::move(op));
 }
 
 void collective_op(cudaStream_t s, const char* what, Collective* c) {
@@ -219,16 +237,21 @@ void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_
     // buffer at once (CUDA's documented behaviour for pageable sources).
     std::shared_ptr<std::vector<unsigned char>> staged(new std::vector<unsigned char>((const unsigned char*)src,
                                                                                        (const unsigned char*)src + bytes));
-    stream_op(s, what, [=] {
+    uint32_t seq = stream_op(s, what, [=] {
       order_access(dst, bytes, 1);  // device or pinned host memory (order.cpp ignores the rest)
-      memcpy(dst, staged->data(), bytes);
+      memcpy(pinned_device_view(dst), staged->data(), bytes);
     });
+    if (s) hostcheck_copy(dst, bytes, 1, resolve(s)->id, seq, what);
   } else {
-    stream_op(s, what, [=] {
+    uint32_t seq = stream_op(s, what, [=] {
       order_access(src, bytes, 0);
       order_access(dst, bytes, 1);
-      memmove(dst, src, bytes);
+      memmove(pinned_device_view(dst), pinned_device_view(src), bytes);
     });
+    if (s) {  // pinned host memory it reads or writes is the copy's until the host syncs with it
+      hostcheck_copy(src, bytes, 0, resolve(s)->id, seq, what);
+      hostcheck_copy(dst, bytes, 1, resolve(s)->id, seq, what);
+    }
   }
   // To pageable host memory the call returns only when the copy is done.
   if (blocking || (dst_host && !is_pinned_host(dst))) {
@@ -262,6 +285,7 @@ void device_synchronize_all() {
   clock_join(&host_clock, legacy_stream.clock);
   for (CUstream_st* s : streams) clock_join(&host_clock, s->clock);
   pthread_mutex_unlock(&mu);
+  host_clock_moved();
 }
 
 }  // namespace cudasim
@@ -304,6 +328,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
   int idle = stream_idle(st);
   if (idle) clock_join(&host_clock, st->clock);  // the host has seen it complete
   pthread_mutex_unlock(&mu);
+  if (idle) host_clock_moved();
   return idle ? cudaSuccess : cudaErrorNotReady;
 }
 extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
@@ -361,6 +386,7 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   pthread_mutex_lock(&mu);
   clock_join(&host_clock, e->clock);
   pthread_mutex_unlock(&mu);
+  host_clock_moved();
   return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {

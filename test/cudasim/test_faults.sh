@@ -30,7 +30,7 @@ link() {  # link OUT_BINARY MUTATED_OBJECT SOURCE_NAME
 
 # Control: the real kernels, every driver case, no report.
 link "$OUT/control" "" none 2> "$OUT/control.link" || bad "control build" "$(tail -3 "$OUT/control.link")"
-for c in add matmul sumsq classifier attention64 attention128 stream-ordered pinned-ordered; do
+for c in add matmul sumsq classifier attention64 attention128 stream-ordered pinned-ordered host-ordered; do
   if out=$("$OUT/control" "$c" 2>&1) && ! grep -q '^cudasim:' <<< "$out"; then
     ok "control: $c runs on the unmodified kernels without a report"
   else
@@ -146,6 +146,11 @@ misuse streamcheck stream-race \
 # streamcheck on pinned host memory: a copy out to it on one stream, read back on another.
 misuse "streamcheck, pinned host memory" pinned-race \
   '^cudasim: streamcheck: read after write between streams on pinned host block #[0-9]+ .* cudaMemcpyAsync on stream [0-9]+ and cudaMemcpyAsync on stream [0-9]+'
+# hostcheck: the host's own accesses to pinned memory while a copy on it is pending.
+misuse "hostcheck, the host reads what a copy still fills" host-read-race \
+  '^cudasim: hostcheck: the host read pinned host block #[0-9]+ at byte [0-9]+ while cudaMemcpyAsync on stream [0-9]+, which writes it'
+misuse "hostcheck, the host writes what a copy still reads" host-write-race \
+  '^cudasim: hostcheck: the host wrote pinned host block #[0-9]+ at byte [0-9]+ while cudaMemcpyAsync on stream [0-9]+, which reads it'
 # memcheck: a kernel handed a host pointer.
 misuse "memcheck, host pointer" host-pointer \
   "^cudasim: memcheck: .*add_act_kernel.*$THREAD reads 2 bytes at $ADDR .*in no device allocation \(host memory"

@@ -9,7 +9,8 @@
 #      accumulation; --reduce-dtype bf16; a checkpoint saved on 2 ranks resumes on 1
 #   4. a stalled rank: --comm-timeout ends every rank, naming the rank and the collective, also
 #      when ncclCommAbort itself never returns
-#   5. planted faults: a wait removed from fsdp/schedule.c, an extra collective on one rank
+#   5. planted faults: a wait removed from fsdp/schedule.c, an extra collective on one rank,
+#      waits removed from the offload paths (stream order, and the host's own pinned accesses)
 #   6. the memory plan against the simulated device, and no allocation inside the step loop
 # Ends with "N passed, M failed".
 set -u
@@ -318,6 +319,21 @@ if build_variant no-step-wait fsdp/optimizer.c 's/      device_stream_wait\(STRE
   line=$(grep -h -m1 '^cudasim: streamcheck:' "$TMP"/nsw*.out | head -1)
   if [ $caught = 3 ]; then ok "planted fault: a removed wait before an updated master shard is copied back (fsdp/optimizer.c) is caught in 3 of 3 interleavings: ${line:0:200}"
   else bad "planted fault: the optimizer step's copy back without its wait went unnoticed in $((3 - caught)) of 3 interleavings"; fi
+fi
+
+# (e) --offload optim: the host runs AdamW on a unit's master shard without waiting for the copy
+# that brings it from the device into pinned memory. The host's own accesses are not stream
+# operations; the pinned pages, protected while the copy is pending, must fault and the
+# simulator name the copy (hostcheck.cpp).
+if build_variant no-host-wait fsdp/optimizer.c 's/      if \(on_host\) device_event_synchronize\(fs->step_in\[k\]\);\n      else /      if (!on_host) /'; then
+  caught=0
+  for seed in 1 2 3; do
+    CUDASIM_SEED=$seed timeout 600 "$TMP/no-host-wait/train" $OFFM --offload optim > "$TMP/nhw$seed.out" 2>&1
+    grep -q '^cudasim: hostcheck: the host read pinned host block' "$TMP/nhw$seed.out" && caught=$((caught + 1))
+  done
+  line=$(grep -h -m1 '^cudasim: hostcheck:' "$TMP"/nhw*.out | head -1)
+  if [ $caught = 3 ]; then ok "planted fault: the host AdamW without its wait for the copy into pinned memory (fsdp/optimizer.c) is caught in 3 of 3 interleavings: ${line:0:200}"
+  else bad "planted fault: the host reading a pinned shard before its copy completed went unnoticed in $((3 - caught)) of 3 interleavings"; fi
 fi
 
 # ---- 6. memory ---------------------------------------------------------------------------
