@@ -293,48 +293,37 @@ if build_variant extra-collective train_gpt.c 's/(    comm_all_reduce\(fs\.world
   fi
 fi
 
+# planted NAME WHAT PATTERN ARGS...: the variant NAME runs in three interleavings, and each must
+# report PATTERN (a checker's finding) for WHAT, the fault planted.
+planted() {
+  local name=$1 what=$2 pattern=$3 caught=0 seed line
+  shift 3
+  for seed in 1 2 3; do
+    CUDASIM_SEED=$seed timeout 600 "$TMP/$name/train" "$@" > "$TMP/$name/run$seed.out" 2>&1
+    grep -q "$pattern" "$TMP/$name/run$seed.out" && caught=$((caught + 1))
+  done
+  line=$(grep -h -m1 "$pattern" "$TMP/$name"/run*.out | head -1)
+  if [ $caught = 3 ]; then ok "planted fault: $what is caught in 3 of 3 interleavings: ${line:0:200}"
+  else bad "planted fault: $what went unnoticed in $((3 - caught)) of 3 interleavings"; fi
+}
 # (c) --offload activations: block l + 3 overwrites the ring slot of block l's output without
 # waiting for the copy stream to have sent it to the host. The checker must see the copy's read
 # and the kernel's write unordered.
-OFF="$OFFM --offload activations"
-if build_variant no-act-wait fsdp/offload.c 's/  if \(offloaded\(fs\)\) device_stream_wait_timed\(STREAM_COMPUTE, fs->act_copy_done\[l % ACT_RING\]\);\n//'; then
-  caught=0
-  for seed in 1 2 3; do
-    CUDASIM_SEED=$seed timeout 600 "$TMP/no-act-wait/train" $OFF > "$TMP/naw$seed.out" 2>&1
-    grep -q '^cudasim: streamcheck:' "$TMP/naw$seed.out" && caught=$((caught + 1))
-  done
-  line=$(grep -h -m1 '^cudasim: streamcheck:' "$TMP"/naw*.out | head -1)
-  if [ $caught = 3 ]; then ok "planted fault: a removed wait before a block output's ring slot is reused (fsdp/offload.c) is caught in 3 of 3 interleavings: ${line:0:200}"
-  else bad "planted fault: the activation ring without its wait went unnoticed in $((3 - caught)) of 3 interleavings"; fi
-fi
-
+build_variant no-act-wait fsdp/offload.c 's/  if \(offloaded\(fs\)\) device_stream_wait_timed\(STREAM_COMPUTE, fs->act_copy_done\[l % ACT_RING\]\);\n//' &&
+  planted no-act-wait "a removed wait before a block output's ring slot is reused (fsdp/offload.c)" \
+    '^cudasim: streamcheck:' $OFFM --offload activations
 # (d) --offload params: the copy stream sends a unit's updated master shard back to the host
 # without waiting for the AdamW kernel that writes it on the compute stream.
-if build_variant no-step-wait fsdp/optimizer.c 's/      device_stream_wait\(STREAM_COPY, fs->step_updated\[k\]\);\n//'; then
-  caught=0
-  for seed in 1 2 3; do
-    CUDASIM_SEED=$seed timeout 600 "$TMP/no-step-wait/train" $OFFM --offload params > "$TMP/nsw$seed.out" 2>&1
-    grep -q '^cudasim: streamcheck:' "$TMP/nsw$seed.out" && caught=$((caught + 1))
-  done
-  line=$(grep -h -m1 '^cudasim: streamcheck:' "$TMP"/nsw*.out | head -1)
-  if [ $caught = 3 ]; then ok "planted fault: a removed wait before an updated master shard is copied back (fsdp/optimizer.c) is caught in 3 of 3 interleavings: ${line:0:200}"
-  else bad "planted fault: the optimizer step's copy back without its wait went unnoticed in $((3 - caught)) of 3 interleavings"; fi
-fi
-
+build_variant no-step-wait fsdp/optimizer.c 's/      device_stream_wait\(STREAM_COPY, fs->step_updated\[k\]\);\n//' &&
+  planted no-step-wait "a removed wait before an updated master shard is copied back (fsdp/optimizer.c)" \
+    '^cudasim: streamcheck:' $OFFM --offload params
 # (e) --offload optim: the host runs AdamW on a unit's master shard without waiting for the copy
 # that brings it from the device into pinned memory. The host's own accesses are not stream
 # operations; the pinned pages, protected while the copy is pending, must fault and the
 # simulator name the copy (hostcheck.cpp).
-if build_variant no-host-wait fsdp/optimizer.c 's/      if \(on_host\) device_event_synchronize\(fs->step_in\[k\]\);\n      else /      if (!on_host) /'; then
-  caught=0
-  for seed in 1 2 3; do
-    CUDASIM_SEED=$seed timeout 600 "$TMP/no-host-wait/train" $OFFM --offload optim > "$TMP/nhw$seed.out" 2>&1
-    grep -q '^cudasim: hostcheck: the host read pinned host block' "$TMP/nhw$seed.out" && caught=$((caught + 1))
-  done
-  line=$(grep -h -m1 '^cudasim: hostcheck:' "$TMP"/nhw*.out | head -1)
-  if [ $caught = 3 ]; then ok "planted fault: the host AdamW without its wait for the copy into pinned memory (fsdp/optimizer.c) is caught in 3 of 3 interleavings: ${line:0:200}"
-  else bad "planted fault: the host reading a pinned shard before its copy completed went unnoticed in $((3 - caught)) of 3 interleavings"; fi
-fi
+build_variant no-host-wait fsdp/optimizer.c 's/      if \(on_host\) device_event_synchronize\(fs->step_in\[k\]\);\n      else /      if (!on_host) /' &&
+  planted no-host-wait "the host AdamW without its wait for the copy into pinned memory (fsdp/optimizer.c)" \
+    '^cudasim: hostcheck: the host read pinned host block' $OFFM --offload optim
 
 # ---- 6. memory ---------------------------------------------------------------------------
 cp "$TMP/off.out" "$TMP/OFFLOAD.sim.out"  # the last --offload run of section 2
