@@ -111,19 +111,25 @@ void* pinned_map(size_t bytes) {
   }
   if (fd >= 0) close(fd);
   if (host == MAP_FAILED || device == MAP_FAILED) {
+    // No second mapping (no memfd here): one anonymous mapping, not watched.
     if (host != MAP_FAILED) munmap(host, len);
     if (device != MAP_FAILED) munmap(device, len);
+    host = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     pthread_mutex_unlock(&mu);
-    return nullptr;
+    if (host == MAP_FAILED) return nullptr;
+    static int warned = 0;
+    if (!warned++) fprintf(stderr, "cudasim: note: pinned memory cannot be mapped twice here (memfd_create); hostcheck is off\n");
+    return host;
   }
   views.push_back(View{(uintptr_t)host, (uintptr_t)device, len});
   pthread_mutex_unlock(&mu);
   return host;
 }
 
-void pinned_unmap(void* host) {
+void pinned_unmap(void* host, size_t bytes) {
   pthread_mutex_lock(&mu);
-  for (size_t i = 0; i < views.size(); i++)
+  int found = 0;
+  for (size_t i = 0; i < views.size() && !found; i++)
     if (views[i].host == (uintptr_t)host) {
       uintptr_t lo = views[i].host, hi = lo + views[i].len;
       for (size_t k = 0; k < pending.size(); k++)
@@ -131,8 +137,9 @@ void pinned_unmap(void* host) {
       munmap((void*)views[i].host, views[i].len);
       munmap((void*)views[i].device, views[i].len);
       views.erase(views.begin() + i);
-      break;
+      found = 1;
     }
+  if (!found) munmap(host, bytes ? (bytes + page_size - 1) / page_size * page_size : page_size);  // the fallback
   pthread_mutex_unlock(&mu);
 }
 
@@ -148,6 +155,10 @@ void hostcheck_copy(const void* p, size_t bytes, int device_writes, int stream, 
   const Allocation* al = find_pinned(p);
   if (!al || !seq || stream >= kClockStreams) return;
   pthread_mutex_lock(&mu);
+  if (!view_of((uintptr_t)p)) {  // not mapped twice (the fallback): the device thread uses these pages too
+    pthread_mutex_unlock(&mu);
+    return;
+  }
   uintptr_t lo = ((uintptr_t)p + page_size - 1) / page_size * page_size;
   uintptr_t hi = ((uintptr_t)p + bytes) / page_size * page_size;
   if (lo < hi) {

@@ -172,8 +172,9 @@ extern "C" cudaError_t cudaFreeHost(void* ptr) {
   }
   device_synchronize_all();
   order_forget(it->first);
+  size_t bytes = it->second.bytes;
   pinned.erase(it);
-  pinned_unmap(ptr);
+  pinned_unmap(ptr, bytes);
   return cudaSuccess;
 }
 

@@ -39,7 +39,7 @@ void order_forget(uintptr_t base);
 // host's view, whose pages are protected while copies are pending on them, and the device
 // thread's, which copies use.
 void* pinned_map(size_t bytes);               // NULL when out of memory
-void pinned_unmap(void* host);
+void pinned_unmap(void* host, size_t bytes);
 void* pinned_device_view(const void* p);      // p itself when not pinned
 // A copy issued as operation `seq` of `stream` reads (device_writes 0) or writes [p, p+bytes)
 // of a pinned block: the host may not write, or touch, those pages until it has seen the copy
