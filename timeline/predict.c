@@ -140,6 +140,9 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
     p->step_s = timeline_host_clock() - t0;
     p->exposed_comm_s = device_waited_seconds();
     p->contention_s = timeline_sm_contention() - contention0;
+    p->comm_sms = 0;
+    for (int i = 0; i < timeline_nsm_spans(); i++)
+      if (timeline_sm_span(i)->end > t0 && timeline_sm_span(i)->sms > p->comm_sms) p->comm_sms = timeline_sm_span(i)->sms;
     for (int i = op0; i < timeline_nops(); i++) {
       const TimelineOp* op = timeline_op(i);
       if (op->stream == STREAM_COMPUTE) compute += op->end - op->start;
@@ -200,6 +203,9 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   printf("| %-40s | %13.1f%% |\n", "backward share of the step", 100 * p->backward_s / p->step_s);
   printf("| %-40s | %14.2f |\n", "compute stream busy (ms)", p->compute_s * 1e3);
   printf("| %-40s | %14.2f |\n", "collectives, all streams (ms)", p->comm_s * 1e3);
+  char held[64];
+  snprintf(held, sizeof held, "SMs a collective holds (of %d)", c->gpu.sms);
+  printf("| %-40s | %14d |\n", held, p->comm_sms);
   printf("| %-40s | %14.2f |\n", "kernels slowed by collectives' SMs (ms)", p->contention_s * 1e3);
   printf("| %-40s | %14.2f |\n", "memory plan per GPU (GiB)", p->plan_bytes / 1073741824.0);
   printf("| %-40s | %14s |\n", "fits the GPU's memory", p->fits ? "yes" : "NO");

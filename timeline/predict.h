@@ -11,6 +11,7 @@ typedef struct {
   double compute_s;       // kernels and copies on the compute stream
   double comm_s;          // collectives and their kernels on the two communication streams
   double contention_s;    // kernels' stretch beside collectives holding SMs (all streams)
+  int comm_sms;           // the most SMs a collective of the step held
   double tokens_per_s;    // all GPUs
   double model_tflops;    // per GPU, the trainer's exact matmul count (model_flops)
   double mfu;             // model_tflops against the dense bf16 peak

@@ -104,6 +104,8 @@ check_cli "a bad --predict-attention names the choices" 2 "must be fused .* or e
   ./predict_gpt --model gpt2-124m --predict h200 --world 8 --predict-attention flash
 check_cli "--predict-attention without --predict is refused" 2 "--predict-attention is for --predict" \
   ./train_gpt_cpu --model gpt2-124m --data x --predict-attention eager
+check_cli "--predict reports the SMs a collective holds (2 per NIC, 8 NICs per RoCE node)" 0 "SMs a collective holds \\(of 108\\) *\\| *16 \\|" \
+  ./predict_gpt --model gpt2-124m --predict a100-80gb --world 16
 check_cli "--predict-comm-sms caps the collectives' SMs and says so" 0 "note: each collective holds at most 4 SMs" \
   ./predict_gpt --model gpt2-124m --predict a100-80gb --world 16 --predict-comm-sms 4
 check_cli "--predict-comm-sms without --predict is refused" 2 "--predict-comm-sms is for --predict" \
