@@ -53,10 +53,6 @@ typedef struct {
   int home_unit, home_param;
 } ParamInfo;
 
-// A shard-local range of elements that share a weight-decay flag (a parameter cut by the shard):
-// AdamW's ranges (kernels.h), one list per unit, so the update of a unit is one call.
-typedef AdamWRange DecaySegment;
-
 // The FSDP unit: FlatParameter of the FSDP paper (section 3.2.1).
 typedef struct {
   char name[32];
@@ -68,8 +64,10 @@ typedef struct {
   int64_t shard;                   // padded / F: elements owned by each rank of a shard group
   // This rank's shard [shard_rank*shard, (shard_rank+1)*shard): fp32 master, gradient, AdamW m, v.
   float *master, *grad, *m, *v;
+  // The parameters this shard holds, cut to it, with their weight-decay flags: AdamW's ranges
+  // (kernels.h), so a unit's update is one call.
   int nseg;
-  DecaySegment* segs;
+  AdamWRange* segs;
   // Unsharded state: set between an unshard and the matching reshard.
   act_t* full_params;              // gathered parameters (a slot, or the root buffer)
   float* full_grads;               // unsharded gradient buffer

@@ -217,14 +217,14 @@ void fsdp_set_init_split(FSDP* fs, int unit, int param, int64_t split, float std
 // The decay flags of the parameters cut by this rank's shard, as shard-local ranges.
 static void build_decay_segments(FSDP* fs, Unit* U) {
   int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
-  U->segs = xcalloc(U->nparams, sizeof(DecaySegment), "decay segments");
+  U->segs = xcalloc(U->nparams, sizeof(AdamWRange), "decay segments");
   U->nseg = 0;
   for (int i = 0; i < U->nparams; i++) {
     const ParamInfo* p = &U->params[i];
     int64_t a = p->offset > lo ? p->offset : lo;
     int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
     if (a >= b) continue;
-    U->segs[U->nseg++] = (DecaySegment){a - lo, b - lo, p->decay};
+    U->segs[U->nseg++] = (AdamWRange){a - lo, b - lo, p->decay};
   }
 }
 

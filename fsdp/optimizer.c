@@ -112,11 +112,9 @@ void fsdp_adamw_step(FSDP* fs, AdamWArgs args) {
     }
     if (on_host) {
       for (int s = 0; s < U->nseg; s++) {
-        const DecaySegment* seg = &U->segs[s];
-        AdamWArgs a = args;
-        if (!seg->decay) a.weight_decay = 0.0f;
-        size_t o = (size_t)seg->start, n = (size_t)(seg->end - seg->start);
-        adamw_update_host(fs->kctx, p + o, g + o, U->m + o, U->v + o, n, a);
+        const AdamWRange* r = &U->segs[s];
+        size_t o = (size_t)r->start, n = (size_t)(r->end - r->start);
+        adamw_update_host(fs->kctx, p + o, g + o, U->m + o, U->v + o, n, adamw_range_args(args, r));
       }
     } else {
       adamw_update_ranges(fs->kctx, p, g, U->m, U->v, U->segs, U->nseg, args);  // the whole unit at once

@@ -234,6 +234,11 @@ typedef struct {
 // norm weights).
 void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
                          AdamWArgs a);
+// The arguments range r is updated with: a, without weight decay unless r->decay.
+static inline AdamWArgs adamw_range_args(AdamWArgs a, const AdamWRange* r) {
+  if (!r->decay) a.weight_decay = 0.0f;
+  return a;
+}
 // The same update on the host, on host memory (--offload optim: the shards and AdamW state in
 // pinned host memory), with OpenMP threads; the call returns when it is done. The CPU backend's
 // adamw_update gives the same bits.

@@ -411,7 +411,7 @@ static void check_decay(const FSDP* fs, const char* tag) {
               (long long)(a - lo), (long long)(b - lo));
         break;
       }
-      const DecaySegment* sg = &U->segs[k++];
+      const AdamWRange* sg = &U->segs[k++];
       VCHECK(&v, sg->start == a - lo && sg->end == b - lo && sg->decay == d,
              "%s segment %d: [%lld, %lld) decay %d, expected %s [%lld, %lld) decay %d", U->name, k - 1,
              (long long)sg->start, (long long)sg->end, sg->decay, p->name, (long long)(a - lo), (long long)(b - lo), d);

@@ -757,10 +757,8 @@ static void test_adamw_ranges(void) {
                  .step = 2};
   adamw_update_ranges(NULL, p, g, m, v, r, 3, a);
   for (int k = 0; k < 3; k++) {
-    AdamWArgs ak = a;
-    if (!r[k].decay) ak.weight_decay = 0.0f;
     int o = (int)r[k].start;
-    adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv + o, (size_t)(r[k].end - r[k].start), ak);
+    adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv + o, (size_t)(r[k].end - r[k].start), adamw_range_args(a, &r[k]));
   }
   EXPECT("adamw_update_ranges: adamw_update on each range, the gaps untouched",
          !memcmp(p, rp, sizeof p) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) && p[0] == rp[0],

@@ -39,10 +39,8 @@ void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float*
 void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
                          AdamWArgs a) {
   for (int k = 0; k < nr; k++) {
-    AdamWArgs ak = a;
-    if (!r[k].decay) ak.weight_decay = 0.0f;
     size_t o = (size_t)r[k].start;
-    adamw_host_loop(p + o, NULL, g + o, m + o, v + o, (size_t)(r[k].end - r[k].start), ak);
+    adamw_host_loop(p + o, NULL, g + o, m + o, v + o, (size_t)(r[k].end - r[k].start), adamw_range_args(a, &r[k]));
   }
 }
 

@@ -100,7 +100,7 @@ __global__ void adamw_ranges_kernel(float* p, const float* g, float* m, float* v
 extern "C" void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r,
                                     int nr, AdamWArgs a) {
   AdamConsts c = adam_consts(a);
-  int vec = ((uintptr_t)p | (uintptr_t)g | (uintptr_t)m | (uintptr_t)v) % 16 == 0;
+  int vec = aligned16(p, g, m, v);
   for (int k0 = 0; k0 < nr; k0 += ADAM_MAX_RANGES) {
     AdamRanges R = {};
     R.n = nr - k0 < ADAM_MAX_RANGES ? nr - k0 : ADAM_MAX_RANGES;

@@ -145,10 +145,13 @@ template <int W, typename T>
 static __device__ __forceinline__ void store_pack(T* p, const Pack<T, W>& v) {
   *reinterpret_cast<Pack<T, W>*>(p) = v;
 }
+// Whether every pointer is 16-byte aligned (a Pack of 16 bytes may be loaded at it).
+static inline int aligned16(const void* a, const void* b = NULL, const void* c = NULL, const void* d = NULL) {
+  return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) % 16 == 0;
+}
 // 8 when `len` is a multiple of 8 and every pointer is 16-byte aligned (so is every row of len
 // 16-bit elements after it), else 1.
 static inline int pack_width(size_t len, const void* a, const void* b = NULL, const void* c = NULL,
                              const void* d = NULL) {
-  uintptr_t bits = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
-  return len % 8 == 0 && bits % 16 == 0 ? 8 : 1;
+  return len % 8 == 0 && aligned16(a, b, c, d) ? 8 : 1;
 }

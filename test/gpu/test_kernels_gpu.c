@@ -1113,10 +1113,9 @@ static void test_adamw_ranges(int nr, int shift) {
   AdamWArgs a = adam_inputs(n, 3, &p0, &g, &m0, &v0);
   float *rp = hcopy(p0, n), *rm = hcopy(m0, n), *rv_ = hcopy(v0, n);
   for (int k = 0; k < nr; k++) {
-    AdamWArgs ak = a;
-    if (!r[k].decay) ak.weight_decay = 0.0f;
     size_t o = (size_t)(r[k].start + shift);
-    cpu_adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv_ + o, (size_t)(r[k].end - r[k].start), ak);
+    cpu_adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv_ + o, (size_t)(r[k].end - r[k].start),
+                     adamw_range_args(a, &r[k]));
   }
   float *dp = up_f32(p0, n), *dg = up_f32(g, n), *dm = up_f32(m0, n), *dv = up_f32(v0, n);
   Result P[2], M[2], Vv[2];
