@@ -26,8 +26,11 @@
 //          H100's peak. Our attention kernel is FlashAttention-2-style, so 0.35 on Hopper.
 //  [HBM]   Streaming copy / triad benchmarks reach roughly 90% of the datasheet bandwidth on
 //          A100 and H100 (e.g. BabelStream reports); assumed 0.90 for every GPU.
-//  [NCCL]  NCCL all_reduce_perf bus bandwidth inside a DGX node is about 80% of the NVLink
-//          per-direction rate (DGX A100: ~230-240 of 300 GB/s); assumed 0.80.
+//  [NCCL]  NCCL's bus bandwidth inside a node, measured (all_reduce_perf, 1 GiB): a
+//          p4d(n).24xlarge, the AWS post's 8 A100 node, reaches 230.8 of the 300 GB/s per
+//          direction (github.com/NVIDIA/nccl issue 527, 2022): 0.77 for the A100. On the H100 an
+//          NCCL maintainer gives ~20% protocol overhead, 370 of 450 GB/s (github.com/NVIDIA/
+//          nccl-tests issue 212, 2024): 0.82, for the H200's same NVLink too.
 //  [LAUNCH] NVIDIA developer blog, "Getting Started with CUDA Graphs" (2019): a few
 //          microseconds per launch of a short kernel on the host, and 1-2 us of gap between
 //          dependent kernels on the device.
@@ -43,16 +46,16 @@
 //          turns these into the SMs each collective holds.
 static const GpuSpec gpus[] = {
     {"a100-40gb", "timeline A100-SXM4-40GB", 312e12 /*[A100]*/, 0.859 /*[MAMF]*/, 0.50 /*[FA2]*/,
-     1555e9 /*[A100]*/, 0.90 /*[HBM]*/, 40 * GiB, 300e9 /*[A100] 600 GB/s / 2*/, 0.80 /*[NCCL]*/,
+     1555e9 /*[A100]*/, 0.90 /*[HBM]*/, 40 * GiB, 300e9 /*[A100] 600 GB/s / 2*/, 0.77 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "efa400", 108 /*[SM]*/, 12 /*[SM]*/},
     {"a100-80gb", "timeline A100-SXM4-80GB", 312e12 /*[A100]*/, 0.859 /*[MAMF]*/, 0.50 /*[FA2]*/,
-     2039e9 /*[A100]*/, 0.90 /*[HBM]*/, 80 * GiB, 300e9 /*[A100]*/, 0.80 /*[NCCL]*/,
+     2039e9 /*[A100]*/, 0.90 /*[HBM]*/, 80 * GiB, 300e9 /*[A100]*/, 0.77 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "roce", 108 /*[SM]*/, 12 /*[SM]*/},
     {"h100-sxm", "timeline H100-SXM5-80GB", 989e12 /*[H100]*/, 0.801 /*[MAMF]*/, 0.35 /*[FA3]*/,
-     3350e9 /*[H100]*/, 0.90 /*[HBM]*/, 80 * GiB, 450e9 /*[H100] 900 GB/s / 2*/, 0.80 /*[NCCL]*/,
+     3350e9 /*[H100]*/, 0.90 /*[HBM]*/, 80 * GiB, 450e9 /*[H100] 900 GB/s / 2*/, 0.82 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "ib3200", 132 /*[SM]*/, 18 /*[SM]*/},
     {"h200", "timeline H200-SXM-141GB", 989e12 /*[H200]*/, 0.803 /*[MAMF]*/, 0.35 /*[FA3]*/,
-     4800e9 /*[H200]*/, 0.90 /*[HBM]*/, 141e9, 450e9 /*[H100]*/, 0.80 /*[NCCL]*/,
+     4800e9 /*[H200]*/, 0.90 /*[HBM]*/, 141e9, 450e9 /*[H100]*/, 0.82 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "ib3200", 132 /*[SM]*/, 18 /*[SM]*/},
 };
 
@@ -66,19 +69,25 @@ static const GpuSpec gpus[] = {
 //          = 15 GB/s per node, TCP/IP (SR-IOV); NVLink 600 GB/s card to card.
 //  [NDR]   current H100/H200 nodes (e.g. DGX H100): 8 ConnectX-7 NDR 400 Gb/s ports,
 //          3.2 Tb/s = 400 GB/s per node.
-//  [BUSBW] NCCL's bus bandwidth over InfiniBand/RoCE in nccl-tests reports is typically
-//          80-90% of line rate; assumed 0.80 for RDMA networks. TCP sockets: the IBM post's
-//          "usable" 120 Gb/s is already a measured rate, so 1.0 of it.
+//  [BUSBW] NCCL's bus bandwidth across nodes, measured with all_reduce_perf on large messages:
+//          InfiniBand: a DGX A100 with 8 x 200 Gb/s reaches 192 of 200 GB/s (an NCCL maintainer,
+//          github.com/NVIDIA/nccl issue 812, 2023): 0.96, taken for NDR too. RoCE: the same
+//          verbs transport of NCCL on the same NICs, assumed the same 0.96 (the FSDP paper
+//          publishes no measurement; congestion on a large Ethernet fabric is not in it). EFA:
+//          four p4dn.24xlarge reach 29.6 of 50 GB/s (github.com/NVIDIA/nccl issue 527, 2022):
+//          0.59; earlier EFA measurements fell further from 2 to 8-32 nodes (nccl issue 235),
+//          which one figure per network does not model. TCP sockets: the IBM post's "usable"
+//          120 Gb/s is already a measured rate, so 1.0 of it.
 //  [LAT]   NCCL's own latency model (src/graph/tuning.cc, ring with the Simple protocol it
 //          uses for large messages): 8.4 us per collective (baseLat), then per ring step
 //          3.4 us over NVLink and 14 us over the network (hwLat). The model has one network
 //          figure; EFA's SRD and kernel TCP are slower transports than RDMA verbs, assumed
 //          15 and 30 us a step.
 static const NetSpec nets[] = {
-    {"efa400", 8, 50e9 /*[AWS]*/, 0.80 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 4 /*[AWS]*/, 8.4e-6 /*[LAT]*/},
-    {"roce", 8, 250e9 /*[FSDP]*/, 0.80 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[FSDP]*/, 8.4e-6 /*[LAT]*/},
+    {"efa400", 8, 50e9 /*[AWS]*/, 0.59 /*[BUSBW]*/, 15e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 4 /*[AWS]*/, 8.4e-6 /*[LAT]*/},
+    {"roce", 8, 250e9 /*[FSDP]*/, 0.96 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[FSDP]*/, 8.4e-6 /*[LAT]*/},
     {"eth120", 8, 15e9 /*[IBM]*/, 1.00 /*[BUSBW]*/, 30e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 2 /*[IBM]*/, 8.4e-6 /*[LAT]*/},
-    {"ib3200", 8, 400e9 /*[NDR]*/, 0.80 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[NDR]*/, 8.4e-6 /*[LAT]*/},
+    {"ib3200", 8, 400e9 /*[NDR]*/, 0.96 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[NDR]*/, 8.4e-6 /*[LAT]*/},
 };
 
 // [LAUNCH] for the host's issue cost; [PCIE] PCIe 4.0 x16: 32 GB/s per direction, ~25 GB/s
