@@ -93,12 +93,14 @@ static const NetSpec nets[] = {
     {"ib3200", 8, 400e9 /*[NDR]*/, 0.96 /*[BUSBW]*/, 14e-6 /*[LAT]*/, 3.4e-6 /*[LAT]*/, 8 /*[NDR]*/, 8.4e-6 /*[LAT]*/},
 };
 
-// [LAUNCH] for the host's issue cost; [PCIE] PCIe 4.0 x16: 32 GB/s per direction, ~25 GB/s
-// reached by pinned copies (assumed 0.8 of it); a synchronous small copy ~10 us ([LAUNCH]).
+// [LAUNCH] for the host's issue cost; [PCIE] PCIe 4.0 x16: 32 GB/s per direction, of which an
+// A100 reaches a measured peak of 25 GB/s (Qureshi et al., BaM, ASPLOS 2023; its authors confirm
+// the figure is measured, github.com/ZaidQureshi/bam issue 54); a synchronous small copy ~10 us
+// ([LAUNCH]).
 // [HOSTMEM] the host optimizer of --offload optim streams its shards through host memory: a
 // p4d.24xlarge (the AWS post's node) has two Xeon P-8275CL, 6 channels of DDR4-2933 each
 // (Intel ARK: 140.8 GB/s per socket), 281.6 GB/s for 8 ranks = 35.2 GB/s each; STREAM-like
-// loops reach ~0.8 of the peak (assumed, as for PCIe): 28 GB/s per rank.
+// loops reach ~0.8 of the peak (assumed): 28 GB/s per rank.
 static const HostSpec host = {4e-6, 10e-6, 25e9, 28e9};
 
 const GpuSpec* catalogue_gpu(const char* name) {
