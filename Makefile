@@ -27,12 +27,18 @@ CFLAGS_CPU ?= -O3 -march=native -std=c11 -Wall -Wextra -Wno-unused-parameter -fo
 LDLIBS_CPU := -lm -fopenmp
 
 BUILD := build
+# The objects do not record whether they were compiled for MPI, and `make test` installs MPI
+# after a first `make run` may have built without it: this stamp changes with the mpicc make
+# found, and every object compiled with or for it depends on it, so none of the other mode is
+# linked in.
+MPI_STAMP := $(BUILD)/mpi
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "$(MPICC)" ] || echo "$(MPICC)" > $(MPI_STAMP); })
 CPU_LIB_SRCS := $(wildcard kernels/cpu/*.c) $(filter-out %_nccl.c %_cuda.c,$(wildcard fsdp/*.c)) \
                 $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
 HEADERS := $(wildcard kernels/*.h kernels/cpu/*.h fsdp/*.h layers/*.h data/*.h train/*.h test/*.h weights/*.h)
 
-$(BUILD)/cpu/%.o: %.c $(HEADERS)
+$(BUILD)/cpu/%.o: %.c $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) -c $< -o $@
 # The CPU kernels call sqrtf, expf and logf only where the value cannot fail; with no errno to
@@ -151,7 +157,7 @@ $(CUDA_BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -I. -DFSDP_CUDA -c $< -o $@
 
-$(CUDA_BUILD)/%.o: %.c $(CUDA_HEADERS)
+$(CUDA_BUILD)/%.o: %.c $(CUDA_HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CUDA_HOST) -c $< -o $@
 # The host AdamW of --offload optim: vectorized sqrtf as in the CPU kernels (see CPU_KERNEL_FLAGS).
@@ -187,17 +193,17 @@ cuda-config:
 # ---- tests --------------------------------------------------------------------------
 TEST_SRCS := $(wildcard test/test_*.c)
 TEST_BINS := $(patsubst test/%.c,$(BUILD)/test/%,$(TEST_SRCS))
-$(BUILD)/test/%: test/%.c $(CPU_LIB_OBJS) $(HEADERS)
+$(BUILD)/test/%: test/%.c $(CPU_LIB_OBJS) $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 # tools the reference checks run (test/ref_gpt.py uses build/tool/gpt_dump)
-$(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS)
+$(BUILD)/tool/%: test/tool_%.c $(CPU_LIB_OBJS) $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $< $(CPU_LIB_OBJS) -o $@ $(LDLIBS_CPU)
 
 # The trainer with AddressSanitizer and UBSan, for the input fuzzer (test/fuzz_inputs.py).
 SAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-$(BUILD)/asan/%.o: %.c $(HEADERS)
+$(BUILD)/asan/%.o: %.c $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) $(SAN_FLAGS) -c $< -o $@
 $(BUILD)/asan/train_gpt_cpu: $(patsubst %.c,$(BUILD)/asan/%.o,train_gpt.c $(CPU_LIB_SRCS))
@@ -335,11 +341,11 @@ SIM_HOST_SRCS := train_gpt.c $(filter-out %_cpu.c fsdp/comm_mpi.c,$(wildcard fsd
                  $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c) $(wildcard kernels/host/*.c)
 SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
 MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
-$(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h
+$(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) -O2 -g -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE -DFSDP_CUDA \
 	  $(PRECISION_FLAGS) $(SIM_INC) -c $< -o $@
-$(SIM_RT)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl.h
+$(SIM_RT)/rt/nccl.o: test/cudasim/nccl.cpp $(SIM_HEADERS) test/cudasim/include/nccl.h $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(SIM_CXX) $(SIM_RT_FLAGS) $(MPI_COMPILE_FLAGS) -c $< -o $@
 ifneq ($(MPICC),)
@@ -386,7 +392,7 @@ $(BUILD)/predict/test_timeline: test/predict/test_timeline.c $(PREDICT_LIB_OBJS)
 CALLS_INSTRUMENTED := $(wildcard kernels/cpu/*.c) fsdp/device_cpu.c fsdp/comm_mpi.c
 CALLS_OBJS := $(patsubst %.c,$(BUILD)/calls/%.o,$(CALLS_INSTRUMENTED)) \
               $(filter-out $(patsubst %.c,$(BUILD)/cpu/%.o,$(CALLS_INSTRUMENTED)),$(CPU_LIB_OBJS))
-$(BUILD)/calls/%.o: %.c $(HEADERS)
+$(BUILD)/calls/%.o: %.c $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) -finstrument-functions -c $< -o $@
 $(BUILD)/calls/train_gpt_cpu: $(BUILD)/cpu/train_gpt.o $(CALLS_OBJS) test/predict/call_log.c

@@ -331,6 +331,13 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
            rows[i].fsdp.wrap == WRAP_LINEAR ? "linear" : "block", off, rows[i].batch, p->step_s * 1e3, p->exposed_comm_s * 1e3,
            p->seed_tflops, 100 * p->mfu, p->plan_bytes / 1073741824.0, p->fits ? "" : " (too big)");
   }
+  // The seeds' formulas count a recomputed forward whatever --recompute is (and IBM's counts the
+  // T5 decoder at the encoder's length), so their TFLOPS can pass what the GPU reaches; ranked by
+  // them is ranked by tokens/s. Say so beside the table.
+  if (n > 0)
+    printf("TFLOPS: the %s formula, which counts a recomputed forward (4 passes) whatever --recompute is%s;\n"
+           "the ranking is by tokens/s. MFU: the trainer's count of the passes that run, over the dense bf16 peak.\n",
+           predict_seed_formula(cfg), cfg->kind == MODEL_T5 ? ", and the decoder at the encoder's length" : "");
   if (n > 0) printf("predict_tflops_per_gpu %.2f\n", rows[0].p.seed_tflops);
   free(rows);
   return n > 0 ? 0 : -1;

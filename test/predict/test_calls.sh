@@ -95,6 +95,9 @@ check_cli "train_gpt_cpu --predict runs the prediction" 0 "^predict_tflops_per_g
   ./train_gpt_cpu --model gpt2-124m --batch 8 --predict h100-sxm --world 16
 check_cli "train_gpt_cpu --predict-sweep ranks configurations" 0 "^\|    1 \| " \
   ./train_gpt_cpu --model gpt:L=2,C=64,H=4,V=256,T=16 --batch 2 --predict a100-40gb --world 16 --predict-sweep
+check_cli "--predict-sweep says what its TFLOPS column counts (T5: the decoder at the encoder's length)" 0 \
+  "^TFLOPS: the IBM T5 appendix formula, .*whatever --recompute is, and the decoder at the encoder's length;$" \
+  ./predict_gpt --model t5-small --batch 2 --predict a100-40gb --world 8 --predict-sweep
 check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
   ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
 check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
