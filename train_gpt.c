@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     if (o.global_batch % (B * world)) {
       if (rank == 0)
         fprintf(stderr, "error: --global-batch %d cannot be split into micro-batches of --batch %d on %d ranks: "
-                        "it must be a multiple of batch x ranks = %d\n%s\n", o.global_batch, B, world, B * world, USAGE);
+                        "it must be a multiple of batch x ranks = %d\n%s\n", o.global_batch, B, world, B * world, usage_line());
       dist_finalize();
       exit(2);
     }

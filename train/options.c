@@ -9,8 +9,17 @@
 #include "fsdp/dist.h"
 #include "train/train.h"
 
-const char* USAGE =
-    "usage: train_gpt_cpu --model NAME --data GLOB [options]   (--help for all options)";
+// The usage line names the binary that was run (train_gpt, train_gpt_cpu, train_gpt_sim, or
+// predict_gpt, which needs --predict and --world rather than --data); parse_options sets it.
+static char usage[256] = "usage: train_gpt_cpu --model NAME --data GLOB [options]   (--help for all options)";
+const char* usage_line(void) { return usage; }
+
+static void set_usage(const char* argv0) {
+  const char* slash = argv0 ? strrchr(argv0, '/') : NULL;
+  const char* name = slash ? slash + 1 : argv0 ? argv0 : "train_gpt_cpu";
+  const char* needs = strncmp(name, "predict_gpt", 11) ? "--data GLOB" : "--predict GPU[:NETWORK] --world N";
+  snprintf(usage, sizeof usage, "usage: %.64s --model NAME %s [options]   (--help for all options)", name, needs);
+}
 
 static void print_help(void) {
   char presets[2048];
@@ -113,14 +122,14 @@ static void print_help(void) {
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
       "  --help                this text\n\n"
       "models:\n%s",
-      USAGE, presets);
+      usage_line(), presets);
 }
 
 void usage_error(const char* fmt, const char* arg) {
   if (dist_rank() == 0) {
     fprintf(stderr, "error: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s\n", USAGE);
+    fprintf(stderr, "\n%s\n", usage_line());
   }
   dist_finalize();
   exit(2);
@@ -153,6 +162,7 @@ enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, 
        OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
 
 Options parse_options(int argc, char** argv) {
+  set_usage(argc > 0 ? argv[0] : NULL);
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict_comm_sms = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,

@@ -50,7 +50,8 @@ typedef struct {
   FSDPOptions fsdp;
 } Options;
 
-extern const char* USAGE;
+// The usage line of the binary that was run ("usage: NAME --model NAME ...").
+const char* usage_line(void);
 Options parse_options(int argc, char** argv);
 // Prints "error: <fmt % arg>" and the usage line on rank 0, and exits 2 on every rank.
 void usage_error(const char* fmt, const char* arg) __attribute__((noreturn));

@@ -98,6 +98,8 @@ check_cli "train_gpt_cpu --predict-sweep ranks configurations" 0 "^\|    1 \| " 
 check_cli "--predict-sweep says what its TFLOPS column counts (T5: the decoder at the encoder's length)" 0 \
   "^TFLOPS: the IBM T5 appendix formula, .*whatever --recompute is, and the decoder at the encoder's length;$" \
   ./predict_gpt --model t5-small --batch 2 --predict a100-40gb --world 8 --predict-sweep
+check_cli "predict_gpt's usage line names it and what it needs" 2 \
+  "^usage: predict_gpt --model NAME --predict GPU\[:NETWORK\] --world N \[options\]" ./predict_gpt --model gpt2-124m --bogus
 check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
   ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
 check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
