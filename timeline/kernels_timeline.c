@@ -235,6 +235,17 @@ static int eager(void) { return timeline_cluster()->attention != ATTENTION_FUSED
 static int eager_t5(void) { return timeline_cluster()->attention == ATTENTION_EAGER_HF_T5; }
 #define EAGER_STEPS(table) table, (int)(sizeof table / sizeof *table)
 
+// Memory: what PyTorch's autograd keeps of each eager attention for its backward, per score
+// element (its derivatives.yaml: softmax saves its result, dropout its mask, a matmul both
+// operands; a scalar multiply, masked_fill with a shared mask, the bias add and the casts save
+// nothing): minGPT keeps softmax's output (2), dropout's mask (1) and output, att @ v's operand
+// (2); T5 the fp32 softmax output (4), dropout's mask (1) and output (2). While one attention
+// runs backward it also holds the gradient into and out of its widest step: 2 + 2 bytes in
+// minGPT, 4 + 4 for T5's fp32 softmax.
+EagerScoreBytes timeline_eager_score_bytes(void) {
+  return eager_t5() ? (EagerScoreBytes){4 + 1 + 2, 4 + 4} : (EagerScoreBytes){2 + 1 + 2, 2 + 2};
+}
+
 static void eager_attention_forward(KernelCtx* ctx, AttnShape s) {
   EagerSizes z = eager_sizes(s);
   eager_gemm(ctx, "eager attention: q @ k^T", s, z);

@@ -102,6 +102,27 @@ static void write_kernel_tracks(Trace* t, int first_op) {
   }
 }
 
+// The score tensors of the seeds' eager attention (--predict-attention eager), which fsdp.c's
+// plan does not hold: what autograd keeps for every attention whose backward is still to come,
+// and one attention's backward on top. With --recompute block only the block being recomputed
+// keeps any (the checkpointed forward keeps none); without it, and with selective recompute
+// (which keeps attention outputs), every layer's are kept from its forward to its backward.
+static double eager_attention_bytes(const ModelConfig* cfg, int B, int T, int Te, int recompute) {
+  EagerScoreBytes per = timeline_eager_score_bytes();
+  double h = (double)B * cfg->H, self = h * T * T, enc = h * Te * Te, cross = h * T * Te;
+  double largest, kept;
+  if (cfg->kind == MODEL_T5) {  // encoder blocks: self-attention; decoder blocks: self and cross
+    double enc_block = enc, dec_block = self + cross;
+    largest = enc > self ? (enc > cross ? enc : cross) : (self > cross ? self : cross);
+    kept = recompute == RECOMPUTE_BLOCK ? (enc_block > dec_block ? enc_block : dec_block)
+                                        : cfg->L * enc_block + cfg->Ld * dec_block;
+  } else {
+    largest = self;
+    kept = recompute == RECOMPUTE_BLOCK ? self : cfg->L * self;
+  }
+  return kept * per.saved + largest * per.transient;
+}
+
 int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, const char* trace_path, Prediction* p) {
   memset(p, 0, sizeof *p);
   timeline_configure(c);
@@ -119,7 +140,8 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
   Model model;
   model_plan(&model, cfg, fs, B, T, Te);
   p->plan_bytes = (double)fs->plan.total;
-  p->fits = p->plan_bytes <= c->gpu.memory_bytes;
+  if (c->attention != ATTENTION_FUSED) p->eager_bytes = eager_attention_bytes(cfg, B, T, Te, o->fsdp.recompute);
+  p->fits = p->plan_bytes + p->eager_bytes <= c->gpu.memory_bytes;
   model_allocate(&model, o->seed);
 
   Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te};
@@ -208,6 +230,8 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
   printf("| %-40s | %14d |\n", held, p->comm_sms);
   printf("| %-40s | %14.2f |\n", "kernels slowed by collectives' SMs (ms)", p->contention_s * 1e3);
   printf("| %-40s | %14.2f |\n", "memory plan per GPU (GiB)", p->plan_bytes / 1073741824.0);
+  if (c->attention != ATTENTION_FUSED)
+    printf("| %-40s | %14.2f |\n", "eager attention's score tensors (GiB)", p->eager_bytes / 1073741824.0);
   printf("| %-40s | %14s |\n", "fits the GPU's memory", p->fits ? "yes" : "NO");
   char label[64];
   snprintf(label, sizeof label, "TFLOPS per GPU (%s formula)", predict_seed_formula(cfg));
@@ -224,8 +248,9 @@ void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, c
     printf("note: with %s's unfused attention (not fsdp.c's fused kernel)\n",
            c->attention == ATTENTION_EAGER_HF_T5 ? "Hugging Face T5" : "minGPT");
   if (!p->fits)
-    printf("note: the plan needs %.2f GiB per GPU, more than the %s's %.0f GiB: the run would not start (the time is "
-           "predicted as if it did)\n", p->plan_bytes / 1073741824.0, c->gpu.name, c->gpu.memory_bytes / 1073741824.0);
+    printf("note: the plan%s needs %.2f GiB per GPU, more than the %s's %.0f GiB: the run would not start (the time is "
+           "predicted as if it did)\n", p->eager_bytes > 0 ? " with the eager attention's score tensors" : "",
+           (p->plan_bytes + p->eager_bytes) / 1073741824.0, c->gpu.name, c->gpu.memory_bytes / 1073741824.0);
   if (o->trace_path) printf("trace: %s (the measured step, modelled times)\n", o->trace_path);
   printf("predict_tflops_per_gpu %.2f\n", p->seed_tflops);  // the last line, for scripts
 }
@@ -329,7 +354,7 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
     printf("| %4d | %-10s | %5d | %-8s | %-9s | %-6s | %-18s | %5d | %10.1f | %9.1f | %9.2f | %7.1f%% | %8.2f%s |\n", i + 1,
            strat, rows[i].fsdp.limit_all_gathers, prefetch_name(&rows[i].fsdp), rc_names[rows[i].fsdp.recompute],
            rows[i].fsdp.wrap == WRAP_LINEAR ? "linear" : "block", off, rows[i].batch, p->step_s * 1e3, p->exposed_comm_s * 1e3,
-           p->seed_tflops, 100 * p->mfu, p->plan_bytes / 1073741824.0, p->fits ? "" : " (too big)");
+           p->seed_tflops, 100 * p->mfu, (p->plan_bytes + p->eager_bytes) / 1073741824.0, p->fits ? "" : " (too big)");
   }
   // The seeds' formulas count a recomputed forward whatever --recompute is (and IBM's counts the
   // T5 decoder at the encoder's length), so their TFLOPS can pass what the GPU reaches; ranked by

@@ -17,7 +17,8 @@ typedef struct {
   double mfu;             // model_tflops against the dense bf16 peak
   double seed_tflops;     // per GPU, the seeds' formula (Megatron-LM for GPT, IBM for T5)
   double plan_bytes;      // the memory plan of one GPU
-  int fits;               // plan_bytes within the GPU's memory
+  double eager_bytes;     // --predict-attention eager: the score tensors PyTorch keeps, beside the plan
+  int fits;               // plan_bytes + eager_bytes within the GPU's memory
   int accum;              // micro-steps per optimizer step
   int first_op;           // the measured step's first entry in the op log (timeline_op)
 } Prediction;

@@ -136,6 +136,15 @@ double timeline_sm_contention(void);
 // Is p inside the (reserved, untouched) device memory?
 int timeline_is_device(const void* p);
 
+// ---- kernels (timeline/kernels_timeline.c) ---------------------------------------------
+// The eager attention's memory (--predict-attention eager), per score element: the bytes
+// PyTorch's autograd keeps of one attention for its backward, and the most that attention's
+// backward holds on top of them. predict.c counts the attentions alive at once.
+typedef struct {
+  double saved, transient;
+} EagerScoreBytes;
+EagerScoreBytes timeline_eager_score_bytes(void);
+
 // ---- communicators (timeline/comm_timeline.c) -------------------------------------------
 // A communicator of rank 0's groups: n ranks `stride` apart, issuing on stream s. comm_split
 // cannot build these (rank 0 alone does not know the other ranks' colors), so the prediction

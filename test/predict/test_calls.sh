@@ -100,6 +100,27 @@ check_cli "--predict-sweep says what its TFLOPS column counts (T5: the decoder a
   ./predict_gpt --model t5-small --batch 2 --predict a100-40gb --world 8 --predict-sweep
 check_cli "predict_gpt's usage line names it and what it needs" 2 \
   "^usage: predict_gpt --model NAME --predict GPU\[:NETWORK\] --world N \[options\]" ./predict_gpt --model gpt2-124m --bogus
+# The eager attention's score tensors, by hand: GPT 4 x 8 heads x 1024^2 = 33.6M scores per layer;
+# minGPT keeps 5 bytes of each (softmax output, dropout mask and output) and one backward holds
+# 4 more: 4 layers x 5 + 4 = 24 bytes = 0.75 GiB without recompute (selective keeps attention
+# outputs too), 5 + 4 = 9 bytes = 0.28 GiB with block recompute (one block at a time). T5-small,
+# 8 heads, batch 4, encoder 512, decoder 114: HF T5 keeps 7 bytes a score (fp32 softmax output,
+# dropout mask and output), 8 more in backward: 6 encoder blocks (512^2) and 6 decoder blocks
+# (114^2 + 114 x 512) x 7 + 512^2 x 8 = 0.48 GiB; with block recompute 512^2 x (7 + 8) = 0.12.
+EG="--model gpt:L=4,C=256,H=8,V=256,T=1024 --batch 4 --predict h100-sxm --world 8 --predict-attention eager"
+ET="--model t5-small --batch 4 --predict h100-sxm --world 8 --predict-attention eager"
+check_cli "eager GPT, no recompute: every layer's score tensors, 0.75 GiB" 0 "eager attention's score tensors \(GiB\) +\| +0\.75 \|" \
+  ./predict_gpt $EG --recompute none
+check_cli "eager GPT, selective recompute keeps them too, 0.75 GiB" 0 "eager attention's score tensors \(GiB\) +\| +0\.75 \|" \
+  ./predict_gpt $EG --recompute selective
+check_cli "eager GPT, block recompute: one block's, 0.28 GiB" 0 "eager attention's score tensors \(GiB\) +\| +0\.28 \|" \
+  ./predict_gpt $EG --recompute block
+check_cli "eager T5, no recompute: encoder and decoder blocks', 0.48 GiB" 0 "eager attention's score tensors \(GiB\) +\| +0\.48 \|" \
+  ./predict_gpt $ET --recompute none
+check_cli "eager T5, block recompute: the largest block's, 0.12 GiB" 0 "eager attention's score tensors \(GiB\) +\| +0\.12 \|" \
+  ./predict_gpt $ET --recompute block
+check_cli "eager score tensors count against the GPU's memory" 0 "note: the plan with the eager attention's score tensors needs" \
+  ./predict_gpt --model gpt:L=4,C=256,H=8,V=256,T=1024 --batch 512 --predict a100-40gb --world 8 --predict-attention eager
 check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
   ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
 check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
