@@ -286,6 +286,9 @@ void fsdp_act_release(FSDP* fs, int l);
 // Global L2 norm of the sharded gradient, the same bits for any world size; NaN or inf when
 // any rank's gradient shard holds a non-finite value (fs->nonfinite_unit names the first unit).
 double fsdp_grad_norm(FSDP* fs);
+// Unit u's exact sum of squares (and non-finite flag) from g, its gradient shard on the device,
+// into its words of norm_words, on k's stream; fsdp_grad_norm combines the units'.
+void fsdp_unit_sumsq(FSDP* fs, KernelCtx* k, int u, const float* g);
 // A step whose gradient is not finite is skipped on every rank: the gradient shards are zeroed
 // and parameters and AdamW state stay as they were.
 void fsdp_skip_step(FSDP* fs);

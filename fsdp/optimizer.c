@@ -15,21 +15,21 @@
 // layout (blocks never straddle a shard: shards are multiples of SHARD_ALIGN) and combined
 // exactly (kernels/exact_sum.h), so the norm has the same bits for every world size and
 // strategy. Replicas hold identical shards, so only the shard group is summed.
+void fsdp_unit_sumsq(FSDP* fs, KernelCtx* k, int u, const float* g) {
+  Unit* U = &fs->units[u];
+  block_sumsq(k, fs->norm_blocks, g, U->shard);
+  exact_sum(k, fs->norm_words + (size_t)u * NORM_WORDS, fs->norm_blocks, (size_t)U->shard / NORM_BLOCK);
+}
+
 double fsdp_grad_norm(FSDP* fs) {
   // The gradient shards are complete once every unit's reduction has finished.
   for (int u = 0; u < fs->nunits; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[u]);
   // Each unit's exact sum stays where the gradient is until one copy brings them all to the
-  // host: no pass over the blocks on the host, one synchronization per step.
-  for (int u = 0; u < fs->nunits; u++) {
-    Unit* U = &fs->units[u];
-    const float* g = U->grad;
-    if (fs->opt.offload & OFFLOAD_GRADS) {  // a host shard: summed on the device, one at a time
-      device_copy_to_device(fs->offload_grad_acc, U->grad, (size_t)U->shard * sizeof(float));
-      g = fs->offload_grad_acc;
-    }
-    block_sumsq(fs->kctx, fs->norm_blocks, g, U->shard);
-    exact_sum(fs->kctx, fs->norm_words + (size_t)u * NORM_WORDS, fs->norm_blocks, (size_t)U->shard / NORM_BLOCK);
-  }
+  // host: no pass over the blocks on the host, one synchronization per step. A gradient shard
+  // in host memory (--offload grads) was summed on the device as its last reduction sent it
+  // there (fsdp/schedule.c), so it does not cross PCIe again here.
+  if (!(fs->opt.offload & OFFLOAD_GRADS))
+    for (int u = 0; u < fs->nunits; u++) fsdp_unit_sumsq(fs, fs->kctx, u, fs->units[u].grad);
   device_copy_to_host(fs->norm_host, fs->norm_words, (size_t)fs->nunits * NORM_WORDS * sizeof(int64_t));
   // One all-reduce carries the exact sum and, after it, one flag per unit: was any of this
   // rank's blocks of that unit non-finite (the guard names the first such unit).
@@ -72,6 +72,11 @@ void fsdp_poison_grad(FSDP* fs, int u) {
   device_synchronize();
   float nan = NAN;
   device_copy_to_device(U->grad + U->shard / 2, &nan, sizeof nan);
+  if (fs->opt.offload & OFFLOAD_GRADS) {  // its sum was taken as it left the device: take it again
+    device_copy_to_device(fs->offload_grad_acc, U->grad, (size_t)U->shard * sizeof(float));
+    fsdp_unit_sumsq(fs, fs->kctx, u, fs->offload_grad_acc);
+    device_synchronize();
+  }
 }
 
 float fsdp_clip_scale(double norm, float clip) {

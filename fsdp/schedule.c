@@ -237,10 +237,13 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
   trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
   if (fs->opt.offload & OFFLOAD_GRADS) {
     // The gradient shard is in host memory: bring it in, accumulate on the device, send it back
-    // (all on this stream, so the staging buffer is reused in order).
+    // (all on this stream, so the staging buffer is reused in order). The step's last reduction
+    // also takes the shard's sum of squares for the gradient norm while it is here, so the norm
+    // does not bring it back over PCIe (fsdp/optimizer.c).
     size_t bytes = (size_t)U->shard * sizeof(float);
     device_copy_async(fs->offload_grad_acc, U->grad, bytes, STREAM_REDUCE_SCATTER);
     add_f32(fs->kctx_reduce, fs->offload_grad_acc, chunk, U->shard);
+    if (fs->micro_step == fs->accum_steps - 1) fsdp_unit_sumsq(fs, fs->kctx_reduce, U->index, fs->offload_grad_acc);
     device_copy_async(U->grad, fs->offload_grad_acc, bytes, STREAM_REDUCE_SCATTER);
   } else {
     add_f32(fs->kctx_reduce, U->grad, chunk, U->shard);

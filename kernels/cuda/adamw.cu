@@ -180,6 +180,8 @@ __global__ void exact_finish_kernel(int64_t* words, const int64_t* partials) {
 
 extern "C" void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n) {
   static_assert(NORM_WORDS == EXACT_WORDS + 1, "NORM_WORDS: the limbs, the overflow count, the non-finite count");
+  static_assert((size_t)EXACT_GRID * NORM_WORDS * sizeof(int64_t) <= REDUCE_STREAM_SCRATCH_BYTES,
+                "the reduce-scatter stream's scratch holds exact_sum's partials");
   size_t need = (size_t)EXACT_GRID * NORM_WORDS * sizeof(int64_t);
   if (ctx->scratch_bytes < need) cuda_fail("exact_sum", "kernel scratch too small", __FILE__, __LINE__);
   int64_t* partials = (int64_t*)ctx->scratch;

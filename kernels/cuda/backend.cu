@@ -58,8 +58,10 @@ extern "C" KernelCtx* kernels_init(int device) {
   matmul_cache_create(ctx);
   // Views of this context that launch on the communication streams (kernels_stream_ctx): the
   // FSDP runtime casts a shard into its slot on the all-gather stream and accumulates a
-  // reduced gradient on the reduce-scatter stream. Only elementwise kernels run on them, so
-  // they get no workspace or scratch: a kernel that needed one would fail loudly, not race.
+  // reduced gradient on the reduce-scatter stream. Elementwise kernels run on them, and on the
+  // reduce-scatter stream the exact sum of squares of a gradient shard on its way to host
+  // memory (--offload grads), which gets a scratch of its own there. Neither gets the compute
+  // stream's workspace or scratch: a kernel that needed them would fail loudly, not race.
   for (int i = 0; i < 2; i++) {
     KernelCtx* v = (KernelCtx*)calloc(1, sizeof(KernelCtx));
     if (!v) cuda_fail("calloc(KernelCtx)", "out of host memory", __FILE__, __LINE__);
@@ -68,6 +70,10 @@ extern "C" KernelCtx* kernels_init(int device) {
     v->workspace = v->scratch = NULL;
     v->workspace_bytes = v->scratch_bytes = 0;
     v->matmul_cache = NULL;
+    if (i == 1) {
+      v->scratch_bytes = REDUCE_STREAM_SCRATCH_BYTES;
+      CUDA_CHECK(cudaMalloc(&v->scratch, v->scratch_bytes));
+    }
     ctx->views[i] = v;
   }
   live_ctx = ctx;
@@ -83,6 +89,7 @@ extern "C" void kernels_shutdown(KernelCtx* ctx) {
   if (!ctx) return;
   CUDA_CHECK(cudaDeviceSynchronize());
   matmul_cache_destroy(ctx);
+  CUDA_CHECK(cudaFree(ctx->views[1]->scratch));
   free(ctx->views[0]);
   free(ctx->views[1]);
   CUBLAS_CHECK(cublasLtDestroy(ctx->lt));

@@ -18,8 +18,11 @@
 //   the sort buffers of the embedding backward and the diagonal sums of the relative
 //   position bias backward. Kernels that use it run on the one compute stream, one after
 //   the other, so they can share it.
+// The reduce-scatter stream's view has a small scratch of its own: the gradient norm's exact
+// sum of a shard leaving for host memory (--offload grads) runs there (exact_sum's partials).
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define KERNEL_SCRATCH_BYTES ((size_t)32 << 20)
+#define REDUCE_STREAM_SCRATCH_BYTES ((size_t)64 << 10)
 
 // The CUDA backend's context: the compute stream every kernel of this API runs on, the
 // cuBLASLt handle with one preallocated workspace, and the matmul plan cache (matmul.cu).
@@ -35,7 +38,7 @@ struct KernelCtx {
   // stream / comm_streams[0] (all-gather) / comm_streams[1] (reduce-scatter) / comm_streams[2]
   // (activation copies of --offload activations)).
   cudaStream_t comm_streams[3];
-  void* scratch;  // KERNEL_SCRATCH_BYTES of device memory, see above
+  void* scratch;  // KERNEL_SCRATCH_BYTES of device memory (the reduce-scatter view's: its own, smaller)
   size_t scratch_bytes;
   struct KernelCtx* views[2];  // the same context on comm_streams[0] and [1] (kernels_stream_ctx)
 };

@@ -259,6 +259,27 @@ static void test_toy_timeline(void) {
          "%g s against %g s", held, free);
   EXPECT("toy: the step's stretch is positive, and none with --predict-comm-sms 0", contention > 0 && p.contention_s == 0,
          "%g s, then %g s", contention, p.contention_s);
+
+  // --offload grads with 2 micro-steps: each of the 6 reductions (3 units, 2 micro-steps) brings
+  // its host shard in and sends it back on the reduce-scatter stream (12 copies); the second
+  // micro-step's also takes the shard's sum of squares there (3), so the norm runs no sum on the
+  // compute stream and copies no gradient in over PCIe: the compute stream's copies to the device
+  // are the tokens', as many as without offload.
+  c.comm_sms_max = -1;
+  o = options("--accum 2");
+  predict_run(&o, &c, &cfg, NULL, &p);
+  const TimelineOp* ops[16];
+  int tokens_in = find(&p, STREAM_COMPUTE, "copy to device", ops, 16);
+  o = options("--offload grads --accum 2");
+  predict_run(&o, &c, &cfg, NULL, &p);
+  int copies_rs = find(&p, STREAM_REDUCE_SCATTER, "host copy", ops, 16);
+  int sums_rs = find(&p, STREAM_REDUCE_SCATTER, "block_sumsq", ops, 16);
+  int sums_c = find(&p, STREAM_COMPUTE, "block_sumsq", ops, 16);
+  int in_c = find(&p, STREAM_COMPUTE, "copy to device", ops, 16);
+  EXPECT("toy, --offload grads: 12 shard copies and 3 sums on the reduce-scatter stream; on compute no sum, only the tokens in",
+         copies_rs == 12 && sums_rs == 3 && sums_c == 0 && in_c == tokens_in && tokens_in > 0,
+         "%d copies, %d sums there; %d sums, %d copies in on compute (%d without offload)", copies_rs, sums_rs, sums_c, in_c,
+         tokens_in);
 }
 
 // The time attention_forward or attention_backward adds to the compute stream, from a fresh clock.
