@@ -11,16 +11,18 @@
 #include "fsdp/fsdp.h"
 #include "kernels/exact_sum.h"
 
-// Global L2 norm of the gradient. Sums of squares are taken per NORM_BLOCK block of the flat
-// layout (blocks never straddle a shard: shards are multiples of SHARD_ALIGN) and combined
-// exactly (kernels/exact_sum.h), so the norm has the same bits for every world size and
-// strategy. Replicas hold identical shards, so only the shard group is summed.
+// One unit's part of the norm: sums of squares per NORM_BLOCK block of its shard, combined
+// exactly into its words (kernels/exact_sum.h).
 void fsdp_unit_sumsq(FSDP* fs, KernelCtx* k, int u, const float* g) {
   Unit* U = &fs->units[u];
   block_sumsq(k, fs->norm_blocks, g, U->shard);
   exact_sum(k, fs->norm_words + (size_t)u * NORM_WORDS, fs->norm_blocks, (size_t)U->shard / NORM_BLOCK);
 }
 
+// Global L2 norm of the gradient. Sums of squares are taken per NORM_BLOCK block of the flat
+// layout (blocks never straddle a shard: shards are multiples of SHARD_ALIGN) and combined
+// exactly (kernels/exact_sum.h), so the norm has the same bits for every world size and
+// strategy. Replicas hold identical shards, so only the shard group is summed.
 double fsdp_grad_norm(FSDP* fs) {
   // The gradient shards are complete once every unit's reduction has finished.
   for (int u = 0; u < fs->nunits; u++) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[u]);
