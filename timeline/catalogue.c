@@ -125,7 +125,7 @@ int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size
   const GpuSpec* g = catalogue_gpu(gpu);
   if (!g) {
     snprintf(err, errlen, "--predict: unknown GPU '%s'; choose one of a100-40gb, a100-80gb, h100-sxm, h200 "
-                          "(optionally :NETWORK, one of efa400, roce, eth120, ib3200)", gpu);
+                          "(optionally :NETWORK, one of efa400, roce, eth120, ib3200; --predict list shows their figures)", gpu);
     return -1;
   }
   const char* netname = colon ? colon + 1 : g->network;
@@ -148,10 +148,24 @@ int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size
   return 0;
 }
 
+// --predict list: every GPU and network with the figures a prediction uses (the sources are
+// the comments above).
 void catalogue_print(FILE* f) {
-  fprintf(f, "GPUs: ");
-  for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++) fprintf(f, "%s%s (network %s)", i ? ", " : "", gpus[i].name, gpus[i].network);
-  fprintf(f, "\nnetworks: ");
-  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) fprintf(f, "%s%s", i ? ", " : "", nets[i].name);
-  fprintf(f, "\n");
+  fprintf(f, "| %-10s | %11s | %6s | %9s | %8s | %4s | %7s | %12s | %6s | %4s | %-8s |\n", "GPU", "bf16 TFLOPS",
+          "matmul", "attention", "HBM GB/s", "HBM", "mem GiB", "NVLink GB/s", "NVLink", "SMs", "network");
+  for (size_t i = 0; i < sizeof gpus / sizeof *gpus; i++) {
+    const GpuSpec* g = &gpus[i];
+    fprintf(f, "| %-10s | %11.0f | %5.1f%% | %8.1f%% | %8.0f | %3.0f%% | %7.0f | %12.0f | %5.1f%% | %4d | %-8s |\n", g->name,
+            g->peak_flops / 1e12, 100 * g->matmul_eff, 100 * g->attention_eff, g->hbm_bytes_s / 1e9, 100 * g->hbm_eff,
+            g->memory_bytes / GiB, g->nvlink_bytes_s / 1e9, 100 * g->nvlink_eff, g->sms, g->network);
+  }
+  fprintf(f, "\n| %-8s | %13s | %13s | %7s | %4s | %15s | %15s |\n", "network", "GPUs per node", "node GB/s",
+          "bus bw", "NICs", "step latency us", "base latency us");
+  for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+    const NetSpec* n = &nets[i];
+    fprintf(f, "| %-8s | %13d | %13.0f | %6.0f%% | %4d | %15.1f | %15.1f |\n", n->name, n->gpus_per_node,
+            n->node_bytes_s / 1e9, 100 * n->net_eff, n->nics, n->latency_s * 1e6, n->base_latency_s * 1e6);
+  }
+  fprintf(f, "(percentages: the share of each rate kernels and NCCL reach, measured where timeline/catalogue.c cites a\n"
+             "measurement, assumed where it says so)\n");
 }

@@ -27,6 +27,10 @@ static int plan_main(Options* o) {
 
 int main(int argc, char** argv) {
   Options o = parse_options(argc, argv);
+  if (o.predict && !strcmp(o.predict, "list")) {  // the catalogue, with its figures
+    catalogue_print(stdout);
+    return 0;
+  }
   if (o.plan) return plan_main(&o);  // --plan for the cuda backend, from train_gpt_cpu (train/predict_exec.c)
   if (!o.predict)
     usage_error("%s", "predict_gpt predicts a training step: give --predict GPU[:NETWORK] --world N (and the trainer's options)");

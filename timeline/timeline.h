@@ -88,6 +88,7 @@ const GpuSpec* catalogue_gpu(const char* name);
 const NetSpec* catalogue_net(const char* name);
 // "GPU[:NETWORK]" -> cluster of `world` ranks; -1 with a message naming the choices.
 int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size_t errlen);
+// --predict list: every GPU and network with the figures a prediction uses.
 void catalogue_print(FILE* f);
 
 // ---- collectives (timeline/collective.c) ------------------------------------------------

@@ -110,7 +110,8 @@ static void print_help(void) {
       "  --peak                measure this device's achievable matmul rate for MFU\n"
       "  --predict GPU[:NET]   predict step time and TFLOPS per GPU on --world N GPUs without them (no\n"
       "                        --data needed): GPU a100-40gb | a100-80gb | h100-sxm | h200, NET efa400 |\n"
-      "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline\n"
+      "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline;\n"
+      "                        --predict list prints every GPU's and network's figures\n"
       "  --predict-sweep       with --predict: rank strategies, limits, prefetch and batch sizes\n"
       "  --predict-alloc-retry MS   with --predict: add a caching allocator's retry (device sync +\n"
       "                        MS of cudaMalloc) before each all-gather, as PyTorch at its memory limit\n"
@@ -349,7 +350,8 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
-  if (!o.model && !o.init_from) usage_error("%s", "--model is required (or --init-from weights that say it)");
+  int listing = o.predict && !strcmp(o.predict, "list");  // --predict list: the catalogue, no model
+  if (!o.model && !o.init_from && !listing) usage_error("%s", "--model is required (or --init-from weights that say it)");
   if (o.init_from && o.resume_dir) usage_error("%s", "--init-from and --resume both set the weights: give one");
   if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
   if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
@@ -357,7 +359,7 @@ Options parse_options(int argc, char** argv) {
   if (o.predict_attention && !o.predict) usage_error("%s", "--predict-attention is for --predict");
   if (o.predict_comm_sms >= 0 && !o.predict) usage_error("%s", "--predict-comm-sms is for --predict");
   if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
-  if (o.predict && !o.plan_world) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
+  if (o.predict && !o.plan_world && !listing) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
   if (o.plan_backend && !o.plan) usage_error("%s", "--backend is for --plan (a run uses the backend it was built with)");
   if (o.keep_checkpoints && !o.save_dir) usage_error("%s", "--keep-checkpoints needs --save DIR");

@@ -121,6 +121,8 @@ check_cli "eager T5, block recompute: the largest block's, 0.12 GiB" 0 "eager at
   ./predict_gpt $ET --recompute block
 check_cli "eager score tensors count against the GPU's memory" 0 "note: the plan with the eager attention's score tensors needs" \
   ./predict_gpt --model gpt:L=4,C=256,H=8,V=256,T=1024 --batch 512 --predict a100-40gb --world 8 --predict-attention eager
+check_cli "--predict list prints the catalogue's figures (no model, no --world): EFA's 59% bus bandwidth" 0 \
+  "^\| efa400 +\| +8 \| +50 \| +59% \| +4 \|" ./train_gpt_cpu --predict list
 check_cli "--predict with an unknown GPU names the choices" 2 "unknown GPU 'v100'.*a100-40gb" \
   ./train_gpt_cpu --model gpt2-124m --predict v100 --world 8
 check_cli "--predict without --world says so" 2 "needs --world N" ./train_gpt_cpu --model gpt2-124m --predict h200
