@@ -32,7 +32,7 @@ BUILD := build
 # found, and every object compiled with or for it depends on it, so none of the other mode is
 # linked in.
 MPI_STAMP := $(BUILD)/mpi
-$(shell mkdir -p $(BUILD) && { [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = "$(MPICC)" ] || echo "$(MPICC)" > $(MPI_STAMP); })
+$(shell mkdir -p $(BUILD) && { [ -f $(MPI_STAMP) ] && [ "$$(cat $(MPI_STAMP))" = "$(MPICC)" ] || echo "$(MPICC)" > $(MPI_STAMP); })
 CPU_LIB_SRCS := $(wildcard kernels/cpu/*.c) $(filter-out %_nccl.c %_cuda.c,$(wildcard fsdp/*.c)) \
                 $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
 CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
