@@ -13,6 +13,7 @@ source test/suite.sh
 for t in build/test/test_*; do
   part "$(basename "$t")" "$t"
 done
+part "build (objects rebuilt when MPI appears)" bash test/test_build.sh
 part "timeline models" build/predict/test_timeline
 part "timeline call sequence" bash test/predict/test_calls.sh
 part "prediction table" bash test/predict/test_table.sh
