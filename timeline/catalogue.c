@@ -27,8 +27,10 @@
 //  [HBM]   Streaming kernels, measured at full occupancy (RRZE-HPC gpu-benches, gpu-stream, 2025):
 //          on the A100-40GB the scale kernel (one load and one store stream, the shape of our
 //          elementwise kernels) reaches 1382 of 1555 GB/s: 0.89, taken for the 80GB part too.
-//          Hopper is not measured there in its SXM form; the H100 PCIe and the GH200 reach
-//          0.79-0.85 (scale) and 0.92-0.95 (triad) of their datasheets: assumed 0.90.
+//          Hopper SXM: BabelStream on Azure's ND H100 v5 and ND H200 v5 (github.com/Azure/
+//          AI-benchmarking-guide, "Azure Results/ND_H100_v5_results.md" and "Azure_Results/
+//          ND_H200_v5_results.md", HBM Bandwidth): its scale kernel ("Mul") reaches 2.90 of the
+//          H100's 3.35 TB/s, 0.87, and 4.00 of the H200's 4.8 TB/s, 0.83.
 //  [NCCL]  NCCL's bus bandwidth inside a node, measured (all_reduce_perf, 1 GiB): a
 //          p4d(n).24xlarge, the AWS post's 8 A100 node, reaches 230.8 of the 300 GB/s per
 //          direction (github.com/NVIDIA/nccl issue 527, 2022): 0.77 for the A100. On the H100 an
@@ -55,10 +57,10 @@ static const GpuSpec gpus[] = {
      2039e9 /*[A100]*/, 0.89 /*[HBM]*/, 80 * GiB, 300e9 /*[A100]*/, 0.77 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "roce", 108 /*[SM]*/, 12 /*[SM]*/},
     {"h100-sxm", "timeline H100-SXM5-80GB", 989e12 /*[H100]*/, 0.801 /*[MAMF]*/, 0.35 /*[FA3]*/,
-     3350e9 /*[H100]*/, 0.90 /*[HBM]*/, 80 * GiB, 450e9 /*[H100] 900 GB/s / 2*/, 0.82 /*[NCCL]*/,
+     3350e9 /*[H100]*/, 0.87 /*[HBM]*/, 80 * GiB, 450e9 /*[H100] 900 GB/s / 2*/, 0.82 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "ib3200", 132 /*[SM]*/, 18 /*[SM]*/},
     {"h200", "timeline H200-SXM-141GB", 989e12 /*[H200]*/, 0.803 /*[MAMF]*/, 0.35 /*[FA3]*/,
-     4800e9 /*[H200]*/, 0.90 /*[HBM]*/, 141e9, 450e9 /*[H100]*/, 0.82 /*[NCCL]*/,
+     4800e9 /*[H200]*/, 0.83 /*[HBM]*/, 141e9, 450e9 /*[H100]*/, 0.82 /*[NCCL]*/,
      2e-6 /*[LAUNCH]*/, "ib3200", 132 /*[SM]*/, 18 /*[SM]*/},
 };
 

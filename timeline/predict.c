@@ -113,8 +113,8 @@ static double eager_attention_bytes(const ModelConfig* cfg, int B, int T, int Te
   double largest, kept;
   if (cfg->kind == MODEL_T5) {  // encoder blocks: self-attention; decoder blocks: self and cross
     double enc_block = enc, dec_block = self + cross;
-    largest = enc > self ? (enc > cross ? enc : cross) : (self > cross ? self : cross);
-    kept = recompute == RECOMPUTE_BLOCK ? (enc_block > dec_block ? enc_block : dec_block)
+    largest = fmax(enc, fmax(self, cross));
+    kept = recompute == RECOMPUTE_BLOCK ? fmax(enc_block, dec_block)
                                         : cfg->L * enc_block + cfg->Ld * dec_block;
   } else {
     largest = self;
@@ -359,11 +359,12 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
   // The seeds' formulas count a recomputed forward whatever --recompute is (and IBM's counts the
   // T5 decoder at the encoder's length), so their TFLOPS can pass what the GPU reaches; ranked by
   // them is ranked by tokens/s. Say so beside the table.
-  if (n > 0)
+  if (n > 0) {
     printf("TFLOPS: the %s formula, which counts a recomputed forward (4 passes) whatever --recompute is%s;\n"
            "the ranking is by tokens/s. MFU: the trainer's count of the passes that run, over the dense bf16 peak.\n",
            predict_seed_formula(cfg), cfg->kind == MODEL_T5 ? ", and the decoder at the encoder's length" : "");
-  if (n > 0) printf("predict_tflops_per_gpu %.2f\n", rows[0].p.seed_tflops);
+    printf("predict_tflops_per_gpu %.2f\n", rows[0].p.seed_tflops);
+  }
   free(rows);
   return n > 0 ? 0 : -1;
 }
