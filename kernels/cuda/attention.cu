@@ -46,14 +46,18 @@
 //            tiles in increasing order, recomputes P and dS, dQ += dS K in registers, written
 //            once. So dq is deterministic without atomics (FA2's atomicAdd on dq is replaced
 //            by this query-parallel pass; it recomputes S and dP, two matmuls per tile).
-//            When dpos_bias is non-NULL the dq kernel runs with one CTA per (64 query rows,
-//            head) that loops over the batches b = 0..B-1 in order; for each b it adds dS to
-//            dpos_bias[h, rows, :] with plain loads/stores. That CTA is the only writer of
-//            those rows of dpos_bias and each element is always touched by the same thread, so
-//            the sum over b happens in batch order with no scratch and no atomics (same order
-//            as the CPU reference). The price is B-fold less parallelism in that pass (T5 only).
+//            When dpos_bias is non-NULL the dq kernel also sums dS over the batches into
+//            dpos_bias[h, rows, :], without atomics: the batches are split into G groups
+//            (enough for about kBiasGradCtas CTAs; G = 1 when the partial sums do not fit the
+//            scratch), and CTA (64 query rows, head, group) loops over its group's batches in
+//            order with plain loads/stores. Group 0 adds into dpos_bias itself, group g > 0
+//            into a partial sum of its own in the kernel scratch, and a last kernel adds the
+//            partials to dpos_bias in group order. Each element has one writer per group and
+//            a fixed order: (((dpos_bias + b0 + b1..) + group 1) + group 2..). Deterministic,
+//            and the grouping depends on the shape only, not on the GPU. (One CTA looping over
+//            every batch, G = 1, left a T5 encoder of 8 heads with 64 CTAs for 132 SMs.)
 //            D needs B*H*Tq floats of that scratch; if it does not fit, the batch is processed
-//            in chunks (dpos_bias still sums b in increasing order); if one batch does not fit
+//            in chunks (one after another, in increasing b); if one batch does not fit
 //            the simple path runs.
 // Causal skip: the forward and dq loops stop at the key tile holding the last query row of
 // the CTA; the dk/dv loop starts at the query tile holding the first key of the CTA; only
@@ -83,6 +87,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kThreads = 128;  // every kernel in this file: 4 warps
 constexpr int kTile = 64;      // query rows per CTA (forward, dq) and keys per tile / per CTA
+// The dq kernel with dpos_bias splits the batches into groups until it has about this many
+// CTAs (two per SM of an H100). A constant, not the device's SM count: the grouping fixes the
+// order of dpos_bias's sum, so it must not change from one GPU to another.
+constexpr int kBiasGradCtas = 256;
 
 struct AttnArgs {
   const act16* q;
@@ -99,6 +107,8 @@ struct AttnArgs {
   act16* dk;
   act16* dv;
   float* dbias;  // [H, Tq, Tk] or NULL, accumulates
+  float* dbias_part;  // dq kernel with dbias: batch groups 1.. write their sums here, [G-1][H][Tq][Tk]
+  int group_batches;  // dq kernel with dbias: batches per CTA (one batch group)
   int B, Tq, Tk, H, D, q_stride, kv_stride, causal, vec;
   float scale, scale_log2;
 };
@@ -541,8 +551,9 @@ struct DqCfg {
   static constexpr size_t smem = (size_t)(2 * kTile + 2 * ST * kTile) * (DP + 8) * sizeof(act16);
 };
 
-// BGRAD: one CTA per (query tile, head) looping over all batches in order, adding dS into
-// dpos_bias; otherwise one CTA per (query tile, head, batch). HAS_BIAS: pos_bias is read.
+// BGRAD: one CTA per (query tile, head, batch group) looping over the group's batches in order,
+// adding dS into dpos_bias (group 0) or into the group's own partial sum (the first batch
+// writes it); otherwise one CTA per (query tile, head, batch). HAS_BIAS: pos_bias is read.
 template <int DP, bool HAS_BIAS, bool BGRAD>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a) {
   constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
@@ -558,13 +569,16 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a)
   const int qrows = min(BM, Tq - q0);
   const size_t hoff = (size_t)h * a.D;
   const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
-  float* dbias = BGRAD ? a.dbias + (size_t)h * Tq * Tk : nullptr;
+  const int group = BGRAD ? (int)blockIdx.z : 0;
+  float* dbias = BGRAD ? (group == 0 ? a.dbias : a.dbias_part + (size_t)(group - 1) * a.H * Tq * Tk) +
+                             (size_t)h * Tq * Tk
+                       : nullptr;
   const int n_tiles = key_tiles(a, q0, qrows);
   const int row0 = q0 + warp * 16 + g;
   act16* q_warp = Qs + warp * 16 * LD;
   act16* do_warp = dOs + warp * 16 * LD;
-  const int b_begin = BGRAD ? 0 : (int)blockIdx.z;
-  const int b_end = BGRAD ? a.B : (int)blockIdx.z + 1;
+  const int b_begin = BGRAD ? group * a.group_batches : (int)blockIdx.z;
+  const int b_end = BGRAD ? min(a.B, b_begin + a.group_batches) : (int)blockIdx.z + 1;
 
   for (int b = b_begin; b < b_end; ++b) {
     __syncthreads();  // the previous batch's readers of the shared tiles are done
@@ -641,8 +655,10 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a)
           for (int e = 0; e < 4; ++e) {
             const int row = row0 + ((e >> 1) << 3);
             const int col = k0 + nt * 8 + 2 * t + (e & 1);
-            if (row < Tq && col < Tk && !(a.causal && col > row))
-              dbias[(size_t)row * Tk + col] += dp[nt][e];
+            if (row < Tq && col < Tk && !(a.causal && col > row)) {
+              float* d = dbias + (size_t)row * Tk + col;
+              *d = (group > 0 && b == b_begin) ? dp[nt][e] : *d + dp[nt][e];
+            }
           }
       }
       mma_regs_kn<NT, DP, LD>(dq, dp, Kt, lane);  // dQ += dS K
@@ -656,6 +672,20 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a)
     store_rows16<DP>(q_warp, a.dq + ((size_t)b * Tq + q0 + warp * 16) * a.q_stride + hoff,
                      a.q_stride, Tq - q0 - warp * 16, a.D, a.vec, lane);
   }
+}
+
+// dpos_bias += the partial sums of batch groups 1..groups-1, in group order, over the entries
+// the dq kernel writes (the causal mask's upper triangle is never written, so never read).
+__global__ void attn_bias_groups_kernel(float* dbias, const float* part, int groups, int H, int Tq, int Tk,
+                                        int causal) {
+  const size_t n = (size_t)H * Tq * Tk;
+  const size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const int row = (int)(e / Tk % Tq), col = (int)(e % Tk);
+  if (causal && col > row) return;
+  float x = dbias[e];
+  for (int g = 1; g < groups; ++g) x += part[(size_t)(g - 1) * n + e];
+  dbias[e] = x;
 }
 
 // ---- simple (unfused) path ----------------------------------------------------------------
@@ -993,9 +1023,21 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
     simple_backward(ctx, a0);
     return;
   }
+  // With dpos_bias, G batch groups: the largest G up to kBiasGradCtas CTAs whose G - 1 partial
+  // sums fit in the workspace beside one batch's D vector per group.
+  const size_t htt = (size_t)s.H * s.Tq * s.Tk;
+  int G = 1;
+  if (dpos_bias && s.Tq > 0 && s.Tk > 0) {
+    const int ctas = (int)ceil_div(s.Tq, kTile) * s.H;
+    G = (int)ceil_div(kBiasGradCtas, ctas) < s.B ? (int)ceil_div(kBiasGradCtas, ctas) : s.B;
+    while (G > 1 && (size_t)(G - 1) * htt + (size_t)G * per_batch > wsf) --G;
+  }
+  float* part = ws;                              // [G-1][H][Tq][Tk]
+  float* dvec = ws + (size_t)(G - 1) * htt;      // the chunk's D vectors
+  const size_t dvec_floats = wsf - (size_t)(G - 1) * htt;
   // Batches per chunk: the D vector of a chunk must fit in the workspace. Chunks run in
-  // increasing b, so dpos_bias still receives the batches in order.
-  const int nb = (int)(wsf / per_batch < (size_t)s.B ? wsf / per_batch : (size_t)s.B);
+  // increasing b, and so do the groups inside a chunk.
+  const int nb = (int)(dvec_floats / per_batch < (size_t)s.B ? dvec_floats / per_batch : (size_t)s.B);
   const int C = s.H * s.D;
   dispatch_dp(DP, [&](auto dpc) {
     constexpr int P = decltype(dpc)::value;
@@ -1018,11 +1060,15 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
       a.k += kvoff, a.v += kvoff, a.dk += kvoff, a.dv += kvoff;
       a.out += ooff, a.dout += ooff;
       a.lse += loff;
-      a.Dvec = ws;
+      a.Dvec = dvec;
+      // This chunk's groups: as many as it has batches, up to G, of equal size but the last.
+      a.group_batches = (int)ceil_div(a.B, G < a.B ? G : a.B);
+      const int groups = (int)ceil_div(a.B, a.group_batches);
+      a.dbias_part = part;
       if (s.Tq > 0) {
         const long rows = (long)a.B * s.Tq * s.H;
         attn_bwd_rowdot_kernel<<<ceil_div(rows, kThreads / 32), kThreads, 0, ctx->stream>>>(
-            ws, a.out, a.dout, a.B, s.Tq, s.H, s.D);
+            dvec, a.out, a.dout, a.B, s.Tq, s.H, s.D);
         CUDA_LAUNCH_CHECK();
       }
       if (s.Tk > 0) {
@@ -1032,12 +1078,17 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
         CUDA_LAUNCH_CHECK();
       }
       if (s.Tq > 0) {
-        const dim3 grid(ceil_div(s.Tq, kTile), s.H, bgrad ? 1 : a.B);  // bgrad: CTA loops b
+        const dim3 grid(ceil_div(s.Tq, kTile), s.H, bgrad ? groups : a.B);  // bgrad: CTA loops b
         if (bgrad) attn_bwd_dq_kernel<P, true, true><<<grid, kThreads, smem_q, ctx->stream>>>(a);
         else if (bias)
           attn_bwd_dq_kernel<P, true, false><<<grid, kThreads, smem_q, ctx->stream>>>(a);
         else attn_bwd_dq_kernel<P, false, false><<<grid, kThreads, smem_q, ctx->stream>>>(a);
         CUDA_LAUNCH_CHECK();
+        if (bgrad && groups > 1) {
+          attn_bias_groups_kernel<<<ceil_div(htt, 256), 256, 0, ctx->stream>>>(a.dbias, part, groups, s.H, s.Tq,
+                                                                               s.Tk, s.causal ? 1 : 0);
+          CUDA_LAUNCH_CHECK();
+        }
       }
     }
   });

@@ -1584,6 +1584,10 @@ int main(int argc, char** argv) {
     test_attention("head size 128", 1, 40, 40, 1, 128, 1, 0, 1, 1.0f / sqrtf(128.0f));
     test_attention("head size 20", 2, 45, 45, 2, 20, 1, 1, 1, 1.0f / sqrtf(20.0f));
     test_attention("head size 160", 2, 33, 33, 2, 160, 1, 1, 1, 1.0f / sqrtf(160.0f));
+    // dpos_bias in batch groups of more than one batch: 86 heads of one query tile make 86
+    // CTAs, so the dq kernel splits 5 batches into 3 groups of 2, 2 and 1 (kBiasGradCtas).
+    test_attention("T5 decoder, batch groups", 5, 23, 23, 86, 16, 1, 1, 1, 1.0f);
+    test_attention("T5 encoder, batch groups", 5, 23, 23, 86, 16, 0, 1, 1, 1.0f);
   }
 
   kernels_shutdown(K);
