@@ -1028,8 +1028,8 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
   const size_t htt = (size_t)s.H * s.Tq * s.Tk;
   int G = 1;
   if (dpos_bias && s.Tq > 0 && s.Tk > 0) {
-    const int ctas = (int)ceil_div(s.Tq, kTile) * s.H;
-    G = (int)ceil_div(kBiasGradCtas, ctas) < s.B ? (int)ceil_div(kBiasGradCtas, ctas) : s.B;
+    const int ctas = (int)ceil_div(s.Tq, kTile) * s.H, wanted = (int)ceil_div(kBiasGradCtas, ctas);
+    G = wanted < s.B ? wanted : s.B;
     while (G > 1 && (size_t)(G - 1) * htt + (size_t)G * per_batch > wsf) --G;
   }
   float* part = ws;                              // [G-1][H][Tq][Tk]
