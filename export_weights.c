@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
+#include "infra/files.h"
 #include "layers/model.h"
 #include "weights/weights.h"
 
@@ -26,6 +27,18 @@ int main(int argc, char** argv) {
   ModelConfig cfg;
   if (model_source_config(argv[1], &cfg, err, sizeof err)) fatal("%s", err);
   KernelCtx* kctx = kernels_init(dist_local_rank());
+  // Before anything is read: DIR must be a new name or an earlier export of fsdp.c, and no
+  // other process may be writing it (weights/export.c, infra/files.h).
+  int ok = 1;
+  char note[4400] = "";
+  if (dist_rank() == 0)
+    ok = !weights_export_check("DIR", argv[2], err, sizeof err) && !dir_lock("DIR", argv[2], note, sizeof note, err, sizeof err);
+  if (note[0]) fprintf(stderr, "note: %s\n", note);
+  if (!comm_all_true(comm_world(), ok)) {
+    if (!ok) fprintf(stderr, "error: %s (nothing was written)\n", err);
+    dist_finalize();
+    return 2;
+  }
   FSDPOptions opt = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                      .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32};
   FSDP fs;

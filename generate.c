@@ -13,14 +13,17 @@
 // prompts, scripts/generate.py encodes the text and passes --prompt-ids. The output is
 // decoded with --tokenizer FILE, or SRC/tokenizer.bin, when given (data/tokenizer.h), and
 // printed as ids otherwise.
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/tokenizer.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "layers/model.h"
 #include "weights/weights.h"
 
@@ -31,12 +34,16 @@ static const char* USAGE_TEXT =
     "  --prompt-ids    token ids, separated by spaces or commas\n"
     "  --prompt TEXT   bytes as ids (byte-level models, V <= 256); scripts/generate.py encodes\n"
     "                  text for GPT-2 BPE and SentencePiece models\n"
-    "  --tokens N      new tokens (default 32)\n"
+    "  --tokens N      new tokens (default 32; GPT: at most what the context has left, T5: at most 4096)\n"
     "  --temperature T GPT sampling temperature (default 1; 0 = greedy)\n"
     "  --top-k K       GPT: sample among the K likeliest tokens (default 0 = all)\n"
     "  --seed S        sampling seed (default 1337)\n"
     "  --tokenizer F   decode the output with F (llm.c tokenizer format; default SRC/tokenizer.bin)\n";
 
+#define MAX_NEW_TOKENS (1 << 16)
+#define MAX_T5_TOKENS 4096  // T5's decoder length: each new token runs it again, over all of it
+
+static void usage(const char* msg, const char* arg) __attribute__((noreturn));
 static void usage(const char* msg, const char* arg) {
   if (dist_rank() == 0) {
     fprintf(stderr, "error: ");
@@ -93,6 +100,36 @@ static int next_token(const act_t* row, int V, float temperature, int top_k, flo
   return last;
 }
 
+// Strict numbers for the options: the whole argument, in range, or a usage error naming it.
+static long long int_option(const char* opt, const char* arg, long long lo, long long hi) {
+  char* end;
+  errno = 0;
+  long long v = strtoll(arg, &end, 10);
+  if (end == arg || *end || errno == ERANGE || v < lo || v > hi) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s '%%s': expected a whole number from %lld to %lld", opt, lo, hi);
+    usage(msg, arg);
+  }
+  return v;
+}
+
+// The tokenizer that decodes the output: --tokenizer FILE, else SRC/tokenizer.bin when there is
+// one. Either way it must be this model's: its ids within the model's vocabulary.
+static int load_tokenizer(const char* tok_path, const char* src, int V, Tokenizer* tok) {
+  char path[4200], err[4400];
+  struct stat st;
+  if (tok_path) snprintf(path, sizeof path, "%s", tok_path);
+  else snprintf(path, sizeof path, "%s/tokenizer.bin", src);
+  if (!tok_path && stat(path, &st) != 0) return 0;
+  if (tokenizer_load(path, tok, err, sizeof err)) usage("%s", err);
+  if (tok->vocab > V || tok->eot >= V) {
+    snprintf(err, sizeof err, "the tokenizer %s has %d tokens (end-of-text id %d) but the model's vocabulary has %d: it "
+             "is not this model's tokenizer; pass the model's own with --tokenizer", path, tok->vocab, tok->eot, V);
+    usage("%s", err);
+  }
+  return 1;
+}
+
 int main(int argc, char** argv) {
   dist_init(&argc, &argv);
   const char *prompt_ids = NULL, *prompt_text = NULL, *tok_path = NULL;
@@ -112,60 +149,69 @@ int main(int argc, char** argv) {
       case 'i': prompt_ids = optarg; break;
       case 'p': prompt_text = optarg; break;
       case 'z': tok_path = optarg; break;
-      case 'n': ntokens = (int)strtol(optarg, &end, 10); break;
-      case 'k': top_k = (int)strtol(optarg, &end, 10); break;
-      case 't': temperature = strtof(optarg, &end); break;
-      case 's': seed = strtoull(optarg, &end, 10); break;
+      case 'n': ntokens = (int)int_option("--tokens", optarg, 1, MAX_NEW_TOKENS); break;
+      case 'k': top_k = (int)int_option("--top-k", optarg, 0, INT32_MAX); break;
+      case 's': seed = (uint64_t)int_option("--seed", optarg, 0, INT64_MAX); break;
+      case 't':
+        temperature = strtof(optarg, &end);
+        if (end == optarg || *end || !isfinite(temperature) || temperature < 0)
+          usage("--temperature '%s': expected a finite number >= 0 (0: greedy)", optarg);
+        break;
       case 'h':
         if (dist_rank() == 0) printf("%s", USAGE_TEXT);
         dist_finalize();
         return 0;
       default: usage("unknown option or missing value: %s", argv[optind - 1]);
     }
-    if (end && *end) usage("bad number '%s'", optarg);
   }
   if (optind != argc - 1) usage("%s", "give one SRC");
-  if (ntokens < 1 || top_k < 0 || temperature < 0) usage("%s", "--tokens >= 1, --top-k >= 0, --temperature >= 0");
   if (prompt_ids && prompt_text) usage("%s", "give --prompt-ids or --prompt, not both");
   const char* src = argv[optind];
   char err[4096];
   ModelConfig cfg;
   if (model_source_config(src, &cfg, err, sizeof err)) usage("%s", err);
   int t5 = cfg.kind == MODEL_T5, V = cfg.V;
-
   Tokenizer tok = {0};
-  int decode = 0;
-  if (tok_path) {
-    if (tokenizer_load(tok_path, &tok, err, sizeof err)) usage("%s", err);
-    decode = 1;
-  } else {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer.bin", src);
-    decode = tokenizer_load(path, &tok, err, sizeof err) == 0;
-  }
+  int decode = load_tokenizer(tok_path, src, V, &tok);
 
-  // The prompt.
+  // The prompt: every id checked against the model's vocabulary, naming where it came from.
   int cap = 1 << 16, n = 0;
   int32_t* prompt = xmalloc((size_t)cap * sizeof(int32_t), "prompt");
   if (prompt_ids) {
     for (const char* p = prompt_ids; *p;) {
       char* end;
-      long id = strtol(p, &end, 10);
+      errno = 0;
+      long long id = strtoll(p, &end, 10);
       if (end == p) usage("--prompt-ids: '%s' is not a list of token ids", prompt_ids);
-      if (id < 0 || id >= V || n == cap) usage("--prompt-ids: an id outside the vocabulary, or too many (%s)", prompt_ids);
+      if (errno == ERANGE || id < 0 || id >= V) {
+        snprintf(err, sizeof err, "--prompt-ids: id %.*s (the %d%s) is not in the model's vocabulary 0..%d", (int)(end - p),
+                 p, n + 1, n == 0 ? "st" : n == 1 ? "nd" : n == 2 ? "rd" : "th", V - 1);
+        usage("%s", err);
+      }
+      if (n == cap) usage("--prompt-ids: more than 65536 ids (%.20s...)", prompt_ids);
       prompt[n++] = (int32_t)id;
       p = end;
       while (*p == ' ' || *p == ',') p++;
     }
   } else if (prompt_text) {
     if (V > 256) usage("--prompt TEXT is for byte-level models; encode with scripts/generate.py for %s", cfg.name);
-    for (const unsigned char* p = (const unsigned char*)prompt_text; *p && n < cap; p++) prompt[n++] = *p;
+    for (const unsigned char* p = (const unsigned char*)prompt_text; *p; p++) {
+      if (*p >= V) {
+        snprintf(err, sizeof err, "--prompt: byte %d (at position %d) is not a token of the model's vocabulary of %d", *p,
+                 n, V);
+        usage("%s", err);
+      }
+      if (n == cap) usage("--prompt: more than 65536 bytes (%.20s...)", prompt_text);
+      prompt[n++] = *p;
+    }
   }
   if (n == 0) {
     if (t5) usage("%s", "T5 needs a prompt (the encoder input)");
-    prompt[n++] = decode ? tok.eot : (V > 50256 ? 50256 : 0);  // GPT-2's <|endoftext|> starts a text
+    // A text starts after an end-of-text: the tokenizer's (checked above), or GPT-2's.
+    prompt[n++] = decode ? tok.eot : (V > 50256 ? 50256 : 0);
   }
   if (!t5 && n >= cfg.T) usage("the prompt fills the model's %s positions", "T");
+  if (t5 && ntokens > MAX_T5_TOKENS) usage("%s", "--tokens: T5 decodes at most 4096 tokens here (each one runs the decoder again)");
   int T = t5 ? ntokens : (n + ntokens < cfg.T ? n + ntokens : cfg.T), Te = t5 ? n : 0;
 
   KernelCtx* kctx = kernels_init(dist_local_rank());
@@ -194,7 +240,7 @@ int main(int argc, char** argv) {
   for (int t = first; t < limit; t++) {
     device_copy_to_device(m.inputs, seq, (size_t)T * sizeof(int32_t));
     fsdp_begin_forward(&fs, 0, 0);
-    model_forward(&m, 0, 0.0f);
+    model_forward(&m, 0, NULL);
     device_copy_to_host(row, m.logits + (size_t)(t - 1) * cfg.Vp, (size_t)V * sizeof(act_t));
     int next = next_token(row, V, t5 ? 0.0f : temperature, top_k, probs, probs + V, &state);
     comm_broadcast(fs.world, &next, sizeof next, 0);  // rank 0's draw for everyone

@@ -14,40 +14,109 @@
 #include <string.h>
 
 #include "fsdp/checkpoint.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "train/train.h"
 #include "weights/weights.h"
+
+// What reading a step's outcome needs: the run's settings and the per-step records.
+typedef struct {
+  const Options* o;
+  FSDP* fs;
+  StepIO* io;
+  LossScaler* scaler;  // the host's record of the loss scale (checkpoints), brought up to date here
+  FILE* logf;
+  int total_steps, start_step, W, rank, on_cpu;
+  double flops_step, recompute_step, peak;
+  size_t cpu_plan, resident_before;
+  double *step_ms, *comm_ms;
+} Reporter;
+
+// Reads step `step`'s outcome (waiting for its work) and reports it: the step line, the JSON log,
+// a skipped step's reason, and the stop at --max-bad-steps. A step's time is the compute stream's,
+// from the step's first operation to its outcome (on the CPU backend, the host's time for it).
+// Returns the stop signals the ranks had seen when the step began (train/signals.c; 0: none).
+static int64_t report_step(Reporter* rp, int step) {
+  const Options* o = rp->o;
+  StepResult r = train_step_result(rp->io, step);
+  double loss = r.loss, norm = r.norm, ms = r.seconds * 1e3;
+  rp->step_ms[step] = ms;
+  rp->comm_ms[step] += device_step_waited_seconds(step + 1) * 1e3;
+  rp->scaler->scale = r.next_scale, rp->scaler->good = r.good;
+  double tok_s = r.tokens / (ms / 1e3);
+  double tflops = rp->flops_step / rp->W / (ms / 1e3) / 1e12;  // per rank
+  log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
+       rp->total_steps, loss, r.lr, norm, ms, rp->comm_ms[step], tok_s, tflops);
+  if (rp->recompute_step > 0) log0(" | hw %.3g TFLOPS", (rp->flops_step + rp->recompute_step) / rp->W / (ms / 1e3) / 1e12);
+  if (rp->peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / rp->peak);
+  if (!r.update) log0(" | SKIPPED");
+  if (rp->scaler->dynamic && r.update && r.next_scale != r.scale) log0(" | loss scale %.0f -> %.0f", r.scale, r.next_scale);
+  log0("\n");
+  if (rp->on_cpu && step == rp->start_step) {
+    size_t now_b = resident_bytes();
+    log0("memory: plan %zu bytes, measured %zu bytes (resident growth from the allocation to the end of the first step)\n",
+         rp->cpu_plan, now_b > rp->resident_before ? now_b - rp->resident_before : 0);
+  }
+  if (rp->logf) {
+    // JSON has no NaN or Infinity: a non-finite loss or norm (a skipped step) is null.
+    char loss_s[32] = "null", norm_s[32] = "null";
+    if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.17g", loss);
+    if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
+    fprintf(rp->logf, "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": %.3f, "
+                      "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss_s, r.lr, norm_s, ms, tok_s, tflops);
+    if (rp->peak > 0) fprintf(rp->logf, "%.6g", tflops * 1e12 / rp->peak);
+    else fprintf(rp->logf, "null");
+    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", rp->comm_ms[step],
+            rp->fs->plan.total, r.scale, r.update ? "" : ", \"skipped\": true");
+    if (fflush(rp->logf) != 0 || ferror(rp->logf)) fatal("--log %s: writing failed: %s", o->log_path, strerror(errno));
+  }
+  trace_flush(rp->fs->trace);
+  if (r.update) return r.stop_signals;
+  char where[160] = "";
+  if (r.nonfinite_unit >= 0)
+    snprintf(where, sizeof where, "; the first unit whose gradient shard was non-finite: %s", rp->fs->units[r.nonfinite_unit].name);
+  if (r.overflow)
+    log0("step %5d | gradient overflow at loss scale %.0f%s: the update was skipped on every rank; the scale is now %.0f\n",
+         step + 1, r.scale, where, r.next_scale);
+  else
+    log0("step %5d | non-finite %s%s: the update was skipped on every rank (%d of --max-bad-steps %d)\n", step + 1,
+         isfinite(loss) ? "gradient norm" : "loss", where, r.bad_steps, o->max_bad_steps);
+  if (r.stopped) {
+    // The device stopped updating at this step: the step queued after it (if any) changed nothing.
+    if (rp->rank == 0)
+      fprintf(stderr, "error: stopping at step %d after %d steps with a non-finite loss or gradient%s; the "
+                      "parameters are those of the last good step. Lower --lr, check the data, or resume from "
+                      "a checkpoint\n", step + 1, r.bad_steps, where);
+    device_synchronize();
+    if (rp->logf) fclose(rp->logf);
+    dist_finalize();
+    exit(1);
+  }
+  return r.stop_signals;
+}
 
 int main(int argc, char** argv) {
   predict_exec_if_asked(argc, argv);  // --predict: the timeline backend's binary (timeline/)
   plan_exec_if_asked(argc, argv);     // --plan for the CUDA dtypes from the CPU binary: the same
   dist_init(&argc, &argv);
   Options o = parse_options(argc, argv);
+  stop_signals_install();  // SIGTERM, SIGINT, SIGUSR1: save and stop after the current step
   int W = dist_world(), rank = dist_rank();
   char err[2048];
   ModelConfig cfg;
   if (weights_resolve_model(o.model, o.init_from, &cfg, err, sizeof err)) usage_error("%s", err);
   int t5 = cfg.kind == MODEL_T5;
-  int B = o.batch, T = t5 ? o.dec_len : (o.seq ? o.seq : cfg.T), Te = t5 ? o.enc_len : 0;
-  if (!t5 && T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", cfg.name);
   if (t5 && (o.eval_prompts || o.sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
-  int world = o.plan && o.plan_world ? o.plan_world : W;
-  if (o.global_batch) {
-    if (o.global_batch % (B * world)) {
-      if (rank == 0)
-        fprintf(stderr, "error: --global-batch %d cannot be split into micro-batches of --batch %d on %d ranks: "
-                        "it must be a multiple of batch x ranks = %d\n%s\n", o.global_batch, B, world, B * world, usage_line());
-      dist_finalize();
-      exit(2);
-    }
-    o.accum = o.global_batch / (B * world);
-  }
+  RunShape shape;
+  if (run_shape(&o, &cfg, o.plan && o.plan_world ? o.plan_world : W, &shape, err, sizeof err)) usage_error("%s", err);
+  int B = shape.B, T = shape.T, Te = shape.Te, A = shape.A, M = shape.M;
+  o.accum = A;
+  o.fsdp.accum_steps = A;  // the plan keeps no unsharded gradient buffers when each unit's goes into its shard
   model_check_options(&cfg, &o.fsdp);  // before any data is read
   if (o.plan && o.plan_backend && strcmp(o.plan_backend, kernels_backend()))
     usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
                 o.plan_backend);
   if (o.plan) {  // --plan: lay out and plan, allocate nothing
-    plan_report(&o, &cfg, B, T, Te, world);
+    plan_report(&o, &cfg, B, T, Te, shape.W);
     dist_finalize();
     return 0;
   }
@@ -60,17 +129,14 @@ int main(int argc, char** argv) {
              dtype_name(o.fsdp.reduce_dtype));
     usage_error("--reduce-dtype: %s", err);
   }
-  int A = o.accum, M = W * A;  // micro-batches per optimizer step, over all ranks
-#ifdef FSDP_FP16
   // A static scale whose loss gradient of one token, S / tokens per step (the target logit's,
   // about -S / tokens from the start), is beyond fp16's 65504 overflows on every step.
-  if (!o.loss_scale_dynamic && o.loss_scale / ((double)M * B * T) > 65504.0) {
+  if (ACT_DTYPE == DT_F16 && !o.loss_scale_dynamic && o.loss_scale / ((double)M * B * T) > 65504.0) {
     snprintf(err, sizeof err, "%.0f / %lld tokens per step puts a token's loss gradient beyond fp16's 65504, so "
              "every step would overflow; use --loss-scale dynamic, which finds the largest scale that does not",
              o.loss_scale, (long long)M * B * T);
     usage_error("--loss-scale: %s", err);
   }
-#endif
   if (o.fsdp.sim_world > 1 && W > 1) usage_error("%s", "--sim-world simulates several ranks from one: run it without mpirun");
 
   // Data first: a bad path on any rank stops every rank before the model is built.
@@ -111,6 +177,8 @@ int main(int argc, char** argv) {
   fsdp_init(&fs, model_num_units(&cfg, o.fsdp.wrap), o.fsdp, comm_world(), kctx);
   Model model;
   model_plan(&model, &cfg, &fs, B, T, Te);
+  StepIO io;  // the step's control values on the device and its pinned host buffers (train/step.c)
+  step_plan(&io, &fs.plan, &shape, t5);
   check_plan_fits(&o, &cfg, B, T, Te, &fs);
   if (o.inject_step > 0 && (o.inject_rank >= W || o.inject_unit >= fs.nunits))
     usage_error("%s", "--inject-nonfinite names a rank or unit this run does not have");
@@ -184,113 +252,52 @@ int main(int argc, char** argv) {
     checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler);
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
-  int bad_steps = 0;
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
   double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
   double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
+  StepData data = {.batch = &batch, .stream = &train};
+  step_start(&io, &o, &scaler);
+  Reporter rep = {.o = &o, .fs = &fs, .io = &io, .scaler = &scaler, .logf = logf, .total_steps = total_steps,
+                  .start_step = start_step, .W = W, .rank = rank, .flops_step = flops_step,
+                  .recompute_step = recompute_step, .peak = peak, .on_cpu = on_cpu, .cpu_plan = cpu_plan,
+                  .resident_before = resident_before, .step_ms = step_ms, .comm_ms = comm_ms};
+  // The loop queues step s + 1 before it reads step s's outcome, so the device never waits for the
+  // host between steps (train/step.c). A step that host work follows (evaluation, a save, a sample,
+  // a trace, the last step) is read at once instead, and the host work sees its parameters. A stop
+  // signal (train/signals.c) reaches every rank with the outcome of the step it came before: the
+  // ranks then finish the step in flight, save it (with --save) and stop.
+  int pending = -1;  // a queued step whose outcome is not read yet
+  const char* stopped_by = NULL;
   for (int step = start_step; step < total_steps; step++) {
-    (void)device_waited_seconds();  // stalls of evaluation forwards do not belong to this step
-    double t0 = now_seconds(), comm0 = fs.comm_seconds;
-    device_step_begin(step + 1);
-    fsdp_begin_step(&fs, A);
-    // Loss gradients are scaled by 1 / (the step's valid target tokens over all ranks); with
-    // T5's padded targets that count varies, so it is agreed on before any backward.
-    double global_tokens = (double)M * B * T;
-    if (t5) {
-      int64_t valid = 0;
-      for (int j = 0; j < A; j++) {
-        batch_load(&batch, &train, (int64_t)step * M + (int64_t)j * W + rank);
-        valid += batch_valid_targets(&batch);
+    double comm0 = fs.stats.comm_seconds;
+    CommStats before = fs.stats;
+    train_step(&fs, &model, &data, &shape, step, learning_rate(&schedule, step), &o, &io);
+    comm_ms[step] = (fs.stats.comm_seconds - comm0) * 1e3;  // the host's own time in collectives (CPU)
+    if (step == start_step)  // the schedule's collectives, the same every step
+      log0("collectives per step: %lld all-gathers (%lld of them over node groups), %lld reduce-scatters\n",
+           (long long)(fs.stats.all_gathers - before.all_gathers),
+           (long long)(fs.stats.node_all_gathers - before.node_all_gathers),
+           (long long)(fs.stats.reduce_scatters - before.reduce_scatters));
+    int64_t signals = pending >= 0 ? report_step(&rep, pending) : 0;
+    pending = step;
+    int last = step + 1 == total_steps;
+    int eval_now = (o.eval_every && (step + 1) % o.eval_every == 0) || last;
+    int save_now = o.save_dir && ((o.save_every && (step + 1) % o.save_every == 0) || last);
+    int sample_now = o.sample_every && (step + 1) % o.sample_every == 0;
+    if (!(signals || eval_now || save_now || sample_now || fs.trace)) continue;
+    signals |= report_step(&rep, step);
+    pending = -1;
+    if (signals && !last) {
+      stopped_by = stop_signal_name(signals);
+      if (o.save_dir) {
+        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+        log0("step %5d | saved %s\n", step + 1, o.save_dir);
       }
-      comm_all_reduce(fs.world, &valid, 1, DT_I64);
-      global_tokens = (double)valid;
+      log0("step %5d | stopped by %s: %s; exiting with status %d\n", step + 1, stopped_by,
+           o.save_dir ? "the checkpoint above continues with --resume" : "nothing saved (no --save)", EXIT_STOPPED);
+      break;
     }
-    double loss_sum = 0.0;
-    for (int j = 0; j < A; j++) {
-      // Micro-batch number j*W + rank of this step: rank r reads micro-batches r, r+W, ...
-      batch_load(&batch, &train, (int64_t)step * M + (int64_t)j * W + rank);
-      batch_to_model(&batch, &model);
-      fsdp_begin_forward(&fs, j, 1);
-      model_forward_accumulate(&model, (float)(scaler.scale / global_tokens));
-      model_backward(&model);
-    }
-    loss_sum = model_take_loss(&model);  // the step's one read of its losses
-    comm_all_reduce(fs.world, &loss_sum, 1, DT_F64);
-    double loss = loss_sum / global_tokens;
-    if (step + 1 == o.inject_step && rank == o.inject_rank) fsdp_poison_grad(&fs, o.inject_unit);
-    double scale = scaler.scale;              // this step's loss scale
-    double norm = fsdp_grad_norm(&fs) / scale;  // of the unscaled gradient (exact for powers of two)
-    float lr = learning_rate(&schedule, step);
-    // The guard: loss and norm are the same on every rank, so every rank skips together, before
-    // a NaN or inf can reach the shards (and from them a checkpoint).
-    // A dynamic loss scale treats a non-finite gradient as an overflow: halve the scale, skip.
-    int finite = isfinite(loss) && isfinite(norm);
-    int overflow = scaler.dynamic && isfinite(loss) && !isfinite(norm);
-    if (isfinite(loss)) scaler_update(&scaler, isfinite(norm));
-    if (finite) {
-      AdamWArgs args = {.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.adam_eps, .weight_decay = o.weight_decay,
-                        .grad_scale = (float)(fsdp_clip_scale(norm, o.grad_clip) / scale), .step = step + 1};
-      fsdp_adamw_step(&fs, args);
-    } else {
-      fsdp_skip_step(&fs);
-      // Overflows are how a dynamic scale finds its level; they count only once it is at its floor.
-      if (!overflow || scale <= LOSS_SCALE_MIN) bad_steps++;
-    }
-    device_synchronize();
-    device_step_end(step + 1);
-    double ms = (now_seconds() - t0) * 1e3;
-    step_ms[step] = ms;
-    comm_ms[step] = (fs.comm_seconds - comm0 + device_waited_seconds()) * 1e3;
-    double tok_s = global_tokens / (ms / 1e3);
-    double tflops = flops_step / W / (ms / 1e3) / 1e12;  // per rank
-    log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
-         total_steps, loss, lr, norm, ms, comm_ms[step], tok_s, tflops);
-    if (recompute_step > 0) log0(" | hw %.3g TFLOPS", (flops_step + recompute_step) / W / (ms / 1e3) / 1e12);
-    if (peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / peak);
-    if (!finite) log0(" | SKIPPED");
-    if (scaler.dynamic && finite && scaler.scale != scale) log0(" | loss scale %.0f -> %.0f", scale, scaler.scale);
-    log0("\n");
-    if (on_cpu && step == start_step) {
-      size_t now = resident_bytes();
-      log0("memory: plan %zu bytes, measured %zu bytes (resident growth from the allocation to the end of the first step)\n",
-           cpu_plan, now > resident_before ? now - resident_before : 0);
-    }
-    if (logf) {
-      // JSON has no NaN or Infinity: a non-finite loss or norm (a skipped step) is null.
-      char loss_s[32] = "null", norm_s[32] = "null";
-      if (isfinite(loss)) snprintf(loss_s, sizeof loss_s, "%.17g", loss);
-      if (isfinite(norm)) snprintf(norm_s, sizeof norm_s, "%.17g", norm);
-      fprintf(logf, "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"ms\": %.3f, "
-                    "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss_s, lr, norm_s, ms, tok_s, tflops);
-      if (peak > 0) fprintf(logf, "%.6g", tflops * 1e12 / peak);
-      else fprintf(logf, "null");
-      fprintf(logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", comm_ms[step],
-              fs.plan.total, scale, finite ? "" : ", \"skipped\": true");
-      if (fflush(logf) != 0 || ferror(logf)) fatal("--log %s: writing failed: %s", o.log_path, strerror(errno));
-    }
-    trace_flush(fs.trace);
-    if (!finite) {
-      char where[160] = "";
-      if (fs.nonfinite_unit >= 0)
-        snprintf(where, sizeof where, "; the first unit whose gradient shard was non-finite: %s", fs.units[fs.nonfinite_unit].name);
-      if (overflow)
-        log0("step %5d | gradient overflow at loss scale %.0f%s: the update was skipped on every rank; the scale is now %.0f\n",
-             step + 1, scale, where, scaler.scale);
-      else
-        log0("step %5d | non-finite %s%s: the update was skipped on every rank (%d of --max-bad-steps %d)\n", step + 1,
-             isfinite(loss) ? "gradient norm" : "loss", where, bad_steps, o.max_bad_steps);
-      if (bad_steps >= o.max_bad_steps) {
-        if (rank == 0)
-          fprintf(stderr, "error: stopping at step %d after %d steps with a non-finite loss or gradient%s; the "
-                          "parameters are those of the last good step. Lower --lr, check the data, or resume from "
-                          "a checkpoint\n", step + 1, bad_steps, where);
-        if (logf) fclose(logf);
-        dist_finalize();
-        exit(1);
-      }
-    }
-    int eval_now = (o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == total_steps;
     if (eval_now && o.val_data) {
       double vl = evaluate(&model, &batch, &val, o.eval_batches);
       log0("step %5d | val loss %.6f\n", step + 1, vl);
@@ -301,25 +308,24 @@ int main(int argc, char** argv) {
       log0("step %5d | exact-match accuracy %.2f%% on %d held-out prompts\n", step + 1, 100.0 * acc, prompts.n);
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
-    if (o.save_dir && ((o.save_every && (step + 1) % o.save_every == 0) || step + 1 == total_steps)) {
+    if (save_now) {
       checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
-    if (o.sample_every && (step + 1) % o.sample_every == 0)
-      sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
+    if (sample_now) sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
   }
-  if (o.bench && start_step == 0)
+  if (o.bench && start_step == 0 && !stopped_by)
     bench_report(&o, &model, &fs, A, step_ms + o.bench_warmup, comm_ms + o.bench_warmup, o.steps, peak, peak_source, device);
   if (o.digest) {
     uint64_t d = fsdp_params_digest(&fs);
     log0("params_digest %016llx\n", (unsigned long long)d);
   }
-  if (o.dump_params) dump_params(&fs, o.dump_params);
-  if (o.export_dir) weights_export(&fs, &cfg, o.export_dir), log0("exported %s\n", o.export_dir);
+  if (o.dump_params && !stopped_by) dump_params(&fs, o.dump_params);
+  if (o.export_dir && !stopped_by) weights_export(&fs, &cfg, o.export_dir), log0("exported %s\n", o.export_dir);
   if (logf) fclose(logf);
   trace_close(fs.trace);
   comm_shutdown();
   kernels_shutdown(kctx);
   dist_finalize();
-  return 0;
+  return stopped_by ? EXIT_STOPPED : 0;
 }

@@ -12,6 +12,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "infra/files.h"
+
 #define HEADER_BYTES ((int64_t)SHARD_HEADER_INTS * 4)
 #define IO_CHUNK 16384  // tokens per fread/fwrite (32 KiB stack buffers)
 
@@ -84,13 +86,21 @@ void token_stream_close(TokenStream* ts) {
   memset(ts, 0, sizeof *ts);
 }
 
+// fopen(path, "rb") of a regular file only: a FIFO or a device is refused, not waited on.
+static FILE* open_shard(const char* path, char* err, size_t errlen) {
+  int fd = file_open_regular(path, err, errlen);
+  FILE* f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (fd >= 0 && !f) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    close(fd);
+  }
+  return f;
+}
+
 // Validates one shard; on success stores its token count in *count.
 static int check_shard(const char* path, int vocab, int64_t* count, char* err, size_t errlen) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return -1;
-  }
+  FILE* f = open_shard(path, err, errlen);
+  if (!f) return -1;
   int rc = -1;
   int64_t size = -1;
   if (fseeko(f, 0, SEEK_END) == 0) size = (int64_t)ftello(f);
@@ -240,11 +250,8 @@ int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* ou
     int64_t m = ts->ntokens[fi] - off;
     if (m <= 0) continue;
     if (m > n - done) m = n - done;
-    FILE* f = fopen(ts->paths[fi], "rb");
-    if (!f) {
-      snprintf(err, errlen, "%s: cannot open: %s", ts->paths[fi], strerror(errno));
-      return -1;
-    }
+    FILE* f = open_shard(ts->paths[fi], err, errlen);
+    if (!f) return -1;
     if (fseeko(f, (off_t)(HEADER_BYTES + 2 * off), SEEK_SET) != 0) {
       snprintf(err, errlen, "%s: seek to token %lld failed: %s", ts->paths[fi], (long long)off, strerror(errno));
       fclose(f);

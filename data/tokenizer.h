@@ -15,7 +15,8 @@ typedef struct {
   char** piece;  // piece[i]: the bytes of token i, NUL-terminated
 } Tokenizer;
 
-// Returns 0, or -1 with the reason in err.
+// Returns 0, or -1 with the reason in err: not a regular file, not a tokenizer, an end-of-text
+// id that is not one of its tokens, or a table shorter or longer than its header says.
 int tokenizer_load(const char* path, Tokenizer* t, char* err, size_t errlen);
 // The tokenizer.bin in the directory of the first file a shard glob names ("data/x/train_*.bin"
 // -> "data/x/tokenizer.bin"); returns 0 when there is one, -1 when not (no error: ids are

@@ -26,8 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fsdp/checkpoint_format.h"
-#include "fsdp/dist.h"
+#include "infra/checkpoint_format.h"
+#include "infra/dist.h"
+#include "infra/files.h"
 
 #define PATH_CAP 1024  // checkpoint paths are refused at start-up beyond PATH_CAP - 64
 #define ERR_CAP 4096
@@ -135,6 +136,10 @@ int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen)
     return snprintf(err, errlen,
                     "--save %s: name the checkpoint directory itself (e.g. %s%sckpt), not '/', '.' or '..': "
                     "saving renames it", dir, dir, dir[strlen(dir) - 1] == '/' ? "" : "/"), -1;
+  // The longest names a save derives from DIR, and its lock file beside it.
+  if (path_fits("--save", dir, keep ? "/step_00000000.tmp/" CKPT_MARKER ".part" : ".tmp/" CKPT_MARKER ".part", err, errlen) ||
+      path_fits("--save", dir, ".lock", err, errlen))
+    return -1;
   char parent[PATH_CAP];
   snprintf(parent, sizeof parent, "%.*s", (int)(base - dir), dir);
   if (!parent[0]) snprintf(parent, sizeof parent, ".");
@@ -551,6 +556,7 @@ int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, si
   }
   free(c);
   for (int u = 0; u < fs->nunits; u++) fill_zero_f32(fs->kctx, fs->units[u].grad, fs->units[u].shard);
+  fsdp_masters_changed(fs);
   device_event_record(fs->params_updated, STREAM_COMPUTE);
   return step;
 }

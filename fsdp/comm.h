@@ -19,12 +19,7 @@
 #include <stdint.h>
 
 #include "fsdp/device.h"
-
-typedef enum { DT_F32, DT_F64, DT_I64, DT_BF16, DT_F16 } DType;
-static inline const char* dtype_name(DType t) {
-  return t == DT_F32 ? "fp32" : t == DT_F64 ? "fp64" : t == DT_I64 ? "int64" : t == DT_BF16 ? "bf16" : "fp16";
-}
-static inline size_t dtype_size(DType t) { return t == DT_BF16 || t == DT_F16 ? 2 : t == DT_F32 ? 4 : 8; }
+#include "kernels/precision.h"  // DType
 
 typedef struct Comm Comm;
 

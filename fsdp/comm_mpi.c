@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 
 static double g_timeout_s = 600;
 

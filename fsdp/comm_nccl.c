@@ -7,7 +7,7 @@
 //
 // Start-up: the unique id of the world communicator travels by MPI when the binary runs under
 // mpirun; without MPI every rank derives it from NCCL_COMM_ID, or rank 0 writes it to a file
-// in --init-dir that the others wait for (fsdp/launch.c). Each rank uses GPU local_rank.
+// in --init-dir that the others wait for (infra/launch.c). Each rank uses GPU local_rank.
 //
 // Failure handling: every NCCL call is checked; a watchdog thread polls each communicator's
 // asynchronous error and the age of the oldest collective still running. A collective that
@@ -28,8 +28,8 @@
 
 #include "fsdp/comm.h"
 #include "fsdp/device.h"
-#include "fsdp/dist.h"
-#include "fsdp/launch.h"
+#include "infra/dist.h"
+#include "infra/launch.h"
 
 #define NCCL_CHECK(call)                                                                      \
   do {                                                                                        \
@@ -100,8 +100,7 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// ncclCommAbort can block by itself (seen on an H100, NCCL over sockets, after the peer had
-// exited), so it runs on a thread of its own and the process exits after ABORT_GRACE_S whether
+// ncclCommAbort can block by itself (once a peer has exited), so it runs on a thread of its own and the process exits after ABORT_GRACE_S whether
 // or not it returned: exiting ends the process's kernels with its CUDA context.
 #define ABORT_GRACE_S 10
 static void* abort_comms(void* arg) {
@@ -230,7 +229,7 @@ static Comm* wrap(ncclComm_t nc, const char* name) {
 static void world_id(ncclUniqueId* id, int rank, int world) {
 #ifndef NO_MPI
   // MPI carries the id when it started the ranks; a launcher without MPI leaves every process
-  // an MPI singleton whose rank comes from the environment (fsdp/dist.c): no Bcast there.
+  // an MPI singleton whose rank comes from the environment (infra/dist.c): no Bcast there.
   int mpi_world = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &mpi_world);
   if (mpi_world == world) {

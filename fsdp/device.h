@@ -21,14 +21,22 @@ DeviceEvent* device_event_create(void);
 void device_event_record(DeviceEvent* e, StreamId s);
 void device_stream_wait(StreamId s, DeviceEvent* e);
 // The same wait, measured: how long stream s stalls on e (the compute stream waiting for a
-// collective is the exposed communication time). device_waited_seconds returns the stalls
-// measured since its last call (it synchronizes). The CPU backend's collectives block the
-// host instead, so there this measures nothing and returns 0.
+// collective is the exposed communication time), when it is queued inside an optimizer step
+// (between device_step_begin and device_step_end; elsewhere it is a plain wait).
+// device_step_waited_seconds returns the stalls of step `step`'s waits once that step's work is
+// done (the caller has waited for it: it does not synchronize, so reading one step while the next
+// runs keeps the queue full). The CPU backend's collectives block the host instead, so there
+// this measures nothing and returns 0.
 void device_stream_wait_timed(StreamId s, DeviceEvent* e);
-double device_waited_seconds(void);
+double device_step_waited_seconds(int step);
 void device_synchronize(void);
 // The host waits until the work queued before e's last record is done (no-op if never recorded).
 void device_event_synchronize(DeviceEvent* e);
+// An event that also keeps its time (a CUDA timing event), and the seconds from one's last record
+// to another's, once both are done (the caller has waited for the later one). The CPU backend
+// records the host's clock (its work is done when it is issued).
+DeviceEvent* device_event_create_timed(void);
+double device_event_seconds(DeviceEvent* from, DeviceEvent* to);
 // The span of one optimizer step, from its first all-gather to the end of its AdamW, for tools
 // that count per step. The CPU backend ignores it; the CUDA backend hands it to the CUDA
 // simulator when the binary runs on it (train_gpt_sim prints its per-step counts from it).

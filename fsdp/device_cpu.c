@@ -6,9 +6,11 @@
 #include <time.h>
 
 #include "fsdp/device.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 
-struct DeviceEvent { int unused; };
+struct DeviceEvent {
+  double t;  // the host's clock at the last record
+};
 
 void* device_alloc_zeroed(size_t bytes, const char* what) {
   // 64-byte alignment for vector loads; the size is rounded up as aligned_alloc requires.
@@ -20,7 +22,17 @@ void* device_alloc_zeroed(size_t bytes, const char* what) {
 }
 void device_free(void* p) { free(p); }
 DeviceEvent* device_event_create(void) { return xcalloc(1, sizeof(DeviceEvent), "event"); }
-void device_event_record(DeviceEvent* e, StreamId s) { (void)e; (void)s; }
+DeviceEvent* device_event_create_timed(void) { return device_event_create(); }
+static double host_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+void device_event_record(DeviceEvent* e, StreamId s) {
+  (void)s;
+  e->t = host_seconds();
+}
+double device_event_seconds(DeviceEvent* from, DeviceEvent* to) { return to->t - from->t; }
 void device_stream_wait(StreamId s, DeviceEvent* e) { (void)e; (void)s; }
 static double marks[DEVICE_MAX_MARKS];
 static int nmarks = 0;
@@ -37,7 +49,10 @@ double device_mark_seconds(int mark) { return marks[mark]; }
 void device_marks_release(void) { nmarks = 0; }
 
 void device_stream_wait_timed(StreamId s, DeviceEvent* e) { device_stream_wait(s, e); }
-double device_waited_seconds(void) { return 0.0; }
+double device_step_waited_seconds(int step) {
+  (void)step;
+  return 0.0;
+}
 void device_synchronize(void) {}
 void device_event_synchronize(DeviceEvent* e) { (void)e; }
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "fsdp/device.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "kernels/cuda/kernels_cuda.h"
 
 struct DeviceEvent {
@@ -58,45 +58,54 @@ DeviceEvent* device_event_create(void) {
   return ev;
 }
 
+DeviceEvent* device_event_create_timed(void) {
+  DeviceEvent* ev = xcalloc(1, sizeof(DeviceEvent), "event");
+  CUDA_OK(cudaEventCreate(&ev->e));
+  return ev;
+}
+
+double device_event_seconds(DeviceEvent* from, DeviceEvent* to) {
+  float ms = 0.0f;
+  CUDA_OK(cudaEventElapsedTime(&ms, from->e, to->e));
+  return ms / 1e3;
+}
+
 void device_event_record(DeviceEvent* e, StreamId s) { CUDA_OK(cudaEventRecord(e->e, stream_of(s))); }
 
 void device_stream_wait(StreamId s, DeviceEvent* e) { CUDA_OK(cudaStreamWaitEvent(stream_of(s), e->e, 0)); }
 
-// Exposed communication: an event pair around each measured wait; the elapsed time between
-// them is how long the stream stalled for the other stream's work. The pairs are preallocated
-// (timing events) and resolved when device_waited_seconds is called once per step.
+// Exposed communication: an event pair around each measured wait of a step; the elapsed time
+// between them is how long the stream stalled for the other stream's work. The pairs are
+// preallocated (timing events), one bank per step parity, so the waits of step s are read while
+// step s + 1 records its own: after the step's work is done, without a synchronize.
 #define MAX_TIMED_WAITS 4096
-static cudaEvent_t wait_begin[MAX_TIMED_WAITS], wait_end[MAX_TIMED_WAITS];
-static int nwaits = -1;  // -1: the events are not created yet
+typedef struct {
+  cudaEvent_t begin[MAX_TIMED_WAITS], end[MAX_TIMED_WAITS];
+  int n;
+} WaitBank;
+static WaitBank banks[2];
+static int banks_created = 0, open_bank = -1;  // the bank of the step being queued, -1 between steps
 
 void device_stream_wait_timed(StreamId s, DeviceEvent* e) {
-  if (nwaits < 0) {
-    for (int i = 0; i < MAX_TIMED_WAITS; i++) {
-      CUDA_OK(cudaEventCreate(&wait_begin[i]));
-      CUDA_OK(cudaEventCreate(&wait_end[i]));
-    }
-    nwaits = 0;
-  }
-  if (nwaits == MAX_TIMED_WAITS) {  // more waits in one step than pairs: stop measuring them
+  WaitBank* b = open_bank >= 0 ? &banks[open_bank] : NULL;
+  if (!b || b->n == MAX_TIMED_WAITS) {  // outside a step, or more waits in one step than pairs
     device_stream_wait(s, e);
     return;
   }
-  CUDA_OK(cudaEventRecord(wait_begin[nwaits], stream_of(s)));
+  CUDA_OK(cudaEventRecord(b->begin[b->n], stream_of(s)));
   device_stream_wait(s, e);
-  CUDA_OK(cudaEventRecord(wait_end[nwaits], stream_of(s)));
-  nwaits++;
+  CUDA_OK(cudaEventRecord(b->end[b->n], stream_of(s)));
+  b->n++;
 }
 
-double device_waited_seconds(void) {
-  if (nwaits <= 0) return 0.0;
-  CUDA_OK(cudaDeviceSynchronize());
+double device_step_waited_seconds(int step) {
+  WaitBank* b = &banks[step & 1];
   double total = 0.0;
-  for (int i = 0; i < nwaits; i++) {
+  for (int i = 0; i < b->n; i++) {
     float ms = 0.0f;
-    CUDA_OK(cudaEventElapsedTime(&ms, wait_begin[i], wait_end[i]));
+    CUDA_OK(cudaEventElapsedTime(&ms, b->begin[i], b->end[i]));
     total += ms;
   }
-  nwaits = 0;
   return total / 1e3;
 }
 
@@ -108,9 +117,20 @@ void device_event_synchronize(DeviceEvent* e) { CUDA_OK(cudaEventSynchronize(e->
 void cudasim_step(int step, int begin) __attribute__((weak));
 
 void device_step_begin(int step) {
+  if (!banks_created) {  // before the first step
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < MAX_TIMED_WAITS; i++) {
+        CUDA_OK(cudaEventCreate(&banks[k].begin[i]));
+        CUDA_OK(cudaEventCreate(&banks[k].end[i]));
+      }
+    banks_created = 1;
+  }
   if (cudasim_step) cudasim_step(step, 1);
+  open_bank = step & 1;
+  banks[open_bank].n = 0;
 }
 void device_step_end(int step) {
+  open_bank = -1;
   if (cudasim_step) cudasim_step(step, 0);
 }
 

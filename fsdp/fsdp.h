@@ -5,15 +5,24 @@
 //   sharded initialization (counter-based RNG)   fsdp/init.c
 //   slots, the four unshard/reshard points,      fsdp/schedule.c
 //   prefetch, gradient reduction
+//   secondary shards (--shard hpz)               fsdp/schedule.c; node groups in fsdp/layout.c
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
-//   skipped non-finite steps, loss scaling       fsdp/optimizer.c, fsdp/scaler.c
-//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c, fsdp/checkpoint_format.c
+//   skipped non-finite steps, loss scaling       kernels/step_control.h (decided on the device),
+//                                                fsdp/optimizer.c, fsdp/scaler.c
+//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c (its files: infra/checkpoint_format.c)
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   CPU offload: shards and AdamW on the host    fsdp/schedule.c, fsdp/optimizer.c
 //   CPU offload: block outputs (a device ring)   fsdp/offload.c
+//   mixed precision (act_t, DType)               kernels/precision.h
 //   communication (MPI / NCCL)                   fsdp/comm.h
+//   --trace timeline, drawn at the four points   fsdp/trace.c
+//   one optimizer step (the loop body)           train/step.c
 //   the schedule on modelled clocks (--predict)  timeline/timeline.h
-// fsdp/README.md explains each concept and the paper section it comes from.
+// fsdp/README.md explains each concept and the paper section it comes from. What the runtime
+// stands on is in infra/: processes, ranks and fatal errors (dist.c), starting without mpirun
+// (launch.c), the checkpoint file format (checkpoint_format.c), the one strict JSON reader
+// (json.c), and the rules of every file read and path written (files.c: regular files, size
+// bounds, name lengths, directory locks).
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 #include <stddef.h>
@@ -24,6 +33,7 @@
 #include "fsdp/memplan.h"
 #include "fsdp/trace.h"
 #include "kernels/kernels.h"
+#include "kernels/step_control.h"
 
 // Every parameter starts at a multiple of PARAM_ALIGN elements inside its unit; a unit is
 // padded to a multiple of F * SHARD_ALIGN elements, so each of the F shards is a whole number
@@ -68,21 +78,37 @@ typedef struct {
   // (kernels.h), so a unit's update is one call.
   int nseg;
   AdamWRange* segs;
+  // A unit whose shard is the whole unit (F = 1) keeps its 16-bit working copy: AdamW writes it
+  // as it updates the master, so an unshard is no cast and no collective (fsdp/schedule.c).
+  act_t* work;                     // NULL unless FSDP.working_copy
+  int work_stale;                  // the master changed since (initialization, a load, a host step)
   // Unsharded state: set between an unshard and the matching reshard.
-  act_t* full_params;              // gathered parameters (a slot, or the root buffer)
+  act_t* full_params;              // gathered parameters (a slot, the root buffer, or the working copy)
   float* full_grads;               // unsharded gradient buffer
   int slot, grad_slot;             // indices in the pools, -1 when none
+  // The unit's events: its all-gather completed; its unsharded gradient is written; its
+  // gradient reduction has read the buffer (and written the gradient shard).
+  DeviceEvent *gathered, *grad_ready, *grad_reduced;
+  // --shard hpz: this rank's secondary shard of the unit's 16-bit parameters (padded / F2
+  // elements of the plan's "secondary" region; NULL for the root and other strategies), and
+  // whether it holds the parameters of the current forward (set by the forward's unshard,
+  // cleared at the unit's post-backward).
+  act_t* secondary;
+  int secondary_held;
 } Unit;
 
 #define ACT_RING 3  // --offload activations: block outputs on the device (fsdp/offload.c)
 
-typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID } ShardStrategy;
+typedef enum { SHARD_FULL, SHARD_GRAD_OP, SHARD_NONE, SHARD_HYBRID, SHARD_HPZ } ShardStrategy;
 
 typedef struct {
   ShardStrategy strategy;
   int hybrid_factor;       // F for SHARD_HYBRID
+  int hpz_factor;          // F2 for SHARD_HPZ: ranks of a node group (0: the ranks per node)
   int limit_all_gathers;   // K: the slot pool size for strategies that reshard after forward
   int sync_accum;          // reduce-scatter every micro-step (1) or only on the last (0)
+  int accum_steps;         // micro-steps per optimizer step (the plan keeps no unsharded gradient
+                           // buffers when each goes straight into its shard: F = 1 and one micro-step)
   int prefetch_forward, prefetch_backward;
   int decay_embeddings;    // also decay embeddings (default: only matmul weights decay)
   DType reduce_dtype;      // dtype of the gradient collectives (DT_F32 by default)
@@ -114,6 +140,88 @@ enum { OFFLOAD_PARAMS = 1, OFFLOAD_OPTIM = 2, OFFLOAD_GRADS = 4, OFFLOAD_ACTIVAT
 enum { RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE };
 enum { WRAP_BLOCK, WRAP_LINEAR };
 
+// The slot pool (fsdp/schedule.c): unsharded parameter buffers, FSDP's rate limiter (paper
+// section 4.2) as a sliding window over memory fixed at start-up. The root has its own buffer,
+// kept unsharded from the start of forward to the end of backward.
+typedef struct {
+  int n;                    // K slots: at most K units unsharded at once
+  act_t** buf;
+  int* owner;               // unit holding each slot, -1 when free
+  DeviceEvent** free;       // recorded when the slot's last reader is done
+  act_t* root;              // the root's buffer
+  DeviceEvent* root_free;   // the root buffer's readers of the last pass are done
+  act_t* region;            // the plan's region the slots are carved from
+} SlotPool;
+
+// Unsharded gradient buffers (fsdp/schedule.c): a pool (one written, one being reduced) when
+// every micro-step reduces, or one per unit kept across micro-steps (paper section 3.4).
+typedef struct {
+  int n;
+  float** buf;
+  int* owner;               // unit writing each buffer, -1 when free
+  int* last_reader;         // the unit whose reduction last read each buffer (-1: none)
+  int next;                 // where the round-robin search for a free buffer starts
+  float* root;              // the root's own
+  act_t* reduce_staging;    // --reduce-dtype 16-bit, unsharded units: the 16-bit copy
+  float* region;
+} GradBuffers;
+
+// --offload staging (the schedule and the optimizer step; FSDP paper sections 3.1 and 7): a
+// master shard copied in for its unshard (params), a gradient shard copied in to accumulate into
+// (grads), and the optimizer step's copies of the master and gradient shards when they live on
+// the other side of the step (host step: optim). The step stages two units, so one crosses PCIe
+// while the other updates (fsdp/optimizer.c); on the device its first pair is master_in and
+// grad_acc.
+typedef struct {
+  float *master_in, *grad_acc;
+  float *step_master[2], *step_grad[2];
+  DeviceEvent *step_in[2], *step_updated[2], *step_out;
+} OffloadStaging;
+
+// Block outputs kept for backward (fsdp/offload.c): L slices on the device, or on the host with
+// a device ring of ACT_RING slots (--offload activations).
+typedef struct {
+  int blocks;
+  size_t* offset;           // per block, and one past the last: elements before it
+  size_t slot;              // elements of the largest block output (a ring slot)
+  act_t *device, *host;
+  int holder[ACT_RING], released[ACT_RING];  // per ring slot: whose output, read for the last time
+  DeviceEvent *compute_done[ACT_RING], *copy_done[ACT_RING];
+} BlockOutputs;
+
+// The global gradient norm (fsdp/optimizer.c): exact per-unit sums of squares, combined in one
+// all-reduce that also carries a non-finite flag per unit.
+typedef struct {
+  double* blocks;           // workspace: per-block sums of squares of one shard
+  int64_t* words;           // workspace: each unit's exact sum of squares (NORM_WORDS)
+  int64_t* total;           // workspace: their total and each unit's flag (EXACT_WORDS + nunits),
+                            // summed over the ranks
+  int64_t* host;            // host copy of the total (fsdp_grad_norm)
+  DeviceEvent *combined, *reduced;  // the total is made (compute stream), summed (reduce-scatter stream)
+  int nonfinite_unit;       // after fsdp_grad_norm: the first unit whose gradient shard held a
+                            // NaN or inf on any rank, -1 when none
+} NormState;
+
+// Secondary shards (--shard hpz; ZeRO++'s hpZ, Wang et al. 2023; FSDP2's
+// reshard_after_forward=int): full sharding whose post-forward reshard goes to the node instead
+// of the world. The forward's all-gather spans the world as full sharding's does, and each rank
+// keeps slice node_rank of the gathered unit, 1/F2 of its 16-bit parameters; the pre-backward
+// unshard all-gathers those slices inside the node group. Gradients are still reduce-scattered
+// over the world, and the fp32 master, gradient and AdamW state stay sharded over it (F = W).
+typedef struct {
+  int F2;                   // ranks in a node group: F2 consecutive placement positions (0: off)
+  int node_rank;            // this rank's place in its node group: the slice it keeps
+  act_t* region;            // the plan's region, carved into one secondary shard per block
+} SecondaryShards;
+
+// What the schedule counts, for tests, reports and traces.
+typedef struct {
+  int64_t all_gathers, reduce_scatters;
+  int64_t node_all_gathers; // of the all-gathers, those from secondary shards in a node group
+  double comm_seconds;      // host time spent in collectives (all of it exposed on CPU; on a
+                            // GPU device_waited_seconds() adds the compute stalls)
+} CommStats;
+
 typedef struct {
   // configuration
   FSDPOptions opt;
@@ -122,77 +230,40 @@ typedef struct {
   int shard_rank;                   // rank inside the shard group
   int replicas;                     // world_size / F
   int reshard_after_forward;
+  // Units whose shard is the whole unit (F = 1: one rank, NO_SHARD, hybrid:1) need no cast and no
+  // collective to unshard and no second fp32 copy of their gradient (fsdp/schedule.c):
+  int working_copy;                 // each unit keeps its 16-bit copy (not with --offload params)
+  int direct_grads;                 // backward accumulates into the gradient shard itself (one
+                                    // micro-step per optimizer step, not with --offload grads)
   // Communicators. The shard group has two: one for all-gathers and one for reduce-scatters,
   // bound to their own streams, so the backend never serializes the two (FSDP paper 3.2 notes
   // that one process group forces the reduce-scatter and the next all-gather into one queue).
-  Comm *world, *shard_group, *gather_group, *replica_group;
+  // The node group (--shard hpz) gathers secondary shards, on the all-gather stream.
+  Comm *world, *shard_group, *gather_group, *replica_group, *node_group;
   KernelCtx* kctx;                  // compute stream
   KernelCtx *kctx_gather, *kctx_reduce;  // the same kernels on the all-gather / reduce-scatter streams
   // units: 0 is the root, then the model's units in forward order
   int nunits;
   Unit* units;
   int64_t max_padded;               // largest non-root unit: the slot size
-  int block_units;                  // units per transformer block (set by the model; 1 with
-                                    // --wrap block)
-  // slot pool (the rate limiter of FSDP paper section 4.2, as a sliding window)
-  int nslots;
-  act_t** slots;
-  int* slot_owner;                  // unit holding each slot, -1 when free
-  DeviceEvent** slot_free;          // recorded when the slot's last reader is done
-  DeviceEvent** gathered;           // per unit: recorded when its all-gather completed
-  DeviceEvent** grad_ready;         // per unit: its unsharded gradient is written
-  DeviceEvent** grad_reduced;       // per unit: its gradient reduction has read the buffer
+  int block_units;                  // units per transformer block (the model's wrapping policy)
+  MemPlan plan;                     // the one allocation, and its regions:
+  float *region_master, *region_grad, *region_m, *region_v;  // the shards, carved per unit
+  act_t* region_work;               // the working copies (working_copy), carved per unit
+  SlotPool slots;
+  SecondaryShards secondary;
+  GradBuffers grads;
+  OffloadStaging offload;
+  BlockOutputs acts;
+  NormState norm;
   DeviceEvent* params_updated;      // recorded after the optimizer step wrote the master shards
-  DeviceEvent* root_free;           // the root buffer's readers of the last pass are done
-  int64_t* norm_host;               // host copy of norm_words, then the all-reduced sum and flags
-  act_t* root_params;               // the root's own unsharded buffer (kept across fwd + bwd)
-  // gradient buffers
-  int ngrad_slots;
-  float** grad_slots;
-  int* grad_slot_owner;
-  int* grad_slot_last;              // the unit whose reduction last read each buffer (-1: none)
-  int grad_slot_next;               // where the round-robin search for a free buffer starts
-  float* root_grads;
-  act_t* reduce_staging;            // --reduce-dtype bf16: the gradient of one unit in bf16
-  // step state
+  // the current step
   int training;                     // forward will be followed by backward
+  int backward;                     // between the root's pre-backward and post-backward points
   int micro_step, accum_steps;      // current micro-step of the optimizer step, and their number
-  int64_t all_gathers, reduce_scatters;  // counters, for tests and traces
-  double comm_seconds;              // host time spent in collectives (all of it exposed on CPU;
-                                    // on a GPU device_waited_seconds() adds the compute stalls)
-  Trace* trace;                     // --trace timeline, NULL when off
-  int* compute_start;               // per unit: the trace mark its current compute span began at
-  MemPlan plan;
-  // regions of the plan, carved per unit by fsdp_materialize
-  float *region_master, *region_grad, *region_m, *region_v, *region_grad_slots;
-  act_t* region_slots;
-  double* norm_blocks;              // workspace: per-block sums of squares of one shard
-  int64_t* norm_words;              // workspace: each unit's exact sum of squares (NORM_WORDS)
-  // --offload staging: a master shard copied in for its unshard (params), a gradient shard
-  // copied in to accumulate into (grads), and the optimizer step's copies of the master and
-  // gradient shards when they live on the other side of the step (host step: optim). The step
-  // stages two units, so one crosses PCIe while the other updates (fsdp/optimizer.c); on the
-  // device its first pair is offload_master_in and offload_grad_acc.
-  float *offload_master_in, *offload_grad_acc, *step_master[2], *step_grad[2];
-  DeviceEvent *step_in[2], *step_updated[2], *step_out;
-  // block outputs (fsdp/offload.c): L slices on the device, or on the host with a device ring
-  int act_blocks;
-  size_t* act_offset;               // per block, and one past the last: elements before it
-  size_t act_slot;                  // elements of the largest block output (a ring slot)
-  act_t *act_device, *act_host;
-  int act_holder[ACT_RING], act_released[ACT_RING];  // per ring slot: whose output, read for the last time
-  DeviceEvent *act_compute_done[ACT_RING], *act_copy_done[ACT_RING];
-  int nonfinite_unit;               // after fsdp_grad_norm: the first unit whose gradient shard
-                                    // held a NaN or inf on any rank, -1 when none
+  CommStats stats;
+  Trace* trace;                     // --trace timeline (fsdp/trace.c), NULL when off
 } FSDP;
-
-#if defined(FSDP_CUDA) && defined(FSDP_FP16)
-#define ACT_DTYPE DT_F16
-#elif defined(FSDP_CUDA)
-#define ACT_DTYPE DT_BF16
-#else
-#define ACT_DTYPE DT_F32
-#endif
 
 // ---- layout (fsdp/layout.c) --------------------------------------------------------
 // Creates the runtime for `nunits` units (unit 0 is the root); names are given to units by
@@ -200,12 +271,14 @@ typedef struct {
 void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx);
 // The same layout for a world of world_size ranks, without communicators or memory: for
 // planning (--plan --world N). Only fsdp_add_param, fsdp_finalize_layout and the plan work.
+// A plan does not know the nodes: --shard hpz needs its F2 given (opt.hpz_factor).
 void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size);
 // Where each rank sits among the shard groups: ranks are ordered by (node, rank) and cut into
 // groups of F consecutive positions, so with hybrid sharding a shard group is made of ranks that
 // share a host (HSDP: all-gathers and reduce-scatters inside a node, only the replica
 // all-reduce across nodes; FSDP paper section 3.2.2), whatever order the launcher numbered them
-// in. node_of[r]: any id equal for ranks on the same node. position[r] in [0, W).
+// in; --shard hpz cuts its node groups of F2 from the same positions. node_of[r]: any id equal
+// for ranks on the same node (dist_node, or FSDP_NODE_MAP). position[r] in [0, W).
 void fsdp_group_positions(const int64_t* node_of, int W, int* position);
 void fsdp_unit_name(FSDP* fs, int unit, const char* name);
 // Appends a parameter to a unit's table; returns its index in the unit.
@@ -232,7 +305,7 @@ const char* fsdp_strategy_name(ShardStrategy s);
 // OFFLOAD_* bits; returns 0 or -1. fsdp_offload_name writes the bits back as such a list.
 int fsdp_parse_offload(const char* s, int* bits);
 void fsdp_offload_name(int bits, char* out, size_t len);
-// Parses "full", "grad-op", "none", "hybrid:F"; returns 0 or -1.
+// Parses "full", "grad-op", "none", "hybrid:F", "hpz", "hpz:F2"; returns 0 or -1.
 int fsdp_parse_strategy(const char* s, FSDPOptions* opt);
 
 // ---- initialization (fsdp/init.c) --------------------------------------------------
@@ -258,13 +331,12 @@ void fsdp_pre_backward(FSDP* fs, int unit);   // unshard + gradient buffer + pre
 void fsdp_pre_recompute(FSDP* fs, int unit);
 void fsdp_post_recompute(FSDP* fs, int unit);
 void fsdp_post_backward(FSDP* fs, int unit);  // reduce-scatter gradient, reshard
-// The root's compute between other units' (the final norm, lm_head and loss after the blocks'
-// forward and before their backward; T5's norms and embeddings between its two stacks): the
-// root stays unsharded all step, and these bracket each such stretch so that --trace draws it
-// as a "forward" or "backward" span of the root, not as a gap or inside one long root span.
-void fsdp_root_compute_begin(FSDP* fs);
-void fsdp_root_compute_end(FSDP* fs, const char* what);
-// Parameter and gradient views into the unsharded buffers (valid between the points).
+// Marks every unit's 16-bit working copy stale after its master shards were written outside
+// AdamW (initialization, a checkpoint or weights loaded): the next unshard casts it again.
+void fsdp_masters_changed(FSDP* fs);
+// Parameter and gradient views into the unsharded buffers (valid between the points). A root
+// parameter or gradient taken while no other unit computes starts a span of the root's compute
+// in --trace (fsdp/trace.h), so model code draws nothing.
 act_t* fsdp_param(FSDP* fs, int unit, int param);
 float* fsdp_grad(FSDP* fs, int unit, int param);
 const ParamInfo* fsdp_param_info(const FSDP* fs, int unit, int param);
@@ -283,37 +355,32 @@ const act_t* fsdp_act_in(FSDP* fs, int l);
 void fsdp_act_release(FSDP* fs, int l);
 
 // ---- optimizer (fsdp/optimizer.c) ---------------------------------------------------
-// Global L2 norm of the sharded gradient, the same bits for any world size; NaN or inf when
-// any rank's gradient shard holds a non-finite value (fs->nonfinite_unit names the first unit).
+// Queues the global gradient norm's words without waiting for them: each unit's exact sum of
+// squares, combined (grad_norm_words) into fs->norm.total and summed over the shard group, the
+// non-finite flags also over the replicas, so every rank ends with the same words (the same bits
+// for any world size); step_decide reads them (kernels/step_control.h).
+void fsdp_norm_words(FSDP* fs);
+// The same norm on the host, waiting for it (tests and tools): NaN when any rank's gradient shard
+// holds a non-finite value (fs->norm.nonfinite_unit names the first unit).
 double fsdp_grad_norm(FSDP* fs);
 // Unit u's exact sum of squares (and non-finite flag) from g, its gradient shard on the device,
-// into its words of norm_words, on k's stream; fsdp_grad_norm combines the units'.
+// into its words of norm_words, on k's stream; fsdp_norm_words combines the units'.
 void fsdp_unit_sumsq(FSDP* fs, KernelCtx* k, int u, const float* g);
-// A step whose gradient is not finite is skipped on every rank: the gradient shards are zeroed
-// and parameters and AdamW state stay as they were.
-void fsdp_skip_step(FSDP* fs);
-// Fault injection for tests of the guard above: one NaN in this rank's gradient shard of unit u.
+// Fault injection for tests of the step's guard: one NaN in this rank's gradient shard of unit u.
 void fsdp_poison_grad(FSDP* fs, int u);
+// Sharded AdamW on every unit's shard with the step's scalars s, where the backend keeps its data
+// (decided on the device: s->update 0 leaves parameters and AdamW state as they were, and skips the
+// step on every rank); the gradient shards are zeroed either way.
+void fsdp_adamw_step(FSDP* fs, const AdamWStep* s);
 
-// ---- loss scaling (fsdp/scaler.c) ----------------------------------------------------
-// The loss gradient is multiplied by `scale`; dynamic: halved on a step whose gradient is not
-// finite (the step is skipped on every rank), doubled after `window` finite steps in a row.
-#define LOSS_SCALE_MIN 1.0
-#define LOSS_SCALE_MAX 16777216.0  // 2^24
-#define LOSS_SCALE_DYNAMIC_INIT 65536.0  // 2^16, where a dynamic scale starts (as PyTorch's GradScaler)
+// ---- loss scaling (fsdp/scaler.c; the policy: kernels/step_control.h) ------------------
+// The host's record of the loss scale, for checkpoints and the step lines: the device keeps the
+// live one (StepControl) and each step's outcome brings it back.
 typedef struct {
   double scale;
   int dynamic, window, good;
 } LossScaler;
 void scaler_init(LossScaler* s, double scale, int dynamic, int window);
-// After the step's global norm: 1 when the step may update the parameters, 0 when it must be
-// skipped (finite = 0); adjusts a dynamic scale.
-int scaler_update(LossScaler* s, int finite);
-// The gradient scale of global-norm clipping, as torch.nn.utils.clip_grad_norm_:
-// clip / (norm + 1e-6) when that is below 1, else 1 (and 1 when clip <= 0: no clipping).
-float fsdp_clip_scale(double norm, float clip);
-// Sharded AdamW on every unit's shard; grads are scaled by grad_scale (clipping) and zeroed.
-void fsdp_adamw_step(FSDP* fs, AdamWArgs args);
 // A 64-bit digest of all parameters (unpadded fp32 values in global order), equal on all ranks.
 uint64_t fsdp_params_digest(FSDP* fs);
 // Gathers unit u's fp32 master parameters, unpadded, into out[numel] on every rank.

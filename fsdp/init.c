@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 
 // splitmix64's finalizer: a bijective mix of 64 bits, good enough to turn counters into

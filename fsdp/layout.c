@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "kernels/exact_sum.h"
 
@@ -21,6 +21,7 @@ const char* fsdp_strategy_name(ShardStrategy s) {
     case SHARD_GRAD_OP: return "grad-op";
     case SHARD_NONE: return "none";
     case SHARD_HYBRID: return "hybrid";
+    case SHARD_HPZ: return "hpz";
   }
   return "?";
 }
@@ -35,6 +36,15 @@ int fsdp_parse_strategy(const char* s, FSDPOptions* opt) {
     if (*end || f < 1 || f > 1 << 20) return -1;
     opt->strategy = SHARD_HYBRID;
     opt->hybrid_factor = (int)f;
+  } else if (!strcmp(s, "hpz")) {
+    opt->strategy = SHARD_HPZ;
+    opt->hpz_factor = 0;  // the ranks per node, found at start-up
+  } else if (!strncmp(s, "hpz:", 4)) {
+    char* end;
+    long f = strtol(s + 4, &end, 10);
+    if (*end || f < 1 || f > 1 << 20) return -1;
+    opt->strategy = SHARD_HPZ;
+    opt->hpz_factor = (int)f;
   } else return -1;
   return 0;
 }
@@ -76,6 +86,25 @@ void fsdp_offload_name(int bits, char* out, size_t len) {
   if (!bits) snprintf(out, len, "none");
 }
 
+// --shard hpz: node groups of F2 ranks, F2 a divisor of the world other than 1 and W (FSDP2's
+// rule for reshard_after_forward=int): with F2 = W the backward all-gather would span the world
+// as full sharding's does, and with F2 = 1 every rank would keep whole units after forward,
+// --shard grad-op's memory with a copy more. `why` says where F2 came from.
+static void set_node_groups(FSDP* fs, int F2, const char* why) {
+  int W = fs->world_size;
+  if (W == 1) fatal("--shard hpz needs ranks on more than one node (this run has one rank); use --shard full");
+  if (F2 >= W)
+    fatal("--shard hpz: %s, so the node group would be the whole world of %d ranks and the backward all-gather as wide "
+          "as full sharding's; use --shard full on one node, or --shard hpz:F2 with F2 < %d a divisor of %d", why, W, W, W);
+  if (F2 == 1)
+    fatal("--shard hpz: %s, so every rank would keep whole units from forward to backward: --shard grad-op's memory "
+          "with a copy more; use --shard grad-op, or --shard hpz:F2 with 1 < F2 < %d", why, W);
+  if (W % F2)
+    fatal("--shard hpz:%d needs the node group size to divide the world size %d; pick F2 with %d %% F2 == 0 (usually "
+          "the ranks per node)", F2, W, W);
+  fs->secondary.F2 = F2;
+}
+
 // Sizes and groups from the strategy, for a world of W ranks seen from `rank`; no
 // communicator is touched, so --plan can lay out any world size from one process.
 static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, KernelCtx* kctx) {
@@ -86,11 +115,12 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
   fs->kctx_reduce = kernels_stream_ctx(kctx, STREAM_REDUCE_SCATTER);
   fs->world_rank = rank;
   fs->world_size = W;
-  // The sharding factor F (FSDP paper section 3.2): W for full and grad-op, 1 for DDP, and
-  // F < W for hybrid sharding (section 3.2.2), with W/F replicas of each shard.
+  // The sharding factor F (FSDP paper section 3.2): W for full, grad-op and hpz, 1 for DDP,
+  // and F < W for hybrid sharding (section 3.2.2), with W/F replicas of each shard.
   switch (opt.strategy) {
     case SHARD_FULL:
-    case SHARD_GRAD_OP: fs->F = W; break;
+    case SHARD_GRAD_OP:
+    case SHARD_HPZ: fs->F = W; break;
     case SHARD_NONE: fs->F = 1; break;
     case SHARD_HYBRID: fs->F = opt.hybrid_factor; break;
   }
@@ -99,12 +129,24 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
           "factor F with %d %% F == 0", fs->F, W, W);
   fs->replicas = W / fs->F;
   fs->shard_rank = rank % fs->F;
-  fs->reshard_after_forward = opt.strategy == SHARD_FULL || opt.strategy == SHARD_HYBRID;
+  fs->reshard_after_forward = opt.strategy == SHARD_FULL || opt.strategy == SHARD_HYBRID || opt.strategy == SHARD_HPZ;
+  if (opt.strategy == SHARD_HPZ && opt.hpz_factor > 0) {
+    char why[64];
+    snprintf(why, sizeof why, "hpz:%d makes node groups of %d rank%s", opt.hpz_factor, opt.hpz_factor,
+             opt.hpz_factor == 1 ? "" : "s");
+    set_node_groups(fs, opt.hpz_factor, why);
+  }
+  // A shard that is the whole unit: its 16-bit copy can live on with it (AdamW writes both), and
+  // with one micro-step its gradient can be accumulated in place (fsdp/schedule.c). Offloaded
+  // shards keep the general path (their master or gradient is not on the device), and so does
+  // --sim-world, whose one rank stands in for the collectives of many.
+  int whole = fs->F == 1 && opt.sim_world <= 1;
+  fs->working_copy = whole && !(opt.offload & OFFLOAD_PARAMS);
+  fs->direct_grads = whole && opt.accum_steps == 1 && !(opt.offload & OFFLOAD_GRADS);
   if (opt.limit_all_gathers < 1) fatal("--limit-all-gathers must be at least 1 (got %d)", opt.limit_all_gathers);
   fs->nunits = nunits;
   fs->block_units = 1;
   fs->units = xcalloc(nunits, sizeof(Unit), "unit table");
-  fs->compute_start = xcalloc(nunits, sizeof(int), "unit table");
   for (int u = 0; u < nunits; u++) {
     fs->units[u].index = u;
     fs->units[u].slot = fs->units[u].grad_slot = -1;
@@ -120,16 +162,17 @@ void fsdp_group_positions(const int64_t* node_of, int W, int* position) {
   }
 }
 
-// Rank 0 says which ranks form each shard group, and whether any group spans hosts.
-static void report_groups(const FSDP* fs, const int64_t* node_of, const int* position) {
-  int W = fs->world_size, G = W / fs->F, spanning = 0;
+// Rank 0 says which ranks form each group of `size` consecutive positions (shard groups, or
+// hpz's node groups), and whether any group spans hosts.
+static void report_groups(const FSDP* fs, const int64_t* node_of, const int* position, int size, const char* what) {
+  int W = fs->world_size, G = W / size, spanning = 0;
   char line[1024] = "";
   size_t used = 0;
 #define APPEND(...) used += (size_t)snprintf(line + used, used < sizeof line ? sizeof line - used : 0, __VA_ARGS__)
   for (int g = 0; g < G; g++) {
     int first = -1;
     APPEND(" {");
-    for (int p = g * fs->F; p < (g + 1) * fs->F; p++)
+    for (int p = g * size; p < (g + 1) * size; p++)
       for (int r = 0; r < W; r++)
         if (position[r] == p) {
           APPEND("%s%d", first < 0 ? "" : ",", r);
@@ -139,8 +182,22 @@ static void report_groups(const FSDP* fs, const int64_t* node_of, const int* pos
     APPEND("}");
   }
 #undef APPEND
-  log0("shard groups (F=%d, ranks that share a host together):%s%s\n", fs->F, line,
-       spanning ? "; some groups span hosts (F is larger than the ranks on one host)" : "");
+  log0("%s:%s%s\n", what, line, spanning ? "; some groups span hosts (larger than the ranks on one host)" : "");
+}
+
+// The ranks on each node, when every node holds as many (the default node group of --shard
+// hpz); else a fatal error that asks for F2.
+static int ranks_per_node(const int64_t* node_of, int W) {
+  int per = 0;
+  for (int r = 0; r < W; r++) {
+    int n = 0;
+    for (int q = 0; q < W; q++) n += node_of[q] == node_of[r];
+    if (r == 0) per = n;
+    else if (n != per)
+      fatal("--shard hpz: the nodes hold different numbers of ranks (%d share rank 0's node, %d rank %d's); give the "
+            "node group size with --shard hpz:F2", per, n, r);
+  }
+  return per;
 }
 
 void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx) {
@@ -163,12 +220,36 @@ void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kc
   comm_bind_stream(fs->replica_group, STREAM_REDUCE_SCATTER);
   comm_bind_stream(fs->gather_group, STREAM_ALL_GATHER);
   if (comm_rank(fs->shard_group) != fs->shard_rank) fatal("shard group ranks are not in placement order; this is a bug");
-  if (opt.strategy == SHARD_HYBRID) report_groups(fs, node_of, position);
+  char what[96];
+  if (opt.strategy == SHARD_HYBRID) {
+    snprintf(what, sizeof what, "shard groups (F=%d, ranks that share a host together)", fs->F);
+    report_groups(fs, node_of, position, fs->F, what);
+  }
+  if (opt.strategy == SHARD_HPZ) {
+    // Node groups: F2 consecutive positions, the ranks of one node when F2 is the ranks per node.
+    if (!fs->secondary.F2) {
+      int per = ranks_per_node(node_of, W);
+      char why[64];
+      if (per == W) snprintf(why, sizeof why, "all %d ranks share one node", W);
+      else snprintf(why, sizeof why, "each node holds %d rank%s", per, per == 1 ? "" : "s");
+      set_node_groups(fs, per, why);
+    }
+    int F2 = fs->secondary.F2;
+    fs->secondary.node_rank = p % F2;
+    fs->node_group = comm_split(world, p / F2, p);
+    comm_bind_stream(fs->node_group, STREAM_ALL_GATHER);
+    if (comm_rank(fs->node_group) != fs->secondary.node_rank) fatal("node group ranks are not in placement order; this is a bug");
+    snprintf(what, sizeof what, "node groups (F2=%d: backward all-gathers of secondary shards)", F2);
+    report_groups(fs, node_of, position, F2, what);
+  }
   free(node_of);
   free(position);
 }
 
 void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size) {
+  if (opt.strategy == SHARD_HPZ && opt.hpz_factor == 0)
+    fatal("--shard hpz: a plan does not know how many ranks share a node; give the node group size with --shard "
+          "hpz:F2 (F2 = GPUs per node, e.g. hpz:8)");
   configure(fs, nunits, opt, world_size, 0, NULL);
 }
 
@@ -241,15 +322,18 @@ void fsdp_finalize_layout(FSDP* fs) {
   fs->max_padded = max_padded;
   int blocks = fs->nunits - 1;
   // Slots: strategies that reshard after forward need only the K-slot sliding window; the
-  // others keep every block unsharded from its forward to its backward.
-  fs->nslots = fs->reshard_after_forward ? fs->opt.limit_all_gathers : blocks;
-  if (fs->nslots > blocks) fs->nslots = blocks;
+  // others keep every block unsharded from its forward to its backward. With working copies
+  // there is nothing to gather into.
+  fs->slots.n = fs->reshard_after_forward ? fs->opt.limit_all_gathers : blocks;
+  if (fs->slots.n > blocks) fs->slots.n = blocks;
+  if (fs->working_copy) fs->slots.n = 0;
   // Gradient buffers: two (one being written, one being reduced) when every micro-step
   // reduces, one with --limit-all-gathers 1 (the least memory: a unit's backward then waits for
   // the previous unit's reduction); one per unit when accumulation keeps unsharded gradients
-  // (paper section 3.4).
+  // (paper section 3.4); none when gradients go straight into their shards.
   int two = fs->opt.limit_all_gathers < 2 ? 1 : 2;
-  fs->ngrad_slots = fs->opt.sync_accum ? (blocks < two ? blocks : two) : blocks;
+  fs->grads.n = fs->opt.sync_accum ? (blocks < two ? blocks : two) : blocks;
+  if (fs->direct_grads) fs->grads.n = 0;
 
   MemPlan* p = &fs->plan;
   size_t sb = (size_t)shard_total * sizeof(float);
@@ -262,45 +346,60 @@ void fsdp_finalize_layout(FSDP* fs) {
   grads_at(p, "shards", "gradient (fp32)", sb, (void**)&fs->region_grad);
   optim_at(p, "optimizer", "adamw m (fp32)", sb, (void**)&fs->region_m);
   optim_at(p, "optimizer", "adamw v (fp32)", sb, (void**)&fs->region_v);
-  memplan_add(p, "slots", "root params (unsharded)", (size_t)fs->units[0].padded * sizeof(act_t),
-              (void**)&fs->root_params);
-  char name[48];
-  snprintf(name, sizeof name, "param slots (%d x %lld)", fs->nslots, (long long)max_padded);
-  memplan_add(p, "slots", name, (size_t)fs->nslots * max_padded * sizeof(act_t), (void**)&fs->region_slots);
-  memplan_add(p, "grad buffers", "root grads (unsharded)", (size_t)fs->units[0].padded * sizeof(float),
-              (void**)&fs->root_grads);
-  snprintf(name, sizeof name, "grad buffers (%d x %lld)", fs->ngrad_slots, (long long)max_padded);
-  memplan_add(p, "grad buffers", name, (size_t)fs->ngrad_slots * max_padded * sizeof(float),
-              (void**)&fs->region_grad_slots);
+  char name[64];
+  if (fs->working_copy) {  // every unit's 16-bit copy, in place of the root buffer and the slots
+    memplan_add(p, "slots", "working copies (16-bit)", (size_t)fsdp_num_padded(fs) * sizeof(act_t),
+                (void**)&fs->region_work);
+  } else {
+    memplan_add(p, "slots", "root params (unsharded)", (size_t)fs->units[0].padded * sizeof(act_t),
+                (void**)&fs->slots.root);
+    snprintf(name, sizeof name, "param slots (%d x %lld)", fs->slots.n, (long long)max_padded);
+    memplan_add(p, "slots", name, (size_t)fs->slots.n * max_padded * sizeof(act_t), (void**)&fs->slots.region);
+  }
+  if (fs->secondary.F2) {  // --shard hpz: 1/F2 of every unit but the root (which stays unsharded)
+    int64_t elems = 0;
+    for (int u = 1; u < fs->nunits; u++) elems += fs->units[u].padded / fs->secondary.F2;
+    snprintf(name, sizeof name, "secondary shards (1/%d of each unit)", fs->secondary.F2);
+    memplan_add(p, "secondary", name, (size_t)elems * sizeof(act_t), (void**)&fs->secondary.region);
+  }
+  if (!fs->direct_grads) {  // (direct: the gradient shards above are the unsharded gradients)
+    memplan_add(p, "grad buffers", "root grads (unsharded)", (size_t)fs->units[0].padded * sizeof(float),
+                (void**)&fs->grads.root);
+    snprintf(name, sizeof name, "grad buffers (%d x %lld)", fs->grads.n, (long long)max_padded);
+    memplan_add(p, "grad buffers", name, (size_t)fs->grads.n * max_padded * sizeof(float),
+                (void**)&fs->grads.region);
+  }
   // A 16-bit reduction narrows the gradient in its own buffer when the unit is sharded
   // (fsdp/schedule.c); unsharded (F = 1: DDP, hybrid:1) the whole reduced buffer comes back as
-  // fp32, which needs the 16-bit copy apart.
-  if (fs->opt.reduce_dtype != DT_F32 && fs->F == 1) {
+  // fp32, which needs the 16-bit copy apart (and nothing is reduced without replicas).
+  if (fs->opt.reduce_dtype != DT_F32 && fs->F == 1 && fs->replicas > 1) {
     int64_t largest = fs->units[0].padded > max_padded ? fs->units[0].padded : max_padded;
-    memplan_add(p, "grad buffers", "16-bit reduce staging", (size_t)largest * sizeof(act_t), (void**)&fs->reduce_staging);
+    memplan_add(p, "grad buffers", "16-bit reduce staging", (size_t)largest * sizeof(act_t), (void**)&fs->grads.reduce_staging);
   }
   int64_t max_shard = 0;
   for (int u = 0; u < fs->nunits; u++)
     if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
   memplan_add(p, "workspace", "gradient norm blocks", (size_t)(max_shard / NORM_BLOCK) * sizeof(double),
-              (void**)&fs->norm_blocks);
+              (void**)&fs->norm.blocks);
   memplan_add(p, "workspace", "gradient norm words", (size_t)fs->nunits * NORM_WORDS * sizeof(int64_t),
-              (void**)&fs->norm_words);
+              (void**)&fs->norm.words);
+  memplan_add(p, "workspace", "gradient norm total", (EXACT_WORDS + (size_t)fs->nunits) * sizeof(int64_t),
+              (void**)&fs->norm.total);
   // Staging for what lives on the host: one shard at a time crosses PCIe. The optimizer step
   // runs where AdamW's state is (the host with optim) and copies a master or gradient shard kept
   // on the other side over and back, two units in flight (fsdp/optimizer.c); on the device its
   // first pair is the two device staging buffers above.
   size_t one = (size_t)max_shard * sizeof(float);
-  if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "offload: master shard in", one, (void**)&fs->offload_master_in);
-  if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "offload: gradient shard in", one, (void**)&fs->offload_grad_acc);
+  if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "offload: master shard in", one, (void**)&fs->offload.master_in);
+  if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "offload: gradient shard in", one, (void**)&fs->offload.grad_acc);
   if (off & OFFLOAD_OPTIM) {
     for (int k = 0; k < 2; k++) {
-      if (!(off & OFFLOAD_PARAMS)) memplan_add_host(p, "workspace", "host step: master shard", one, (void**)&fs->step_master[k]);
-      if (!(off & OFFLOAD_GRADS)) memplan_add_host(p, "workspace", "host step: gradient shard", one, (void**)&fs->step_grad[k]);
+      if (!(off & OFFLOAD_PARAMS)) memplan_add_host(p, "workspace", "host step: master shard", one, (void**)&fs->offload.step_master[k]);
+      if (!(off & OFFLOAD_GRADS)) memplan_add_host(p, "workspace", "host step: gradient shard", one, (void**)&fs->offload.step_grad[k]);
     }
   } else {
-    if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "device step: second master shard", one, (void**)&fs->step_master[1]);
-    if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "device step: second gradient shard", one, (void**)&fs->step_grad[1]);
+    if (off & OFFLOAD_PARAMS) memplan_add(p, "workspace", "device step: second master shard", one, (void**)&fs->offload.step_master[1]);
+    if (off & OFFLOAD_GRADS) memplan_add(p, "workspace", "device step: second gradient shard", one, (void**)&fs->offload.step_grad[1]);
   }
 }
 
@@ -315,43 +414,54 @@ void fsdp_materialize(FSDP* fs, uint64_t seed) {
     U->v = fs->region_v + off;
     off += U->shard;
   }
-  fs->slots = xcalloc(fs->nslots, sizeof(act_t*), "slot table");
-  fs->slot_owner = xcalloc(fs->nslots, sizeof(int), "slot table");
-  fs->slot_free = xcalloc(fs->nslots, sizeof(DeviceEvent*), "slot events");
-  for (int s = 0; s < fs->nslots; s++) {
-    fs->slots[s] = fs->region_slots + (size_t)s * fs->max_padded;
-    fs->slot_owner[s] = -1;
-    fs->slot_free[s] = device_event_create();
+  int64_t secondary_off = 0;
+  for (int u = 1; u < fs->nunits && fs->secondary.F2; u++) {
+    fs->units[u].secondary = fs->secondary.region + secondary_off;
+    secondary_off += fs->units[u].padded / fs->secondary.F2;
   }
-  fs->grad_slots = xcalloc(fs->ngrad_slots, sizeof(float*), "gradient buffer table");
-  fs->grad_slot_owner = xcalloc(fs->ngrad_slots, sizeof(int), "gradient buffer table");
-  fs->grad_slot_last = xcalloc(fs->ngrad_slots, sizeof(int), "gradient buffer table");
-  for (int s = 0; s < fs->ngrad_slots; s++) {
-    fs->grad_slots[s] = fs->region_grad_slots + (size_t)s * fs->max_padded;
-    fs->grad_slot_owner[s] = fs->grad_slot_last[s] = -1;
+  if (fs->working_copy) {  // F = 1: a unit's shard is the unit, padding included
+    int64_t at = 0;
+    for (int u = 0; u < fs->nunits; u++) {
+      fs->units[u].work = fs->region_work + at;
+      at += fs->units[u].padded;
+    }
   }
-  fs->gathered = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
-  fs->grad_ready = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
-  fs->grad_reduced = xcalloc(fs->nunits, sizeof(DeviceEvent*), "unit events");
+  fs->slots.buf = xcalloc(fs->slots.n, sizeof(act_t*), "slot table");
+  fs->slots.owner = xcalloc(fs->slots.n, sizeof(int), "slot table");
+  fs->slots.free = xcalloc(fs->slots.n, sizeof(DeviceEvent*), "slot events");
+  for (int s = 0; s < fs->slots.n; s++) {
+    fs->slots.buf[s] = fs->slots.region + (size_t)s * fs->max_padded;
+    fs->slots.owner[s] = -1;
+    fs->slots.free[s] = device_event_create();
+  }
+  fs->grads.buf = xcalloc(fs->grads.n, sizeof(float*), "gradient buffer table");
+  fs->grads.owner = xcalloc(fs->grads.n, sizeof(int), "gradient buffer table");
+  fs->grads.last_reader = xcalloc(fs->grads.n, sizeof(int), "gradient buffer table");
+  for (int s = 0; s < fs->grads.n; s++) {
+    fs->grads.buf[s] = fs->grads.region + (size_t)s * fs->max_padded;
+    fs->grads.owner[s] = fs->grads.last_reader[s] = -1;
+  }
   int64_t max_shard = 0;
   for (int u = 0; u < fs->nunits; u++) {
-    fs->gathered[u] = device_event_create();
-    fs->grad_ready[u] = device_event_create();
-    fs->grad_reduced[u] = device_event_create();
+    fs->units[u].gathered = device_event_create();
+    fs->units[u].grad_ready = device_event_create();
+    fs->units[u].grad_reduced = device_event_create();
     if (fs->units[u].shard > max_shard) max_shard = fs->units[u].shard;
   }
   fs->params_updated = device_event_create();
-  fs->root_free = device_event_create();
-  if (!(fs->opt.offload & OFFLOAD_OPTIM)) fs->step_master[0] = fs->offload_master_in, fs->step_grad[0] = fs->offload_grad_acc;
-  for (int k = 0; k < 2; k++) fs->step_in[k] = device_event_create(), fs->step_updated[k] = device_event_create();
-  fs->step_out = device_event_create();
+  fs->slots.root_free = device_event_create();
+  if (!(fs->opt.offload & OFFLOAD_OPTIM)) fs->offload.step_master[0] = fs->offload.master_in, fs->offload.step_grad[0] = fs->offload.grad_acc;
+  for (int k = 0; k < 2; k++) fs->offload.step_in[k] = device_event_create(), fs->offload.step_updated[k] = device_event_create();
+  fs->offload.step_out = device_event_create();
   for (int s = 0; s < ACT_RING; s++) {
-    fs->act_compute_done[s] = device_event_create();
-    fs->act_copy_done[s] = device_event_create();
+    fs->acts.compute_done[s] = device_event_create();
+    fs->acts.copy_done[s] = device_event_create();
   }
-  fs->norm_host = xmalloc(((size_t)fs->nunits * NORM_WORDS + EXACT_WORDS + (size_t)fs->nunits) * sizeof(int64_t),
-                          "gradient norm words");
+  fs->norm.host = xmalloc((EXACT_WORDS + (size_t)fs->nunits) * sizeof(int64_t), "gradient norm words");
+  fs->norm.combined = device_event_create();
+  fs->norm.reduced = device_event_create();
   fsdp_init_shards(fs, seed);
+  fsdp_masters_changed(fs);
 }
 
 int64_t fsdp_num_params(const FSDP* fs) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fsdp/device.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 
 static void add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target, int host) {
   if (p->n == MEMPLAN_MAX_REGIONS) fatal("memory plan: more than %d regions", MEMPLAN_MAX_REGIONS);
@@ -58,7 +58,7 @@ static void print_bytes(size_t b) {
 }
 
 static void print_part(const MemPlan* p, int host) {
-  static const char* groups[] = {"shards", "optimizer", "slots", "grad buffers", "activations", "workspace"};
+  static const char* groups[] = {"shards", "optimizer", "slots", "secondary", "grad buffers", "activations", "workspace"};
   for (size_t g = 0; g < sizeof groups / sizeof *groups; g++) {
     size_t gb = group_bytes(p, groups[g], host);
     if (!gb) continue;
@@ -81,6 +81,7 @@ void memplan_print(const MemPlan* p) {
   log0("memory plan (per rank, one allocation of %zu bytes):\n", p->total);
   print_part(p, 0);
   if (!p->host_total) return;
-  log0("pinned host memory (per rank, one allocation of %zu bytes; --offload):\n", p->host_total);
+  log0("pinned host memory (per rank, one allocation of %zu bytes: the step's own buffers, and what --offload "
+       "moves):\n", p->host_total);
   print_part(p, 1);
 }

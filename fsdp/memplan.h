@@ -11,16 +11,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MEMPLAN_MAX_REGIONS 64
+#define MEMPLAN_MAX_REGIONS 96
 #define MEMPLAN_ALIGN 256  // bytes; every region starts aligned (vector loads, cuBLASLt)
 
 typedef struct {
   char name[48];
-  char group[24];   // "shards", "optimizer", "slots", "grad buffers", "activations", "workspace"
+  char group[24];   // "shards", "optimizer", "slots", "secondary" (hpz), "grad buffers", "activations",
+                    // "workspace"
   size_t bytes;
   size_t offset;
   void** target;    // where the carved pointer is stored after allocation
-  int host;         // in pinned host memory (--offload), not device memory
+  int host;         // in pinned host memory (the step's buffers, --offload), not device memory
 } MemRegion;
 
 typedef struct {
@@ -34,7 +35,7 @@ typedef struct {
 
 // Adds a region; *target receives its address when the plan is allocated.
 void memplan_add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
-// The same in pinned host memory (what --offload moves off the device).
+// The same in pinned host memory (what --offload moves off the device, the step's host buffers).
 void memplan_add_host(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
 // Allocates the whole plan at once (host memory on the CPU backend, device memory on CUDA;
 // host regions in one pinned host allocation) and fills every target. Zero-fills the memory.

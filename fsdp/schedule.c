@@ -15,11 +15,22 @@
 // issues the all-gather of unit i+1, and pre-backward of unit i issues the all-gather of unit
 // i-1, ahead of unit i's reduce-scatter, when a slot is free.
 //
+// --shard hpz reshards after forward to the node instead of the world (ZeRO++ hpZ; FSDP2's
+// reshard_after_forward=int): a unit's training forward keeps this rank's slice of it, and its
+// backward unshards from the slices over the node group. Only where the parameters come from
+// changes; the slots, the points, prefetch and the rate limiter are the same.
+//
+// A unit whose shard is the whole unit (F = 1: one rank, NO_SHARD, hybrid:1) has nothing to
+// gather: it keeps its 16-bit working copy, which AdamW writes as it updates the master
+// (fsdp/optimizer.c), so unsharding it is no cast and no collective; and with one micro-step its
+// gradient is accumulated in the gradient shard itself, with no unsharded buffer to zero, reduce
+// and add (only the replicas' all-reduce, in place, where there are replicas).
+//
 // On the CPU backend collectives are synchronous and the stream/event calls are no-ops: the
 // program order below is the schedule. The CUDA backend runs the same calls on streams.
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 
 // A ring all-gather or reduce-scatter of a buffer of `bytes` moves (W-1)/W of it through each
@@ -30,47 +41,86 @@ static double ring_seconds(const FSDP* fs, double bytes) {
 }
 
 static int free_slot(FSDP* fs) {
-  for (int s = 0; s < fs->nslots; s++)
-    if (fs->slot_owner[s] < 0) return s;
+  for (int s = 0; s < fs->slots.n; s++)
+    if (fs->slots.owner[s] < 0) return s;
   return -1;
+}
+
+// ---- secondary shards (--shard hpz) ---------------------------------------------------
+// A training forward's all-gather leaves this rank's slice of the unit, node_rank of F2, in its
+// secondary shard: the unit's state after its post-forward reshard. The copy runs on the
+// all-gather stream right after the gather, after `gathered` is recorded, so compute never
+// waits for it, and before any later all-gather can reuse the slot.
+static void keep_secondary(FSDP* fs, Unit* U, const act_t* buf) {
+  size_t n = (size_t)(U->padded / fs->secondary.F2);
+  device_copy_async(U->secondary, buf + (size_t)fs->secondary.node_rank * n, n * sizeof(act_t), STREAM_ALL_GATHER);
+  U->secondary_held = 1;
+}
+
+// The pre-backward unshard of hpz: the secondary shard goes back to its place in the slot and
+// the node group all-gathers the rest, F2 ranks instead of the world (all on the all-gather
+// stream, so a prefetch still never waits behind compute).
+static void gather_secondary(FSDP* fs, Unit* U, act_t* buf) {
+  size_t n = (size_t)(U->padded / fs->secondary.F2);
+  act_t* mine = buf + (size_t)fs->secondary.node_rank * n;
+  device_copy_async(mine, U->secondary, n * sizeof(act_t), STREAM_ALL_GATHER);
+  comm_all_gather(fs->node_group, buf, n, ACT_DTYPE);
+  fs->stats.node_all_gathers++;
 }
 
 // Unshard: borrow a slot (the root has its own buffer), cast this rank's fp32 master shard
 // straight into its place in the slot (mixed precision: the all-gather sends compute-dtype
 // data), and all-gather in place. The cast and the collective both run on the all-gather
-// stream, so a prefetch never waits behind compute.
+// stream, so a prefetch never waits behind compute. With hpz, backward gathers from the
+// secondary shards instead (gather_secondary).
 static void unshard(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   if (U->full_params) return;  // already gathered: prefetched, or kept since forward
   act_t* buf;
   // The master shard is read below: the last optimizer step must have written it.
   device_stream_wait(STREAM_ALL_GATHER, fs->params_updated);
+  if (fs->working_copy) {  // the shard is the whole unit, and its 16-bit copy is kept
+    if (U->work_stale) {
+      cast_f32_to_act(fs->kctx_gather, U->work, U->master, U->shard);
+      U->work_stale = 0;
+    }
+    device_event_record(U->gathered, STREAM_ALL_GATHER);
+    U->full_params = U->work;
+    return;
+  }
   if (u == 0) {
-    buf = fs->root_params;
-    device_stream_wait(STREAM_ALL_GATHER, fs->root_free);  // its readers of the last pass are done
+    buf = fs->slots.root;
+    device_stream_wait(STREAM_ALL_GATHER, fs->slots.root_free);  // its readers of the last pass are done
   } else {
     int s = free_slot(fs);
-    if (s < 0) fatal("schedule: no free slot to unshard %s (%d slots); this is a bug", U->name, fs->nslots);
-    fs->slot_owner[s] = u;
+    if (s < 0) fatal("schedule: no free slot to unshard %s (%d slots); this is a bug", U->name, fs->slots.n);
+    fs->slots.owner[s] = u;
     U->slot = s;
-    buf = fs->slots[s];
-    device_stream_wait(STREAM_ALL_GATHER, fs->slot_free[s]);  // the slot's last reader is done
+    buf = fs->slots.buf[s];
+    device_stream_wait(STREAM_ALL_GATHER, fs->slots.free[s]);  // the slot's last reader is done
   }
   double t0 = trace_now();
   int m0 = trace_mark(fs->trace, TRACK_ALL_GATHER);
-  if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
-  const float* master = U->master;
-  if (fs->opt.offload & OFFLOAD_PARAMS) {  // the master shard is in host memory: copy it in first
-    device_copy_async(fs->offload_master_in, U->master, (size_t)U->shard * sizeof(float), STREAM_ALL_GATHER);
-    master = fs->offload_master_in;
+  int from_node = U->secondary_held && fs->backward;
+  if (from_node) {
+    gather_secondary(fs, U, buf);
+  } else {
+    if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
+    const float* master = U->master;
+    if (fs->opt.offload & OFFLOAD_PARAMS) {  // the master shard is in host memory: copy it in first
+      device_copy_async(fs->offload.master_in, U->master, (size_t)U->shard * sizeof(float), STREAM_ALL_GATHER);
+      master = fs->offload.master_in;
+    }
+    cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, master, U->shard);
+    comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
   }
-  cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, master, U->shard);
-  comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
-  fs->comm_seconds += trace_now() - t0;
-  trace_span(fs->trace, "all-gather", u, TRACK_ALL_GATHER, m0, trace_mark(fs->trace, TRACK_ALL_GATHER));
-  device_event_record(fs->gathered[u], STREAM_ALL_GATHER);
+  fs->stats.comm_seconds += trace_now() - t0;
+  trace_span(fs->trace, from_node ? "all-gather (node)" : "all-gather", u, TRACK_ALL_GATHER, m0,
+             trace_mark(fs->trace, TRACK_ALL_GATHER));
+  device_event_record(fs->units[u].gathered, STREAM_ALL_GATHER);
+  if (U->secondary && !from_node && fs->training && !fs->backward) keep_secondary(fs, U, buf);
   U->full_params = buf;
-  fs->all_gathers++;
+  fs->stats.all_gathers++;
 }
 
 // Reshard: the parameter views become invalid and the slot returns to the pool once the
@@ -78,11 +128,15 @@ static void unshard(FSDP* fs, int u) {
 static void reshard(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
   if (!U->full_params) return;
+  if (fs->working_copy) {  // no slot: the copy stays, and only AdamW writes it, on the compute stream
+    U->full_params = NULL;
+    return;
+  }
   if (u == 0) {
-    device_event_record(fs->root_free, STREAM_COMPUTE);
+    device_event_record(fs->slots.root_free, STREAM_COMPUTE);
   } else {
-    device_event_record(fs->slot_free[U->slot], STREAM_COMPUTE);
-    fs->slot_owner[U->slot] = -1;
+    device_event_record(fs->slots.free[U->slot], STREAM_COMPUTE);
+    fs->slots.owner[U->slot] = -1;
     U->slot = -1;
   }
   U->full_params = NULL;
@@ -90,40 +144,46 @@ static void reshard(FSDP* fs, int u) {
 
 // Issues the all-gather of unit u ahead of its use, if it is a block and a slot is free.
 static void prefetch(FSDP* fs, int u) {
-  if (u < 1 || u >= fs->nunits || fs->units[u].full_params) return;
+  if (u < 1 || u >= fs->nunits || fs->units[u].full_params || fs->working_copy) return;
   if (free_slot(fs) < 0) return;  // the rate limiter: no more than K units unsharded
   unshard(fs, u);
 }
 
-void fsdp_begin_step(FSDP* fs, int accum_steps) { fs->accum_steps = accum_steps; }
+void fsdp_begin_step(FSDP* fs, int accum_steps) {
+  if (fs->direct_grads && accum_steps != 1)
+    fatal("schedule: %d micro-steps in a step planned for one (gradients straight into their shards); this is a bug",
+          accum_steps);
+  fs->accum_steps = accum_steps;
+}
+
+void fsdp_masters_changed(FSDP* fs) {
+  for (int u = 0; u < fs->nunits; u++) fs->units[u].work_stale = 1;
+}
 
 void fsdp_begin_forward(FSDP* fs, int micro_step, int training) {
   fs->micro_step = micro_step;
   fs->training = training;
+  fs->backward = 0;
 }
 
 void fsdp_pre_forward(FSDP* fs, int u) {
+  trace_point(fs->trace);
   unshard(fs, u);
-  device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);  // exposed all-gather time
+  device_stream_wait_timed(STREAM_COMPUTE, fs->units[u].gathered);  // exposed all-gather time
   if (fs->opt.prefetch_forward) prefetch(fs, u + 1);
-  fs->compute_start[u] = trace_mark(fs->trace, TRACK_COMPUTE);
+  trace_compute_begin(fs->trace, u, "forward");
 }
 
 void fsdp_post_forward(FSDP* fs, int u) {
-  trace_span(fs->trace, "forward", u, TRACK_COMPUTE, fs->compute_start[u], trace_mark(fs->trace, TRACK_COMPUTE));
+  trace_compute_end(fs->trace, u, "forward");
   if (u == 0) return;  // the root stays unsharded until the end of backward (or of evaluation)
   // grad-op and none keep the unit unsharded for backward: no second all-gather.
   if (fs->training && !fs->reshard_after_forward) return;
   reshard(fs, u);
 }
 
-void fsdp_root_compute_begin(FSDP* fs) { fs->compute_start[0] = trace_mark(fs->trace, TRACK_COMPUTE); }
-
-void fsdp_root_compute_end(FSDP* fs, const char* what) {
-  trace_span(fs->trace, what, 0, TRACK_COMPUTE, fs->compute_start[0], trace_mark(fs->trace, TRACK_COMPUTE));
-}
-
 void fsdp_end_forward(FSDP* fs) {
+  trace_point(fs->trace);
   if (fs->training) return;
   for (int u = 0; u < fs->nunits; u++) reshard(fs, u);
 }
@@ -133,31 +193,35 @@ void fsdp_end_forward(FSDP* fs) {
 // only after the reduction that last read it (on the reduce-scatter stream) is done.
 static void borrow_grad_buffer(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
+  if (fs->direct_grads) {  // the gradient shard itself, zeroed by the last optimizer step (compute stream)
+    U->full_grads = U->grad;
+    return;
+  }
   int fresh = fs->opt.sync_accum || fs->micro_step == 0;
   int last_reader = u;  // the root and the no-sync buffers only ever hold their own unit
   if (u == 0) {
-    U->full_grads = fs->root_grads;
+    U->full_grads = fs->grads.root;
   } else if (!fs->opt.sync_accum) {
     U->grad_slot = u - 1;
-    U->full_grads = fs->grad_slots[u - 1];
+    U->full_grads = fs->grads.buf[u - 1];
   } else {
     // Round robin from the buffer after the last one borrowed: the buffer the previous unit
     // just returned is still being read by its reduce-scatter, and taking it would make this
     // unit's backward wait for that reduction (one buffer in effect).
     int s = -1;
-    for (int i = 0; i < fs->ngrad_slots && s < 0; i++) {
-      int c = (fs->grad_slot_next + i) % fs->ngrad_slots;
-      if (fs->grad_slot_owner[c] < 0) s = c;
+    for (int i = 0; i < fs->grads.n && s < 0; i++) {
+      int c = (fs->grads.next + i) % fs->grads.n;
+      if (fs->grads.owner[c] < 0) s = c;
     }
     if (s < 0) fatal("schedule: no free gradient buffer for %s; this is a bug", U->name);
-    fs->grad_slot_next = (s + 1) % fs->ngrad_slots;
-    fs->grad_slot_owner[s] = u;
-    last_reader = fs->grad_slot_last[s];
-    fs->grad_slot_last[s] = u;
+    fs->grads.next = (s + 1) % fs->grads.n;
+    fs->grads.owner[s] = u;
+    last_reader = fs->grads.last_reader[s];
+    fs->grads.last_reader[s] = u;
     U->grad_slot = s;
-    U->full_grads = fs->grad_slots[s];
+    U->full_grads = fs->grads.buf[s];
   }
-  if (last_reader >= 0) device_stream_wait_timed(STREAM_COMPUTE, fs->grad_reduced[last_reader]);
+  if (last_reader >= 0) device_stream_wait_timed(STREAM_COMPUTE, fs->units[last_reader].grad_reduced);
   if (fresh) fill_zero_f32(fs->kctx, U->full_grads, U->padded);
 }
 
@@ -172,25 +236,30 @@ static int backward_next(const FSDP* fs, int u) {
 }
 
 void fsdp_pre_backward(FSDP* fs, int u) {
+  trace_point(fs->trace);
+  if (u == 0) fs->backward = 1;
   unshard(fs, u);
-  device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
+  device_stream_wait_timed(STREAM_COMPUTE, fs->units[u].gathered);
   borrow_grad_buffer(fs, u);
   if (fs->opt.prefetch_backward) prefetch(fs, backward_next(fs, u));
-  fs->compute_start[u] = trace_mark(fs->trace, TRACK_COMPUTE);
+  trace_compute_begin(fs->trace, u, "backward");
 }
 
 // The last unit of its block: the first one backward needs after the block's recomputation.
 static int last_of_block(const FSDP* fs, int u) { return (u - 1) % fs->block_units == fs->block_units - 1; }
 
 void fsdp_pre_recompute(FSDP* fs, int u) {
+  trace_point(fs->trace);
   unshard(fs, u);
-  device_stream_wait_timed(STREAM_COMPUTE, fs->gathered[u]);
+  device_stream_wait_timed(STREAM_COMPUTE, fs->units[u].gathered);
   // Prefetch what comes next: the block's next unit, or after its last the unit before it,
   // which backward takes after this one.
   if (fs->opt.prefetch_backward) prefetch(fs, last_of_block(fs, u) ? u - 1 : u + 1);
+  trace_compute_begin(fs->trace, u, "recompute");
 }
 
 void fsdp_post_recompute(FSDP* fs, int u) {
+  trace_compute_end(fs->trace, u, "recompute");
   // Memory over traffic: a unit is gathered once more for its backward rather than holding all
   // of a block's units (--wrap linear) at once. The block's last unit is needed next: kept.
   if (!last_of_block(fs, u) && fs->reshard_after_forward) reshard(fs, u);
@@ -200,14 +269,36 @@ void fsdp_post_recompute(FSDP* fs, int u) {
 // replicas (hybrid sharding, paper section 3.2.2; DDP when F = 1), and accumulate it into the
 // fp32 gradient shard, all on the reduce-scatter stream. Loss gradients are already scaled by
 // 1/(global tokens), so sums are all that is needed.
+// The gradient already in its shard (direct_grads): the replicas' all-reduce, in place, or nothing.
+static void reduce_in_shard(FSDP* fs, Unit* U) {
+  if (fs->replicas == 1) return;
+  double t0 = trace_now();
+  int m0 = trace_mark(fs->trace, TRACK_REDUCE_SCATTER);
+  if (fs->opt.reduce_dtype != DT_F32) {  // 16 bits on the wire, through the staging copy
+    cast_f32_to_act(fs->kctx_reduce, fs->grads.reduce_staging, U->grad, U->shard);
+    comm_all_reduce(fs->replica_group, fs->grads.reduce_staging, U->shard, fs->opt.reduce_dtype);
+    cast_act_to_f32(fs->kctx_reduce, U->grad, fs->grads.reduce_staging, U->shard);
+  } else {
+    comm_all_reduce(fs->replica_group, U->grad, U->shard, DT_F32);
+  }
+  fs->stats.comm_seconds += trace_now() - t0;
+  trace_span(fs->trace, "all-reduce", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
+  fs->stats.reduce_scatters++;
+}
+
 static void reduce_gradient(FSDP* fs, Unit* U) {
   float* g = U->full_grads;
   float* chunk = g + (size_t)fs->shard_rank * U->shard;
   // Start once compute has written the gradient, and (for the accumulation into the shard)
   // once the last optimizer step has zeroed the gradient shard.
-  device_event_record(fs->grad_ready[U->index], STREAM_COMPUTE);
-  device_stream_wait(STREAM_REDUCE_SCATTER, fs->grad_ready[U->index]);
+  device_event_record(fs->units[U->index].grad_ready, STREAM_COMPUTE);
+  device_stream_wait(STREAM_REDUCE_SCATTER, fs->units[U->index].grad_ready);
   device_stream_wait(STREAM_REDUCE_SCATTER, fs->params_updated);
+  if (fs->direct_grads) {
+    reduce_in_shard(fs, U);
+    device_event_record(fs->units[U->index].grad_reduced, STREAM_REDUCE_SCATTER);
+    return;
+  }
   double t0 = trace_now();
   int m0 = trace_mark(fs->trace, TRACK_REDUCE_SCATTER);
   if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
@@ -218,7 +309,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
     // the unit), so no staging buffer of the largest unit is needed (it would put the 1T model's
     // plan over 40 GB). Unsharded, the 16-bit copy goes to a staging buffer. (fp16 sums can
     // overflow: the loss scaler's norm check sees the inf and skips the step.)
-    act_t* g16 = fs->reduce_staging;
+    act_t* g16 = fs->grads.reduce_staging;
     if (fs->F > 1) {
       narrow_f32_to_act(fs->kctx_reduce, g, U->padded);
       g16 = (act_t*)g;
@@ -233,7 +324,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
     comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
     comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
   }
-  fs->comm_seconds += trace_now() - t0;
+  fs->stats.comm_seconds += trace_now() - t0;
   trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
   if (fs->opt.offload & OFFLOAD_GRADS) {
     // The gradient shard is in host memory: bring it in, accumulate on the device, send it back
@@ -241,28 +332,30 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
     // also takes the shard's sum of squares for the gradient norm while it is here, so the norm
     // does not bring it back over PCIe (fsdp/optimizer.c).
     size_t bytes = (size_t)U->shard * sizeof(float);
-    device_copy_async(fs->offload_grad_acc, U->grad, bytes, STREAM_REDUCE_SCATTER);
-    add_f32(fs->kctx_reduce, fs->offload_grad_acc, chunk, U->shard);
-    if (fs->micro_step == fs->accum_steps - 1) fsdp_unit_sumsq(fs, fs->kctx_reduce, U->index, fs->offload_grad_acc);
-    device_copy_async(U->grad, fs->offload_grad_acc, bytes, STREAM_REDUCE_SCATTER);
+    device_copy_async(fs->offload.grad_acc, U->grad, bytes, STREAM_REDUCE_SCATTER);
+    add_f32(fs->kctx_reduce, fs->offload.grad_acc, chunk, U->shard);
+    if (fs->micro_step == fs->accum_steps - 1) fsdp_unit_sumsq(fs, fs->kctx_reduce, U->index, fs->offload.grad_acc);
+    device_copy_async(U->grad, fs->offload.grad_acc, bytes, STREAM_REDUCE_SCATTER);
   } else {
     add_f32(fs->kctx_reduce, U->grad, chunk, U->shard);
   }
   // Compute waits on this before it reuses the buffer or reads the gradient shard.
-  device_event_record(fs->grad_reduced[U->index], STREAM_REDUCE_SCATTER);
-  fs->reduce_scatters++;
+  device_event_record(fs->units[U->index].grad_reduced, STREAM_REDUCE_SCATTER);
+  fs->stats.reduce_scatters++;
 }
 
 void fsdp_post_backward(FSDP* fs, int u) {
   Unit* U = &fs->units[u];
-  trace_span(fs->trace, "backward", u, TRACK_COMPUTE, fs->compute_start[u], trace_mark(fs->trace, TRACK_COMPUTE));
+  trace_compute_end(fs->trace, u, "backward");
+  if (u == 0) fs->backward = 0;
   // Gradient accumulation without communication (paper section 3.4) reduces only on the
   // last micro-step; until then the unsharded gradient stays in its buffer.
   int reduce = fs->opt.sync_accum || fs->micro_step == fs->accum_steps - 1;
   if (reduce) reduce_gradient(fs, U);
   reshard(fs, u);
-  if (u != 0 && fs->opt.sync_accum) {
-    fs->grad_slot_owner[U->grad_slot] = -1;
+  U->secondary_held = 0;  // hpz: the next forward keeps a new one
+  if (u != 0 && fs->opt.sync_accum && U->grad_slot >= 0) {
+    fs->grads.owner[U->grad_slot] = -1;
     U->grad_slot = -1;
   }
   U->full_grads = NULL;
@@ -272,6 +365,7 @@ act_t* fsdp_param(FSDP* fs, int unit, int param) {
   Unit* U = &fs->units[unit];
   if (!U->full_params)
     fatal("schedule: parameter %s of %s used while sharded; this is a bug", U->params[param].name, U->name);
+  if (unit == 0) trace_root_used(fs->trace, fs->backward ? "backward" : "forward");
   return U->full_params + U->params[param].offset;
 }
 
@@ -279,5 +373,6 @@ float* fsdp_grad(FSDP* fs, int unit, int param) {
   Unit* U = &fs->units[unit];
   if (!U->full_grads)
     fatal("schedule: gradient of %s of %s used outside backward; this is a bug", U->params[param].name, U->name);
+  if (unit == 0) trace_root_used(fs->trace, "backward");
   return U->full_grads + U->params[param].offset;
 }

@@ -2,9 +2,9 @@
 //
 // The CPU backend's adamw_update runs it on its (host) memory; --offload optim runs it on the
 // pinned host shards of any backend (adamw_update_host). The CUDA kernel (kernels/cuda/adamw.cu)
-// is the same formula operation for operation. Bias corrections are computed once in double
-// (powf of a number near 1 at a large step loses digits) and rounded to float once; each element
-// is float arithmetic in the order of the formula in kernels.h:
+// is the same formula operation for operation. Bias corrections are computed once
+// (adamw_bias_correction, kernels.h); each element is float arithmetic in the order of the formula
+// in kernels.h:
 //   m = b1 m + (1-b1) g';  v = b2 v + ((1-b2) g') g';  g' = g * grad_scale
 //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p),  mhat = m / bc1,  vhat = v / bc2
 // Builds compile C in ISO mode (-std=c11), so no multiply-add is contracted into an FMA.
@@ -18,8 +18,7 @@
 
 // copy: when not NULL, receives p as well (the CPU backend's fp32 compute copy).
 static inline void adamw_host_loop(float* p, float* copy, const float* g, float* m, float* v, size_t n, AdamWArgs a) {
-  float bc1 = (float)(1.0 - pow((double)a.beta1, a.step));
-  float bc2 = (float)(1.0 - pow((double)a.beta2, a.step));
+  float bc1 = adamw_bias_correction(a.beta1, a.step), bc2 = adamw_bias_correction(a.beta2, a.step);
   float omb1 = 1.0f - a.beta1, omb2 = 1.0f - a.beta2;
 #pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
   for (size_t i = 0; i < n; i++) {

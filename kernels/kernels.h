@@ -22,24 +22,14 @@
 #ifndef FSDP_KERNELS_H
 #define FSDP_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/precision.h"  // act_t: the 16-bit (CUDA) or fp32 (CPU) element type
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-// ACT_NAME names act_t's format: the CUDA backend stores bf16, or IEEE fp16 when built with
-// `make PRECISION=fp16` (-DFSDP_FP16; kernels/cuda/common.cuh's act16 is the one switch).
-#if defined(FSDP_CUDA) && defined(FSDP_FP16)
-typedef uint16_t act_t;  // fp16 bits; kernels reinterpret as __half
-#define ACT_NAME "fp16"
-#elif defined(FSDP_CUDA)
-typedef uint16_t act_t;  // bf16 bits; kernels reinterpret as __nv_bfloat16
-#define ACT_NAME "bf16"
-#else
-typedef float act_t;
-#define ACT_NAME "fp32"
 #endif
 
 typedef struct KernelCtx KernelCtx;  // backend-private; NULL is valid on the CPU backend
@@ -110,6 +100,14 @@ void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* in
 void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
                      const act_t* dout, const act_t* inp, const act_t* weight, int N, int C,
                      int OC);
+// matmul_backward of a linear layer whose input is inp = gelu(pre) (the MLP's second matmul),
+// with the GELU's backward folded in: dinp[N,C] = (dout @ weight) * gelu'(pre), the gradient of
+// pre (dinp must not overlap pre). The CPU computes exactly matmul_backward then gelu_backward.
+// CUDA applies gelu' in the cuBLASLt epilogue (DGELU: one pass over N x C less) to the fp32
+// product, so dinp can differ from gelu_backward(bf16(product)) in the last bf16 bit; where
+// the epilogue cannot be used (C not a multiple of 8, pre not 16-byte aligned) it runs the two.
+void matmul_backward_gelu(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout,
+                          const act_t* inp, const act_t* weight, const act_t* pre, int N, int C, int OC);
 
 // ---- activations ------------------------------------------------------------------
 // GELU, tanh approximation (GPT-2). In place is allowed (out == x).
@@ -128,7 +126,7 @@ void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout
 //   q: rows of length q_stride, head h at columns [h*D, (h+1)*D), for B*Tq rows
 //   k, v: rows of length kv_stride, same head layout, for B*Tk rows
 //   out: [B*Tq, H*D]
-//   scores = scale * q.k + (pos_bias ? pos_bias[h, i, j] : 0), causal masks j > i
+//   scores = scale * q.k + pos_bias(h, i, j), causal masks j > i
 //   (aligned at the top-left, i.e. query i and key i are the same position)
 // lse[B,H,Tq] saves the row log-sum-exp of the scores so the backward can recompute
 // probabilities without a stored Tq x Tk matrix (flash-attention style).
@@ -141,13 +139,38 @@ typedef struct {
   float scale;              // 1/sqrt(D) for GPT, 1 for T5
   int causal;
 } AttnShape;
+// T5's relative position bias (the T5 paper, section 2.1), which the attention computes from
+// its table for every score instead of reading a materialized [H, Tq, Tk] tensor:
+//   pos_bias(h, i, j) = table[relative_position_bucket(j - i, bidirectional, num_buckets,
+//                                                      max_distance), h]
+// table is [num_buckets, H] (the model's relative_attention_bias); NULL: no bias (GPT,
+// cross-attention). num_buckets is at most 256.
+typedef struct {
+  const act_t* table;
+  int num_buckets, max_distance, bidirectional;
+} AttnBias;
 void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k,
-                       const act_t* v, const act_t* pos_bias, AttnShape s);
+                       const act_t* v, AttnBias bias, AttnShape s);
 // dq, dk, dv use the same strides as q, k, v and are overwritten (in a fused qkv buffer
-// they interleave exactly as the inputs do). dpos_bias[H,Tq,Tk] accumulates, may be NULL.
-void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dpos_bias,
+// they interleave exactly as the inputs do). dtable[num_buckets, H] ACCUMULATES the bias
+// gradient, the score gradients summed per (bucket, head) in a fixed order; may be NULL.
+void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dtable,
                         const act_t* dout, const act_t* out, const float* lse, const act_t* q,
-                        const act_t* k, const act_t* v, const act_t* pos_bias, AttnShape s);
+                        const act_t* k, const act_t* v, AttnBias bias, AttnShape s);
+
+// ---- the step's decisions on the device (kernels/step_control.h) ---------------------
+// One-thread kernels on CUDA, host calls on the CPU, with the arithmetic of step_control.h.
+// A StepControl lives where the backend keeps its data.
+typedef struct StepControl StepControl;
+// Before the step's first forward: dloss = S / tokens.
+void step_prepare(KernelCtx* ctx, StepControl* c);
+// The global norm's words (EXACT_WORDS + nunits int64) from each unit's exact sum of squares
+// (nunits x NORM_WORDS, normalized in place): step_control_norm_words.
+void grad_norm_words(KernelCtx* ctx, int64_t* out, int64_t* unit_words, int nunits);
+// After the loss sum and the norm's words are summed over the ranks: the step's verdict
+// (step_control_decide). norm_words is normalized in place, and loss_sum, once read, set to 0 for
+// the next step's micro-batches (loss_accumulate).
+void step_decide(KernelCtx* ctx, StepControl* c, double* loss_sum, int64_t* norm_words, int nunits);
 
 // ---- classifier -------------------------------------------------------------------
 // Fused softmax + cross-entropy over a padded vocabulary. logits are [N, Vp]; only the first
@@ -158,8 +181,10 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
 // Infinite logits never give NaN: a logit equal to the row max counts exp(0) = 1, also when
 // the max is infinite. So -inf logits get probability exactly 0 (a -inf target: loss +inf), a
 // row of only -inf logits is uniform (loss log V), and +inf logits share the probability.
+// dloss is read where the backend keeps its data (device memory on CUDA: the step's loss scale
+// is decided there, step_control.h); NULL means 0 (an evaluation, whose gradient is not used).
 void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
-                                 const int32_t* targets, int N, int V, int Vp, float dloss);
+                                 const int32_t* targets, int N, int V, int Vp, const float* dloss);
 // Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host
 // (infinite logits as above).
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
@@ -171,14 +196,9 @@ void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N);
 // ---- relative position bias (T5) ---------------------------------------------------
 // T5's bucketed relative positions: bucket of (key j - query i) with num_buckets buckets and
 // max_distance, bidirectional (encoder) or one-directional (decoder), as in the T5 paper
-// (section 2.1) and its reference implementation (log-spaced buckets computed in fp32).
+// (section 2.1) and its reference implementation (log-spaced buckets computed in fp32). The
+// attention (AttnBias) evaluates it per score; this is the same function on the host.
 int relative_position_bucket(int relative_position, int bidirectional, int num_buckets, int max_distance);
-// bias[h, i, j] = table[bucket(j - i), h] for i < Tq, j < Tk. table is [num_buckets, H].
-void relative_bias_forward(KernelCtx* ctx, act_t* bias, const act_t* table, int H, int Tq, int Tk,
-                           int bidirectional, int num_buckets, int max_distance);
-// dtable[bucket(j - i), h] += dbias[h, i, j], summed in a fixed order (deterministic).
-void relative_bias_backward(KernelCtx* ctx, float* dtable, const float* dbias, int H, int Tq, int Tk,
-                            int bidirectional, int num_buckets, int max_distance);
 
 // ---- elementwise helpers ----------------------------------------------------------
 void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n);   // y += x
@@ -228,12 +248,41 @@ typedef struct {
   int64_t start, end;  // element indices into the shard
   int decay;
 } AdamWRange;
-// adamw_update over every range of one shard (a unit's parameters) in one call: range k with
-// a.weight_decay if r[k].decay, else 0. The same bits as one adamw_update per range; on the
-// GPU, one launch instead of one per parameter (most of a unit's parameters are small: biases,
-// norm weights).
-void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
-                         AdamWArgs a);
+// AdamW's bias correction 1 - beta^step, in double and rounded to float once (powf of a number
+// near 1 at a large step loses digits): the one home of it for every AdamW.
+static inline float adamw_bias_correction(float beta, int step) { return (float)(1.0 - pow((double)beta, step)); }
+// AdamW's scalars for one step where the backend keeps its data (device memory on CUDA). The host
+// fills the learning rate, the constants, the step and its bias corrections; the step's decision
+// (kernels/step_control.h) fills grad_scale and update on the device, so AdamW reads them where
+// they are made and the host never waits for them.
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+  float grad_scale;   // clipping and 1 / loss scale
+  float bc1, bc2;     // adamw_bias_correction(beta1, step), (beta2, step)
+  int step;           // 1-based
+  int update;         // 0: the step is skipped: p, m, v and the working copy stay as they are
+} AdamWStep;
+// The by-value arguments of the same step (the host AdamW of --offload optim), and back (an update).
+static inline AdamWArgs adamw_step_args(const AdamWStep* s) {
+  AdamWArgs a = {.lr = s->lr, .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps, .weight_decay = s->weight_decay,
+                 .grad_scale = s->grad_scale, .step = s->step};
+  return a;
+}
+static inline AdamWStep adamw_step_of(AdamWArgs a) {
+  AdamWStep s = {.lr = a.lr, .beta1 = a.beta1, .beta2 = a.beta2, .eps = a.eps, .weight_decay = a.weight_decay,
+                 .grad_scale = a.grad_scale, .bc1 = adamw_bias_correction(a.beta1, a.step),
+                 .bc2 = adamw_bias_correction(a.beta2, a.step), .step = a.step, .update = 1};
+  return s;
+}
+// adamw_update over every range of one shard (a unit's parameters) in one call, with the
+// scalars of s (in the backend's memory): range k with s->weight_decay if r[k].decay, else 0.
+// The same bits as one adamw_update per range; on the GPU, one launch instead of one per
+// parameter (most of a unit's parameters are small: biases, norm weights). Nothing is written
+// when s->update is 0. p_act (or NULL) receives the updated values cast to act_t at the same
+// indices: the 16-bit working copy of a unit whose shard is the whole unit, which the next forward
+// then reads without a cast of its own.
+void adamw_update_ranges(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
+                         const AdamWRange* r, int nr, const AdamWStep* s);
 // The arguments range r is updated with: a, without weight decay unless r->decay.
 static inline AdamWArgs adamw_range_args(AdamWArgs a, const AdamWRange* r) {
   if (!r->decay) a.weight_decay = 0.0f;

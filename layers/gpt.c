@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "layers/model.h"
 
 #define LN_EPS 1e-5f
@@ -28,6 +28,8 @@ enum { S_QKV, S_PROJ, S_FC, S_FCPROJ, NUM_STAGES };
 static const int STAGE_OF[NUM_BLOCK_PARAMS] = {S_QKV, S_QKV, S_QKV, S_QKV, S_PROJ, S_PROJ,
                                                S_FC, S_FC, S_FC, S_FC, S_FCPROJ, S_FCPROJ};
 static const int STAGE_FIRST_PARAM[NUM_STAGES] = {P_LN1_W, P_PROJ_W, P_LN2_W, P_FCPROJ_W};
+
+int gpt_units_per_block(int wrap) { return wrap == WRAP_LINEAR ? NUM_STAGES : 1; }
 
 // The unit of stage s of block l, and where block parameter p sits (unit, index in it).
 static int stage_unit(const Model* m, int l, int s) {
@@ -103,7 +105,7 @@ void gpt_plan(Model* m) {
   fsdp_add_param(fs, 0, "lnf.weight", 1, s_c, INIT_ONE, 0, 0);
   fsdp_add_param(fs, 0, "lnf.bias", 1, s_c, INIT_ZERO, 0, 0);
   static const char* stage_names[NUM_STAGES] = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"};
-  fs->block_units = fs->opt.wrap == WRAP_LINEAR ? NUM_STAGES : 1;
+  fs->block_units = gpt_units_per_block(fs->opt.wrap);
   for (int l = 0; l < L; l++) {
     for (int s = 0; s < fs->block_units; s++) {
       char name[32];
@@ -184,6 +186,7 @@ void gpt_carve(Model* m) {
   }
 }
 
+static const AttnBias no_bias = {0};  // GPT's attention has no position bias (wpe instead)
 static AttnShape attn_shape(const Model* m) {
   int C = m->cfg.C, H = m->cfg.H;
   return (AttnShape){.B = m->B, .Tq = m->T, .Tk = m->T, .H = H, .D = C / H,
@@ -204,7 +207,7 @@ static void stage_forward(Model* m, int l, int s, const act_t* x, act_t* out) {
     case S_QKV:
       layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(P_LN1_W), P(P_LN1_B), N, C, LN_EPS);
       matmul_forward(k, a->qkv, a->ln1, P(P_QKV_W), P(P_QKV_B), N, C, 3 * C);
-      attention_forward(k, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
+      attention_forward(k, a->atty, a->lse, a->qkv, a->qkv + C, a->qkv + 2 * C, no_bias, attn_shape(m));
       break;
     case S_PROJ: matmul_forward(k, g->scratch_c, a->atty, P(P_PROJ_W), P(P_PROJ_B), N, C, C); break;
     case S_FC:
@@ -230,14 +233,14 @@ static void stage_backward(Model* m, int l, int s, const act_t* x) {
   int N = m->B * m->T, C = m->cfg.C, selective = fs->opt.recompute == RECOMPUTE_SELECTIVE;
   act_t* dres = g->dresidual;
   switch (s) {
-    case S_FCPROJ:  // out = res2 + proj(gelu(fc(ln2)))
+    case S_FCPROJ:  // out = res2 + proj(gelu(fc(ln2))); dfch is the gradient of fc's output (the GELU's input)
       if (selective) gelu_forward(k, a->fch_gelu, a->fch, (size_t)N * 4 * C);
-      matmul_backward(k, g->dfch, G(P_FCPROJ_W), G(P_FCPROJ_B), dres, a->fch_gelu, P(P_FCPROJ_W), N, 4 * C, C);
+      matmul_backward_gelu(k, g->dfch, G(P_FCPROJ_W), G(P_FCPROJ_B), dres, a->fch_gelu, P(P_FCPROJ_W), a->fch, N,
+                           4 * C, C);
       break;
     case S_FC:
       if (selective)
         layernorm_forward(k, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(P_LN2_W), P(P_LN2_B), N, C, LN_EPS);
-      gelu_backward(k, g->dfch, a->fch, g->dfch, (size_t)N * 4 * C);
       matmul_backward(k, g->dln, G(P_FC_W), G(P_FC_B), g->dfch, a->ln2, P(P_FC_W), N, C, 4 * C);
       // dres becomes d(res2): the skip path plus the norm's input gradient (accumulated).
       layernorm_backward(k, dres, G(P_LN2_W), G(P_LN2_B), g->dln, a->res2, P(P_LN2_W), a->ln2_mean, a->ln2_rstd, N, C);
@@ -249,7 +252,7 @@ static void stage_backward(Model* m, int l, int s, const act_t* x) {
       if (selective)
         layernorm_forward(k, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(P_LN1_W), P(P_LN1_B), N, C, LN_EPS);
       attention_backward(k, g->dqkv, g->dqkv + C, g->dqkv + 2 * C, NULL, g->datty, a->atty, a->lse, a->qkv,
-                         a->qkv + C, a->qkv + 2 * C, NULL, attn_shape(m));
+                         a->qkv + C, a->qkv + 2 * C, no_bias, attn_shape(m));
       matmul_backward(k, g->dln, G(P_QKV_W), G(P_QKV_B), g->dqkv, a->ln1, P(P_QKV_W), N, C, 3 * C);
       layernorm_backward(k, dres, G(P_LN1_W), G(P_LN1_B), g->dln, x, P(P_LN1_W), a->ln1_mean, a->ln1_rstd, N, C);
       break;
@@ -298,7 +301,7 @@ static const act_t* block_input(Model* m, int l) {
   return l == 0 ? ((GPT*)m->impl)->encoded : ((GPT*)m->impl)->blocks[l - 1].out;
 }
 
-void gpt_forward(Model* m, int use_targets, float dloss) {
+void gpt_forward(Model* m, int use_targets, const float* dloss) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
@@ -308,12 +311,10 @@ void gpt_forward(Model* m, int use_targets, float dloss) {
   fsdp_post_forward(fs, 0);
   for (int l = 0; l < L; l++) block_forward(m, l, block_input(m, l));
   // The root is still unsharded: final norm and the tied lm_head (logits = lnf @ wte^T).
-  fsdp_root_compute_begin(fs);
   const act_t* last = block_input(m, L);
   layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
   matmul_forward(k, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), NULL, N, C, m->cfg.Vp);
   if (use_targets) model_loss(m, dloss);
-  fsdp_root_compute_end(fs, "forward");
   fsdp_end_forward(fs);
 }
 
@@ -329,14 +330,12 @@ void gpt_backward(Model* m) {
   g->blocks[L - 1].out = (act_t*)fsdp_act_in(fs, L - 1);
   layernorm_backward(k, g->dresidual, fsdp_grad(fs, 0, R_LNF_W), fsdp_grad(fs, 0, R_LNF_B), g->dln,
                      block_input(m, L), fsdp_param(fs, 0, R_LNF_W), g->lnf_mean, g->lnf_rstd, N, C);
-  fsdp_root_compute_end(fs, "backward");
   fsdp_act_release(fs, L - 1);
   for (int l = L - 1; l >= 0; l--) {
     if (l > 0) g->blocks[l - 1].out = (act_t*)fsdp_act_in(fs, l - 1);  // the block's input
     block_backward(m, l, block_input(m, l));
     if (l > 0) fsdp_act_release(fs, l - 1);
   }
-  fsdp_root_compute_begin(fs);
   embedding_backward(k, fsdp_grad(fs, 0, R_WTE), fsdp_grad(fs, 0, R_WPE), g->dresidual, m->inputs, N, m->T, C);
   fsdp_post_backward(fs, 0);
 }

@@ -1,17 +1,22 @@
 // model.c: the model interface, dispatched on the model kind.
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "layers/model.h"
 
+// Units per block under a wrapping policy, as the model defines it (0: it has no such policy).
+static int units_per_block(const ModelConfig* cfg, int wrap) {
+  return cfg->kind == MODEL_GPT ? gpt_units_per_block(wrap) : t5_units_per_block(wrap);
+}
+
 void model_check_options(const ModelConfig* cfg, const FSDPOptions* o) {
-  if (o->wrap == WRAP_LINEAR && cfg->kind != MODEL_GPT)
+  if (!units_per_block(cfg, o->wrap))
     fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT models have one); use --wrap block", cfg->name);
 }
 
 int model_num_units(const ModelConfig* cfg, int wrap) {
-  // --wrap linear: a GPT block is four units, one per matmul weight (layers/gpt.c).
-  return 1 + (cfg->L + cfg->Ld) * (wrap == WRAP_LINEAR ? 4 : 1);
+  int per = units_per_block(cfg, wrap);
+  return 1 + (cfg->L + cfg->Ld) * (per ? per : 1);
 }
 
 void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te) {
@@ -40,21 +45,21 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int 
   model_allocate(m, seed);
 }
 
-void model_loss(Model* m, float dloss) {
+void model_loss(Model* m, const float* dloss) {
   int N = m->B * m->T;
   // Fused softmax + cross-entropy; in training it leaves d logits (scaled by dloss) in place.
   classifier_forward_backward(m->fs->kctx, m->losses, m->logits, m->targets, N, m->cfg.V, m->cfg.Vp,
-                              m->fs->training ? dloss : 0.0f);
+                              m->fs->training ? dloss : NULL);
   loss_accumulate(m->fs->kctx, m->loss_sum, m->losses, N);
 }
 
 // The model's own forward; with use_targets its loss sum is added to m->loss_sum.
-static void forward(Model* m, int use_targets, float dloss) {
+static void forward(Model* m, int use_targets, const float* dloss) {
   if (m->cfg.kind == MODEL_GPT) gpt_forward(m, use_targets, dloss);
   else t5_forward(m, use_targets, dloss);
 }
 
-void model_forward_accumulate(Model* m, float dloss) { forward(m, 1, dloss); }
+void model_forward_accumulate(Model* m, const float* dloss) { forward(m, 1, dloss); }
 
 double model_take_loss(Model* m) {
   double sum = 0.0;
@@ -63,7 +68,7 @@ double model_take_loss(Model* m) {
   return sum;
 }
 
-double model_forward(Model* m, int use_targets, float dloss) {
+double model_forward(Model* m, int use_targets, const float* dloss) {
   forward(m, use_targets, dloss);
   return use_targets ? model_take_loss(m) : 0.0;
 }

@@ -62,20 +62,21 @@ void model_allocate(Model* m, uint64_t seed);
 void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te, uint64_t seed);
 // Forward over the current micro-batch, after fsdp_begin_forward(fs, micro_step, training).
 // With use_targets it computes the per-token losses against m->targets and, when training,
-// leaves the logit gradients (scaled by dloss) in m->logits. Returns the sum of this
-// micro-batch's losses. A training forward must be followed by model_backward.
-double model_forward(Model* m, int use_targets, float dloss);
-// The same forward with targets, its loss sum left on the device and added to m->loss_sum:
-// the training loop reads the step's losses once, with model_take_loss, instead of once per
-// micro-batch (a host synchronization each on a GPU).
-void model_forward_accumulate(Model* m, float dloss);
+// leaves the logit gradients (scaled by *dloss, a float in the backend's memory: the step's loss
+// scale is decided on the device; NULL: 0) in m->logits. Returns the sum of this micro-batch's
+// losses. A training forward must be followed by model_backward.
+double model_forward(Model* m, int use_targets, const float* dloss);
+// The same forward with targets, its loss sum left on the device and added to m->loss_sum: the
+// training step sums it over the ranks and decides on it there (train/step.c), and the host reads
+// it once, with the step's outcome, instead of once per micro-batch.
+void model_forward_accumulate(Model* m, const float* dloss);
 // The losses summed on the device since the last call (the sum of the micro-batches' sums, in
 // order); resets the sum.
 double model_take_loss(Model* m);
 void model_backward(Model* m);
 // The classifier over m->logits against m->targets (the end of every model's forward): adds
 // the sum of the per-token losses to m->loss_sum and, in training, leaves the logit gradients.
-void model_loss(Model* m, float dloss);
+void model_loss(Model* m, const float* dloss);
 // Matmul FLOPs of one forward + backward over one micro-batch (2mnk per product; backward
 // twice the forward; causal attention counts only the scores it computes).
 double model_flops(const ModelConfig* cfg, int B, int T, int Te);
@@ -83,15 +84,18 @@ double model_flops(const ModelConfig* cfg, int B, int T, int Te);
 // block), for hardware FLOPs = model_flops + this; MFU stays on model FLOPs.
 double model_recompute_flops(const ModelConfig* cfg, int B, int T, int Te, int recompute);
 
-// The per-model functions model.c dispatches to.
+// The per-model functions model.c dispatches to. *_units_per_block: the units a block is
+// wrapped into under --wrap (WRAP_BLOCK: 1), 0 when the model has no such policy.
+int gpt_units_per_block(int wrap);
+int t5_units_per_block(int wrap);
 void gpt_plan(Model* m);
 void gpt_carve(Model* m);
-void gpt_forward(Model* m, int use_targets, float dloss);
+void gpt_forward(Model* m, int use_targets, const float* dloss);
 void gpt_backward(Model* m);
 double gpt_flops(const ModelConfig* cfg, int B, int T);
 void t5_plan(Model* m);
 void t5_carve(Model* m);
-void t5_forward(Model* m, int use_targets, float dloss);
+void t5_forward(Model* m, int use_targets, const float* dloss);
 void t5_backward(Model* m);
 double t5_flops(const ModelConfig* cfg, int B, int Td, int Te);
 // The T5 formula of the IBM post's appendix (Megatron style, with recompute: 4 passes).

@@ -3,7 +3,8 @@
 //
 // T5 differs from GPT in these ways: RMS norm without mean or bias (eps 1e-6), no biases in
 // linear layers, attention logits not scaled by 1/sqrt(d_kv), a relative position bias
-// (32 buckets, max distance 128) computed once per stack and shared by its layers, decoder
+// (32 buckets, max distance 128; one table per stack, shared by its layers, which the
+// attention kernels read for every score: no [H, T, T] bias tensor), decoder
 // cross-attention without position bias, and a ReLU (v1.0) or gated-GELU (v1.1) feed-forward.
 // v1.0 ties the lm_head to the shared embedding and scales its input by d_model^-0.5; v1.1
 // has an untied lm_head.
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "layers/model.h"
 
 #define RMS_EPS 1e-6f
@@ -46,8 +47,6 @@ typedef struct T5 {
   T5Acts* dec;
   act_t *enc_emb, *enc_final, *dec_emb, *dec_final;
   float *enc_final_rstd, *dec_final_rstd;
-  act_t *enc_bias, *dec_bias;           // [H, Te, Te] and [H, Td, Td]
-  float *d_enc_bias, *d_dec_bias;       // their gradients, accumulated over the blocks
   // scratch shared by all blocks (sized for the longer of encoder and decoder)
   act_t *scratch, *dres, *dln, *dqkv, *datt, *dact, *dff, *denc, *dkv, *denc_tmp;
   // planned regions holding every block's activations (carved per block)
@@ -168,6 +167,9 @@ static void t5_walk(Model* m, ActLayout* kept, ActLayout* shared) {
   if (shared->f32s < enc_end_f32s) shared->f32s = enc_end_f32s;
 }
 
+// A T5 block is one unit: no per-linear policy.
+int t5_units_per_block(int wrap) { return wrap == WRAP_BLOCK; }
+
 void t5_plan(Model* m) {
   const ModelConfig* c = &m->cfg;
   FSDP* fs = m->fs;
@@ -229,12 +231,10 @@ void t5_plan(Model* m) {
   plan_region(p, A, "embeddings (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_emb);
   plan_region(p, A, "final norms (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_final);
   plan_region(p, A, "final norm statistics", Ne + Nd, sizeof(float), (void**)&t->enc_final_rstd);
-  plan_region(p, A, "position biases", H * (Te * Te + Td * Td), sizeof(act_t), (void**)&t->enc_bias);
   plan_region(p, A, "logits (Nd x Vp)", Nd * Vp, sizeof(act_t), (void**)&m->logits);
   plan_region(p, A, "losses (Nd)", Nd, sizeof(float), (void**)&m->losses);
   plan_region(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
   const char* W = "workspace";
-  plan_region(p, W, "position bias grads", H * (Te * Te + Td * Td), sizeof(float), (void**)&t->d_enc_bias);
   plan_region(p, W, "scratch (N x C)", Nmax * C, sizeof(act_t), (void**)&t->scratch);
   plan_region(p, W, "d residual (N x C)", Nmax * C, sizeof(act_t), (void**)&t->dres);
   plan_region(p, W, "d norm (N x C)", Nmax * C, sizeof(act_t), (void**)&t->dln);
@@ -251,14 +251,12 @@ void t5_plan(Model* m) {
 void t5_carve(Model* m) {
   T5* t = m->impl;
   const ModelConfig* c = &m->cfg;
-  size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, C = c->C, H = c->H;
+  size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, C = c->C;
   m->targets = m->inputs + Nd;
   m->enc_inputs = m->inputs + 2 * Nd;
   t->dec_emb = t->enc_emb + Ne * C;
   t->dec_final = t->enc_final + Ne * C;
   t->dec_final_rstd = t->enc_final_rstd + Ne;
-  t->dec_bias = t->enc_bias + H * Te * Te;
-  t->d_dec_bias = t->d_enc_bias + H * Te * Te;
   t->enc = xcalloc(c->L, sizeof(T5Acts), "activation table");
   t->dec = xcalloc(c->Ld, sizeof(T5Acts), "activation table");
   ActLayout kept = {.act = t->r_act, .f32 = t->r_f32}, shared = {.act = t->r_act_shared, .f32 = t->r_f32_shared};
@@ -270,6 +268,15 @@ static AttnShape self_shape(const Model* m, int T, int causal) {
   return (AttnShape){.B = m->B, .Tq = T, .Tk = T, .H = m->cfg.H, .D = m->cfg.D, .q_stride = 3 * I,
                      .kv_stride = 3 * I, .scale = 1.0f, .causal = causal};
 }
+
+// The position bias of the encoder (bidirectional) or the decoder (keys before the query),
+// from its table in the root unit.
+static AttnBias self_bias(const Model* m, int decoder) {
+  return (AttnBias){.table = fsdp_param(m->fs, 0, decoder ? R_DEC_BIAS : R_ENC_BIAS), .num_buckets = NUM_BUCKETS,
+                    .max_distance = MAX_DISTANCE, .bidirectional = !decoder};
+}
+static float* self_bias_grad(const Model* m, int decoder) { return fsdp_grad(m->fs, 0, decoder ? R_DEC_BIAS : R_ENC_BIAS); }
+static const AttnBias no_bias = {0};
 
 static AttnShape cross_shape(const Model* m) {
   int I = m->cfg.H * m->cfg.D;
@@ -310,7 +317,7 @@ static void encoder_block_forward(Model* m, int l, const act_t* x) {
   int u = 1 + l, N = m->B * m->Te, C = m->cfg.C, I = m->cfg.H * m->cfg.D;
   rmsnorm_forward(k, a->ln1, a->rstd1, x, fsdp_param(fs, u, E_LN1), N, C, RMS_EPS);
   matmul_forward(k, a->qkv, a->ln1, fsdp_param(fs, u, E_QKV), NULL, N, C, 3 * I);
-  attention_forward(k, a->att, a->lse, a->qkv, a->qkv + I, a->qkv + 2 * I, t->enc_bias, self_shape(m, m->Te, 0));
+  attention_forward(k, a->att, a->lse, a->qkv, a->qkv + I, a->qkv + 2 * I, self_bias(m, 0), self_shape(m, m->Te, 0));
   matmul_forward(k, t->scratch, a->att, fsdp_param(fs, u, E_O), NULL, N, I, C);
   residual_rmsnorm_forward(k, a->res2, a->ln2, a->rstd2, x, t->scratch, fsdp_param(fs, u, E_LN2), N, C, RMS_EPS);
   ff_forward(m, u, E_WI, E_WO, a, a->ln2, a->res2, N);
@@ -350,8 +357,8 @@ static void encoder_block_backward(Model* m, int l, const act_t* x) {
   ff_backward(m, u, E_WI, E_WO, a, a->ln2, N);
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, u, E_LN2), t->dln, a->res2, fsdp_param(fs, u, E_LN2), a->rstd2, N, C);
   matmul_backward(k, t->datt, fsdp_grad(fs, u, E_O), NULL, t->dres, a->att, fsdp_param(fs, u, E_O), N, I, C);
-  attention_backward(k, t->dqkv, t->dqkv + I, t->dqkv + 2 * I, t->d_enc_bias, t->datt, a->att, a->lse, a->qkv,
-                     a->qkv + I, a->qkv + 2 * I, t->enc_bias, self_shape(m, m->Te, 0));
+  attention_backward(k, t->dqkv, t->dqkv + I, t->dqkv + 2 * I, self_bias_grad(m, 0), t->datt, a->att, a->lse, a->qkv,
+                     a->qkv + I, a->qkv + 2 * I, self_bias(m, 0), self_shape(m, m->Te, 0));
   matmul_backward(k, t->dln, fsdp_grad(fs, u, E_QKV), NULL, t->dqkv, a->ln1, fsdp_param(fs, u, E_QKV), N, C, 3 * I);
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, u, E_LN1), t->dln, x, fsdp_param(fs, u, E_LN1), a->rstd1, N, C);
 }
@@ -366,13 +373,13 @@ static void decoder_block_forward(Model* m, int l, const act_t* y) {
   // causal self-attention with the decoder's position bias
   rmsnorm_forward(k, a->ln1, a->rstd1, y, P(D_LN1), N, C, RMS_EPS);
   matmul_forward(k, a->qkv, a->ln1, P(D_QKV), NULL, N, C, 3 * I);
-  attention_forward(k, a->att, a->lse, a->qkv, a->qkv + I, a->qkv + 2 * I, t->dec_bias, self_shape(m, m->T, 1));
+  attention_forward(k, a->att, a->lse, a->qkv, a->qkv + I, a->qkv + 2 * I, self_bias(m, 1), self_shape(m, m->T, 1));
   matmul_forward(k, t->scratch, a->att, P(D_O), NULL, N, I, C);
   residual_rmsnorm_forward(k, a->res2, a->ln2, a->rstd2, y, t->scratch, P(D_LN2), N, C, RMS_EPS);
   // cross-attention over the encoder output, no position bias
   matmul_forward(k, a->cq, a->ln2, P(D_CQ), NULL, N, C, I);
   matmul_forward(k, a->ckv, t->enc_final, P(D_CKV), NULL, Ne, C, 2 * I);
-  attention_forward(k, a->catt, a->clse, a->cq, a->ckv, a->ckv + I, NULL, cross_shape(m));
+  attention_forward(k, a->catt, a->clse, a->cq, a->ckv, a->ckv + I, no_bias, cross_shape(m));
   matmul_forward(k, t->scratch, a->catt, P(D_CO), NULL, N, I, C);
   residual_rmsnorm_forward(k, a->res3, a->ln3, a->rstd3, a->res2, t->scratch, P(D_LN3), N, C, RMS_EPS);
   ff_forward(m, u, D_WI, D_WO, a, a->ln3, a->res3, N);
@@ -392,15 +399,15 @@ static void decoder_block_backward(Model* m, int l, const act_t* y) {
   // cross-attention: q from ln2, k and v from the encoder output
   matmul_backward(k, t->datt, G(D_CO), NULL, t->dres, a->catt, P(D_CO), N, I, C);
   attention_backward(k, t->dqkv, t->dkv, t->dkv + I, NULL, t->datt, a->catt, a->clse, a->cq, a->ckv, a->ckv + I,
-                     NULL, cross_shape(m));
+                     no_bias, cross_shape(m));
   matmul_backward(k, t->dln, G(D_CQ), NULL, t->dqkv, a->ln2, P(D_CQ), N, C, I);
   matmul_backward(k, t->denc_tmp, G(D_CKV), NULL, t->dkv, t->enc_final, P(D_CKV), Ne, C, 2 * I);
   add_inplace(k, t->denc, t->denc_tmp, (size_t)Ne * C);
   rmsnorm_backward(k, t->dres, G(D_LN2), t->dln, a->res2, P(D_LN2), a->rstd2, N, C);  // dres = d res2
   // causal self-attention
   matmul_backward(k, t->datt, G(D_O), NULL, t->dres, a->att, P(D_O), N, I, C);
-  attention_backward(k, t->dqkv, t->dqkv + I, t->dqkv + 2 * I, t->d_dec_bias, t->datt, a->att, a->lse, a->qkv,
-                     a->qkv + I, a->qkv + 2 * I, t->dec_bias, self_shape(m, m->T, 1));
+  attention_backward(k, t->dqkv, t->dqkv + I, t->dqkv + 2 * I, self_bias_grad(m, 1), t->datt, a->att, a->lse, a->qkv,
+                     a->qkv + I, a->qkv + 2 * I, self_bias(m, 1), self_shape(m, m->T, 1));
   matmul_backward(k, t->dln, G(D_QKV), NULL, t->dqkv, a->ln1, P(D_QKV), N, C, 3 * I);
   rmsnorm_backward(k, t->dres, G(D_LN1), t->dln, y, P(D_LN1), a->rstd1, N, C);  // dres = d y
 #undef P
@@ -420,16 +427,13 @@ static const act_t* lm_head(Model* m) {
   return fsdp_param(m->fs, 0, m->cfg.tied ? R_SHARED : R_LM_HEAD);
 }
 
-void t5_forward(Model* m, int use_targets, float dloss) {
+void t5_forward(Model* m, int use_targets, const float* dloss) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   T5* t = m->impl;
   const ModelConfig* c = &m->cfg;
-  int Ne = m->B * m->Te, Nd = m->B * m->T, C = c->C, H = c->H, L = c->L, Ld = c->Ld;
+  int Ne = m->B * m->Te, Nd = m->B * m->T, C = c->C, L = c->L, Ld = c->Ld;
   fsdp_pre_forward(fs, 0);
-  // The position biases are computed once per stack and shared by its blocks.
-  relative_bias_forward(k, t->enc_bias, fsdp_param(fs, 0, R_ENC_BIAS), H, m->Te, m->Te, 1, NUM_BUCKETS, MAX_DISTANCE);
-  relative_bias_forward(k, t->dec_bias, fsdp_param(fs, 0, R_DEC_BIAS), H, m->T, m->T, 0, NUM_BUCKETS, MAX_DISTANCE);
   embedding_forward(k, t->enc_emb, m->enc_inputs, fsdp_param(fs, 0, R_SHARED), NULL, Ne, m->Te, C);
   fsdp_post_forward(fs, 0);
   for (int l = 0; l < L; l++) {
@@ -439,10 +443,8 @@ void t5_forward(Model* m, int use_targets, float dloss) {
     fsdp_post_forward(fs, 1 + l);
     fsdp_act_written(fs, l);
   }
-  fsdp_root_compute_begin(fs);
   rmsnorm_forward(k, t->enc_final, t->enc_final_rstd, encoder_input(m, L), fsdp_param(fs, 0, R_ENC_NORM), Ne, C, RMS_EPS);
   embedding_forward(k, t->dec_emb, m->inputs, fsdp_param(fs, 0, R_SHARED), NULL, Nd, m->T, C);
-  fsdp_root_compute_end(fs, "forward");
   for (int l = 0; l < Ld; l++) {
     t->dec[l].out = fsdp_act_out(fs, L + l);
     fsdp_pre_forward(fs, 1 + L + l);
@@ -450,14 +452,12 @@ void t5_forward(Model* m, int use_targets, float dloss) {
     fsdp_post_forward(fs, 1 + L + l);
     fsdp_act_written(fs, L + l);
   }
-  fsdp_root_compute_begin(fs);
   rmsnorm_forward(k, t->dec_final, t->dec_final_rstd, decoder_input(m, Ld), fsdp_param(fs, 0, R_DEC_NORM), Nd, C, RMS_EPS);
   // v1.0 (tied): the lm_head input is scaled by d_model^-1/2 (Mesh TensorFlow's convention),
   // in place: the unscaled norm output has no other reader.
   if (c->tied) scale_act(k, t->dec_final, 1.0f / sqrtf((float)C), (size_t)Nd * C);
   matmul_forward(k, m->logits, t->dec_final, lm_head(m), NULL, Nd, C, c->Vp);
   if (use_targets) model_loss(m, dloss);
-  fsdp_root_compute_end(fs, "forward");
   fsdp_end_forward(fs);
 }
 
@@ -466,9 +466,8 @@ void t5_backward(Model* m) {
   KernelCtx* k = fs->kctx;
   T5* t = m->impl;
   const ModelConfig* c = &m->cfg;
-  int Ne = m->B * m->Te, Nd = m->B * m->T, C = c->C, H = c->H, L = c->L, Ld = c->Ld;
+  int Ne = m->B * m->Te, Nd = m->B * m->T, C = c->C, L = c->L, Ld = c->Ld;
   fsdp_pre_backward(fs, 0);
-  fill_zero_f32(k, t->d_enc_bias, (size_t)H * ((size_t)m->Te * m->Te + (size_t)m->T * m->T));
   // lm_head and the decoder's final norm (the logits buffer holds d logits)
   matmul_backward(k, t->dln, fsdp_grad(fs, 0, c->tied ? R_SHARED : R_LM_HEAD), NULL, m->logits, t->dec_final,
                   lm_head(m), Nd, C, c->Vp);
@@ -479,7 +478,6 @@ void t5_backward(Model* m) {
                    t->dec_final_rstd, Nd, C);
   fsdp_act_release(fs, L + Ld - 1);
   fill_zero_act(k, t->denc, (size_t)Ne * C);
-  fsdp_root_compute_end(fs, "backward");
   // Block outputs come back from the schedule in reverse (fsdp_act_in: block l's input is block
   // l-1's output); a recomputed block's own output is not needed again and goes to scratch.
   int rc = fs->opt.recompute == RECOMPUTE_BLOCK, sel = fs->opt.recompute == RECOMPUTE_SELECTIVE;  // see gpt.c
@@ -492,15 +490,12 @@ void t5_backward(Model* m) {
     fsdp_post_backward(fs, 1 + L + l);
     if (l > 0) fsdp_act_release(fs, L + l - 1);
   }
-  fsdp_root_compute_begin(fs);
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->inputs, Nd, m->T, C);
-  relative_bias_backward(k, fsdp_grad(fs, 0, R_DEC_BIAS), t->d_dec_bias, H, m->T, m->T, 0, NUM_BUCKETS, MAX_DISTANCE);
   // encoder: its output's gradient was accumulated over every decoder block's cross-attention
   fill_zero_act(k, t->dres, (size_t)Ne * C);
   t->enc[L - 1].out = (act_t*)fsdp_act_in(fs, L - 1);
   rmsnorm_backward(k, t->dres, fsdp_grad(fs, 0, R_ENC_NORM), t->denc, encoder_input(m, L), fsdp_param(fs, 0, R_ENC_NORM),
                    t->enc_final_rstd, Ne, C);
-  fsdp_root_compute_end(fs, "backward");
   fsdp_act_release(fs, L - 1);
   for (int l = L - 1; l >= 0; l--) {
     if (l > 0) t->enc[l - 1].out = (act_t*)fsdp_act_in(fs, l - 1);
@@ -511,8 +506,6 @@ void t5_backward(Model* m) {
     fsdp_post_backward(fs, 1 + l);
     if (l > 0) fsdp_act_release(fs, l - 1);
   }
-  fsdp_root_compute_begin(fs);
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->enc_inputs, Ne, m->Te, C);
-  relative_bias_backward(k, fsdp_grad(fs, 0, R_ENC_BIAS), t->d_enc_bias, H, m->Te, m->Te, 1, NUM_BUCKETS, MAX_DISTANCE);
   fsdp_post_backward(fs, 0);
 }

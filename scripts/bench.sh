@@ -13,8 +13,10 @@
 #           exceeds the GPU's free memory (nvidia-smi, less 1.5 GiB for the CUDA context) the
 #           batch is halved until it fits, and a model that does not fit at B=1 is skipped;
 #           both are recorded (manifest.tsv, results.md)
-#   torch   scripts/bench_torch.py on the same shapes and batch, eager and --compile, when a
-#           python with torch and CUDA is found (BENCH_PYTHON, else python3, /usr/bin/python3)
+#   torch   scripts/bench_torch.py on the same shapes and batch, when a python with torch and
+#           CUDA is found (BENCH_PYTHON, else python3, /usr/bin/python3): --tuned (one GPU without
+#           FSDP, the whole model compiled: what a PyTorch user with one GPU runs), and FSDP2 on
+#           one rank eager and --compile (FSDP2's own per-unit overhead)
 #   sim     one mid model (gpt2-350m) with a simulated link, --sim-world 8 --sim-link 5, 10, 25,
 #           50, 100, 200 GB/s: --shard full / grad-op / none at every bandwidth, --prefetch none
 #           (against both) at every bandwidth, --limit-all-gathers 1 / 2 / 4 at 25 GB/s. On one
@@ -24,8 +26,10 @@
 #           (--predict GPU --world 1 with the same options; timeline/README.md) for the catalogue
 #           GPU this one is, and the report puts the predicted step beside the measured one.
 #   profile where one step's time goes: ncu (Nsight Compute) times every kernel of a 2-step run
-#           of the first model (profile/<run>.csv); the report sums them per kernel. Skipped
-#           without ncu, and in --cpu mode (only with --parts profile there)
+#           of the first GPT and the first T5 model (profile/<run>.csv); the report sums them
+#           per kernel and per kernel group beside the timeline's modelled kernels of the same
+#           step (predict/<run>.trace.json). Skipped without ncu, and in --cpu mode (only with
+#           --parts profile there)
 # --quick trims it: 4 models, gpt2-124m for the link sweep (5, 25, 200 GB/s; the strategies,
 #   prefetch none and K at 25), fewer steps.
 # --cpu runs the same pipeline with ./train_gpt_cpu on tiny custom models (gpt:..., t5:...,
@@ -327,11 +331,12 @@ run_ours() {
   fi
 }
 
-# run_torch NAME GROUP MODEL BATCH SHAPE COMPILE(0|1) NOTE
+# run_torch NAME GROUP MODEL BATCH SHAPE KIND NOTE; KIND: fsdp2 (eager), fsdp2-compile, tuned
 run_torch() {
-  local name=$1 group=$2 model=$3 b=$4 shape=$5 compile=$6 note=$7
+  local name=$1 group=$2 model=$3 b=$4 shape=$5 kind=$6 note=$7
   local json=runs/$name.json log=logs/$name.jsonl backend=pytorch
-  [ "$compile" = 1 ] && backend=pytorch+compile
+  [ "$kind" = fsdp2-compile ] && backend=pytorch+compile
+  [ "$kind" = tuned ] && backend=pytorch-tuned
   local row=("$name" "$group" "$backend" "$model" "$b" "$shape" - - - - - "$json" "$log")
   RUNS=$((RUNS + 1))
   if [ -z "$TORCH_PY" ]; then
@@ -342,7 +347,8 @@ run_torch() {
   # shellcheck disable=SC2206  # $shape: several words on purpose
   local cmd=("$TORCH_PY" scripts/bench_torch.py --model "$model" --batch "$b" $shape --steps "$STEPS" --warmup "$WARMUP"
              --data "$DATA" --device "$([ $MODE = gpu ] && echo cuda || echo cpu)" --json "$OUT/$json" --log "$OUT/$log")
-  [ "$compile" = 1 ] && cmd+=(--compile)
+  [ "$kind" = fsdp2-compile ] && cmd+=(--compile)
+  [ "$kind" = tuned ] && cmd+=(--tuned)
   if [ $DRY = 1 ]; then log_cmd "${cmd[@]}"; manifest "${row[@]}" planned "$note"; return; fi
   if grep -qs step_ms_median "$OUT/$json"; then
     say "$name: reused ($(summary "$OUT/$json"))"
@@ -413,6 +419,7 @@ if has_part models || has_part torch; then
     if [ "$FIT_B" = 0 ]; then
       has_part models && record_skip "model-$s-B$b" models fsdp.c "$model" "$b" "$shape" "memory: $FIT_NOTE"
       if has_part torch; then
+        record_skip "torcht-$s-B$b" torch pytorch-tuned "$model" "$b" "$shape" "memory: fsdp.c's $FIT_NOTE (same batch)"
         record_skip "torch-$s-B$b" torch pytorch "$model" "$b" "$shape" "memory: fsdp.c's $FIT_NOTE (same batch)"
         record_skip "torchc-$s-B$b" torch pytorch+compile "$model" "$b" "$shape" "memory: fsdp.c's $FIT_NOTE (same batch)"
       fi
@@ -421,8 +428,9 @@ if has_part models || has_part torch; then
     b=$FIT_B
     has_part models && run_ours "model-$s-B$b" models "$model" "$b" "$shape" full both 2 - "$FIT_NOTE"
     if has_part torch; then
-      run_torch "torch-$s-B$b" torch "$model" "$b" "$shape" 0 "$FIT_NOTE"
-      run_torch "torchc-$s-B$b" torch "$model" "$b" "$shape" 1 "$FIT_NOTE"
+      run_torch "torcht-$s-B$b" torch "$model" "$b" "$shape" tuned "$FIT_NOTE"
+      run_torch "torch-$s-B$b" torch "$model" "$b" "$shape" fsdp2 "$FIT_NOTE"
+      run_torch "torchc-$s-B$b" torch "$model" "$b" "$shape" fsdp2-compile "$FIT_NOTE"
     fi
   done
 fi
@@ -464,41 +472,60 @@ fi
 # ---- profile: where one step's time goes ------------------------------------------------
 # ncu's gpu__time_duration of every kernel of a short run, caches and clocks as they are (its
 # defaults flush the caches and lock the clocks before each kernel). The report divides by
-# PROFILE_STEPS, so the first step's one-time work counts once in two.
+# PROFILE_STEPS, so the first step's one-time work counts once in two. The first GPT and the
+# first T5 model of the list are profiled, each beside the timeline's modelled kernels of the
+# same step (--predict GPU --trace: predict/<run>.trace.json), summed per kernel group.
 PROFILE_STEPS=2
-if has_part profile && [ ${#MODEL_LIST[@]} -gt 0 ]; then
-  IFS='|' read -r model b shape <<< "${MODEL_LIST[0]}"
-  name=profile-$(slug "$model")-B$b
+profile_models=()
+for kind in gpt t5; do
+  for e in "${MODEL_LIST[@]+"${MODEL_LIST[@]}"}"; do
+    case ${e%%|*} in "$kind"*) profile_models+=("$e"); break ;; esac
+  done
+done
+if has_part profile; then
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  # shellcheck disable=SC2206  # $shape: several words on purpose
-  cmd=("${NCU:-ncu}" --metrics gpu__time_duration.sum --csv --cache-control none --clock-control none
-       "$BIN" --model "$model" --data "$DATA" --batch "$b" $shape --steps $PROFILE_STEPS)
-  row=("$name" profile fsdp.c "$model" "$b" "$shape" full both 2 - - "profile/$name.csv" -)
-  RUNS=$((RUNS + 1))
-  if [ $DRY = 1 ]; then
-    log_cmd "${cmd[@]}"
-    manifest "${row[@]}" planned "$PROFILE_STEPS steps"
-  elif [ $MODE = cpu ]; then
-    record_skip "$name" profile fsdp.c "$model" "$b" "$shape" "ncu profiles CUDA kernels: a GPU part"
-  elif [ -z "$NCU" ]; then
-    record_skip "$name" profile fsdp.c "$model" "$b" "$shape" "no ncu (Nsight Compute) on PATH or under /usr/local/cuda/bin"
-  elif grep -qs '"Kernel Name"' "$OUT/profile/$name.csv"; then
-    say "$name: reused"
-    manifest "${row[@]}" reused "$PROFILE_STEPS steps"
-  else
-    log_cmd "${cmd[@]}"
-    timeout "$RUN_TIMEOUT" "${cmd[@]}" > "$OUT/profile/$name.csv" 2> "$OUT/out/$name.txt"
-    rc=$?
-    if [ $rc = 0 ] && grep -qs '"Kernel Name"' "$OUT/profile/$name.csv"; then
-      say "$name: $(grep -c '"gpu__time_duration.sum"' "$OUT/profile/$name.csv") kernels timed"
-      manifest "${row[@]}" ok "$PROFILE_STEPS steps"
-    else
-      say "$name: FAILED (exit $rc; see out/$name.txt)"
-      rm -f "$OUT/profile/$name.csv"
-      manifest "${row[@]}" failed "exit $rc: $(grep -m1 -iE 'error' "$OUT/out/$name.txt" | cut -c1-200)"
-      FAILED=$((FAILED + 1))
+  for entry in "${profile_models[@]+"${profile_models[@]}"}"; do
+    IFS='|' read -r model b shape <<< "$entry"
+    name=profile-$(slug "$model")-B$b
+    # shellcheck disable=SC2206  # $shape: several words on purpose
+    cmd=("${NCU:-ncu}" --metrics gpu__time_duration.sum --csv --cache-control none --clock-control none
+         "$BIN" --model "$model" --data "$DATA" --batch "$b" $shape --steps $PROFILE_STEPS)
+    row=("$name" profile fsdp.c "$model" "$b" "$shape" full both 2 - - "profile/$name.csv" -)
+    RUNS=$((RUNS + 1))
+    if [ -n "$PREDICT_GPU" ] && [ $MODE = gpu ]; then
+      # shellcheck disable=SC2206
+      pcmd=("$BIN" --model "$model" --batch "$b" $shape --predict "$PREDICT_GPU" --world 1 --trace "$OUT/predict/$name.trace.json")
+      log_cmd "${pcmd[@]}"
+      if [ $DRY = 0 ] && ! [ -s "$OUT/predict/$name.trace.json" ] && ! "${pcmd[@]}" > "$OUT/predict/$name.txt" 2>&1; then
+        say "$name: the prediction's trace FAILED (see predict/$name.txt)"
+        FAILED=$((FAILED + 1))
+      fi
     fi
-  fi
+    if [ $DRY = 1 ]; then
+      log_cmd "${cmd[@]}"
+      manifest "${row[@]}" planned "$PROFILE_STEPS steps"
+    elif [ $MODE = cpu ]; then
+      record_skip "$name" profile fsdp.c "$model" "$b" "$shape" "ncu profiles CUDA kernels: a GPU part"
+    elif [ -z "$NCU" ]; then
+      record_skip "$name" profile fsdp.c "$model" "$b" "$shape" "no ncu (Nsight Compute) on PATH or under /usr/local/cuda/bin"
+    elif grep -qs '"Kernel Name"' "$OUT/profile/$name.csv"; then
+      say "$name: reused"
+      manifest "${row[@]}" reused "$PROFILE_STEPS steps"
+    else
+      log_cmd "${cmd[@]}"
+      timeout "$RUN_TIMEOUT" "${cmd[@]}" > "$OUT/profile/$name.csv" 2> "$OUT/out/$name.txt"
+      rc=$?
+      if [ $rc = 0 ] && grep -qs '"Kernel Name"' "$OUT/profile/$name.csv"; then
+        say "$name: $(grep -c '"gpu__time_duration.sum"' "$OUT/profile/$name.csv") kernels timed"
+        manifest "${row[@]}" ok "$PROFILE_STEPS steps"
+      else
+        say "$name: FAILED (exit $rc; see out/$name.txt)"
+        rm -f "$OUT/profile/$name.csv"
+        manifest "${row[@]}" failed "exit $rc: $(grep -m1 -iE 'error' "$OUT/out/$name.txt" | cut -c1-200)"
+        FAILED=$((FAILED + 1))
+      fi
+    fi
+  done
 fi
 
 # ---- report ----------------------------------------------------------------------------

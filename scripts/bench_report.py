@@ -247,7 +247,7 @@ def make_row(j, m, rel, d):
         return v if v not in (None, "", "-") else default
 
     if r["is_torch"]:
-        r["strategy"] = "FSDP2 1 rank" if j.get("fsdp2") else "no FSDP2"
+        r["strategy"] = "FSDP2 1 rank" if j.get("fsdp2") else ("1 GPU, no FSDP" if b == "pytorch-tuned" else "no FSDP2")
         r["prefetch"], r["K"], r["sim_world"], r["sim_link"] = "-", "-", None, None
     else:
         r["strategy"] = j.get("shard", "?")
@@ -348,18 +348,20 @@ def match_key(r):
 
 def add_ratios(runs):
     """ours / PyTorch: tokens/s of an fsdp.c run without a simulated link over the PyTorch run
-    of the same model and micro-batch shape (eager, and torch.compile when there is one)."""
+    of the same model and micro-batch shape: the tuned single-GPU run, and FSDP2 on one rank
+    (eager, and torch.compile when there is one)."""
     torch_rows = {}
     for r in runs:
         if r["is_torch"]:
             torch_rows.setdefault(match_key(r), {})[r["backend"]] = r
     for r in runs:
-        r["ratio_eager"] = r["ratio_compile"] = None
+        r["ratio_eager"] = r["ratio_compile"] = r["ratio_tuned"] = None
         if r["is_torch"] or r["sim_world"]:
             continue
         t = torch_rows.get(match_key(r), {})
         ours = num(r.get("tokens_per_s_per_rank"))
-        for backend, key in (("pytorch", "ratio_eager"), ("pytorch+compile", "ratio_compile")):
+        for backend, key in (("pytorch", "ratio_eager"), ("pytorch+compile", "ratio_compile"),
+                             ("pytorch-tuned", "ratio_tuned")):
             theirs = num(t.get(backend, {}).get("tokens_per_s_per_rank"))
             if ours and theirs:
                 r[key] = ours / theirs
@@ -375,7 +377,7 @@ def fmt_ratio(r):
 
 
 GROUP_ORDER = {"models": 0, "torch": 0, "strategy": 1, "link": 1, "prefetch": 1, "limit": 1, "sim": 1}
-BACKEND_ORDER = {"pytorch": 1, "pytorch+compile": 2}
+BACKEND_ORDER = {"pytorch-tuned": 1, "pytorch": 2, "pytorch+compile": 3}
 
 
 def sort_key(r):
@@ -387,7 +389,7 @@ def sort_key(r):
 
 COLUMNS = ["model", "params", "backend", "strategy", "prefetch", "K", "sim link", "B x T",
            "step ms median (min-max)", "tokens/s per GPU", "model TFLOPS per GPU", "MFU",
-           "MFU (measured peak)", "exposed comm ms", "memory GiB", "ours / PyTorch",
+           "MFU (measured peak)", "exposed comm ms", "memory GiB", "ours / PyTorch 1 GPU", "ours / FSDP2",
            "predicted step ms (measured / predicted)", "run"]
 
 
@@ -402,7 +404,8 @@ def table_row(r, peak_tflops):
     cells = [r.get("model", "?"), fmt_params(r["params"]), r["backend_label"], str(r["strategy"]), str(r["prefetch"]),
              str(r["K"]), sim, shape_of(r), steps, "-" if tok is None else "%.0f" % tok, fmt_num(tflops),
              fmt_pct(r.get("mfu")), fmt_pct(mfu_measured), fmt_num(r.get("exposed_comm_ms_median"), "%.1f"),
-             fmt_gib(r.get("memory_bytes_per_rank")), fmt_ratio(r), fmt_predicted(r), r["run"]]
+             fmt_gib(r.get("memory_bytes_per_rank")), ("-" if r.get("ratio_tuned") is None else "%.2f" % r["ratio_tuned"]), fmt_ratio(r),
+             fmt_predicted(r), r["run"]]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
@@ -512,6 +515,7 @@ def make_plots(d, runs, peak_tflops):
 
 # ---- where a step goes: ncu kernel times (bench.sh's profile part) -----------------------
 
+PROFILE_GROUPS = {}  # run: measured and predicted ms per kernel group (results.json)
 NCU_UNIT_MS = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
 
 
@@ -546,6 +550,96 @@ def read_profile(path):
     return groups
 
 
+# Kernel groups for the measured-against-predicted table: (group, the kernels.h calls whose
+# modelled time the timeline's trace names, the starts of the CUDA kernels ncu names for them).
+# Some CUDA kernels serve several calls: the column sums' second pass (finish_column_sums) adds
+# up both the norms' parameter gradients and the matmuls' bias gradients, and is counted under
+# the norms; the first pass of the bias sums (column_partials) under the matmuls.
+KERNEL_GROUPS = [
+    ("matmuls (cuBLASLt; bias gradients' first pass)", ("matmul_forward", "matmul_forward_gelu", "matmul_backward"),
+     ("matmuls (cuBLAS)", "matmul_fallback_kernel", "column_partials_kernel")),
+    ("attention", ("attention_forward", "attention_backward"), ("attn_",)),
+    ("norms (and every column sum's second pass)", ("layernorm_forward", "residual_layernorm_forward",
+     "layernorm_backward", "rmsnorm_forward", "residual_rmsnorm_forward", "rmsnorm_backward"),
+     ("norm_", "finish_column_sums_kernel")),
+    ("activations", ("gelu_forward", "gelu_backward", "relu_forward", "relu_backward", "geglu_forward", "geglu_backward"),
+     ("gelu_", "relu_", "geglu_")),
+    ("classifier and loss", ("classifier_forward_backward", "softmax_row", "loss_accumulate"),
+     ("classifier_", "loss_accumulate_")),
+    ("embeddings and position bias", ("embedding_forward", "embedding_backward", "relative_position_bucket",
+     "relative_bias_forward", "relative_bias_backward"), ("embedding_", "relative_bias_", "iota_kernel", "cub::", "Device")),
+    ("AdamW and gradient norm", ("adamw_update", "adamw_update_ranges", "block_sumsq", "exact_sum"),
+     ("adamw_", "block_sumsq_", "exact_")),
+    ("casts, adds, scales, fills", ("add_inplace", "scale_act", "fill_zero_act", "fill_zero_f32", "scale_f32", "add_f32",
+     "cast_f32_to_act", "cast_act_to_f32", "narrow_f32_to_act"), ("add_", "scale_", "cast_", "narrow_", "fill")),
+    ("collectives (NCCL)", ("all-gather", "reduce-scatter", "all-reduce"), ("nccl",)),
+]
+
+
+def group_of_measured(name):
+    for group, _, starts in KERNEL_GROUPS:
+        if any(name.startswith(x) for x in starts):
+            return group
+    return None
+
+
+def group_of_predicted(name):
+    for group, calls, _ in KERNEL_GROUPS:
+        if name in calls:
+            return group
+    return None
+
+
+def read_predicted_kernels(path):
+    """{kernels.h call: [calls, ms]} of one step from the timeline's Chrome trace (--predict GPU
+    --trace): the complete events of category "kernel" (their durations are modelled, in us)."""
+    with open(path) as f:
+        t = json.load(f)
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    calls = {}
+    for e in events:
+        if e.get("cat") == "kernel" and e.get("ph") == "X":
+            c = calls.setdefault(e.get("name", "?"), [0, 0.0])
+            c[0] += 1
+            c[1] += float(e.get("dur", 0.0)) / 1e3
+    return calls
+
+
+def group_table(measured, steps, predicted):
+    """Measured (ncu, per step) beside predicted (timeline trace) per kernel group."""
+    rows = {}
+    unmatched_measured, unmatched_predicted = [], []
+    for name, (n, ms) in measured.items():
+        g = group_of_measured(name)
+        if g is None:
+            unmatched_measured.append(name)
+            g = "other kernels"
+        r = rows.setdefault(g, [0.0, 0.0, 0])
+        r[1] += ms / steps
+        r[2] += n / steps
+    for name, (n, ms) in predicted.items():
+        g = group_of_predicted(name)
+        if g is None:
+            unmatched_predicted.append(name)
+            g = "other (modelled; not ncu kernels: copies)" if name.startswith("copy") else "other kernels"
+        rows.setdefault(g, [0.0, 0.0, 0])[0] += ms
+    order = [g for g, _, _ in KERNEL_GROUPS] + ["other kernels", "other (modelled; not ncu kernels: copies)"]
+    out = ["| kernel group | predicted ms | measured ms per step | measured / predicted | launches per step |",
+           "|---|---|---|---|---|"]
+    tp = tm = 0.0
+    for g in order:
+        if g not in rows:
+            continue
+        p, m, n = rows[g]
+        tp, tm = tp + p, tm + m
+        out.append("| %s | %.3f | %.3f | %s | %g |" % (g, p, m, "%.2f" % (m / p) if p > 0 else "-", n))
+    out.append("| every kernel | %.3f | %.3f | %s | |" % (tp, tm, "%.2f" % (tm / tp) if tp > 0 else "-"))
+    if unmatched_measured:
+        out += ["", "Measured kernels in no group: %s." % ", ".join(sorted(unmatched_measured)[:20])]
+    return out, {"predicted_ms": tp, "measured_ms": tm,
+                 "groups": {g: {"predicted_ms": v[0], "measured_ms": v[1]} for g, v in rows.items()}}
+
+
 def profile_section(d, manifest, top=15):
     out = []
     for m in manifest:
@@ -577,6 +671,16 @@ def profile_section(d, manifest, top=15):
             out.append("| %d other kernels | %g | %.3f | %.1f | %.1f%% |" % (len(rest), n / steps, ms / steps, 1e3 * ms / n,
                                                                           100 * ms / total))
         out.append("")
+        trace = os.path.join(d, "predict", m.get("run", "") + ".trace.json")
+        if os.path.exists(trace):
+            try:
+                table, summary = group_table(groups, steps, read_predicted_kernels(trace))
+            except (OSError, ValueError, KeyError) as e:
+                out += ["- %s: unreadable predicted trace: %s" % (m.get("run"), e), ""]
+                continue
+            PROFILE_GROUPS[m.get("run")] = summary
+            out += ["Per kernel group, beside the timeline's modelled kernels of the same step (`predict/%s.trace.json`):"
+                    % m.get("run"), ""] + table + [""]
     return out
 
 
@@ -620,8 +724,11 @@ def main(argv):
             "Memory is fsdp.c's memory plan per rank, and torch.cuda.max_memory_allocated for PyTorch. "
             "A simulated link (`--sim-world W --sim-link GBPS`) runs one GPU but makes every all-gather / "
             "reduce-scatter wait as long as a ring collective over W ranks at GBPS GB/s would; strategies, "
-            "prefetch and K only differ in time under it. \"ours / PyTorch\" is fsdp.c's tokens/s over "
-            "PyTorch's for the same model and micro-batch (eager / torch.compile). \"predicted step ms\" is "
+            "prefetch and K only differ in time under it. \"ours / PyTorch 1 GPU\" is fsdp.c's tokens/s over "
+            "PyTorch's on one GPU without FSDP, the whole model and loss compiled, flash SDPA, fused AdamW "
+            "(`bench_torch.py --tuned`: what a PyTorch user with one GPU runs), for the same model and "
+            "micro-batch; \"ours / FSDP2\" over PyTorch FSDP2 on one rank, eager / per-block torch.compile, "
+            "which measures FSDP2's own per-unit overhead rather than a rival. \"predicted step ms\" is "
             "the timeline backend's step for the same run and options (`--predict GPU --world 1`, "
             "timeline/README.md) on %s, and the measured median over it: above 1, this device was slower "
             "than the model says." % predicted_on(runs), ""]
@@ -691,9 +798,9 @@ def main(argv):
             "sim_world", "sim_link", "batch", "seq", "enc_len", "accum", "steps", "step_ms_median", "step_ms_min",
             "step_ms_max", "tokens_per_s_per_rank", "model_tflops_per_rank", "hardware_tflops_per_rank", "mfu",
             "mfu_measured_peak", "peak_tflops", "peak_source", "exposed_comm_ms_median", "memory_bytes_per_rank",
-            "flops_per_step_per_rank", "ratio_eager", "ratio_compile", "predicted_step_ms", "predicted_on", "log"]
+            "flops_per_step_per_rank", "ratio_eager", "ratio_compile", "ratio_tuned", "predicted_step_ms", "predicted_on", "log"]
     with open(os.path.join(d, "results.json"), "w") as f:
-        json.dump({"peak_tflops_measured": peak_tflops, "devices": devices,
+        json.dump({"peak_tflops_measured": peak_tflops, "devices": devices, "profile_groups": PROFILE_GROUPS,
                    "rows": [{k: r.get(k) for k in keep} for r in runs],
                    "plots": [p[0] for p in plots], "plot_note": note}, f, indent=1)
     print("bench_report: wrote %s (%d rows, %d plots%s)" % (os.path.join(d, "results.md"), len(runs), len(plots),

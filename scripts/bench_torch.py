@@ -2,7 +2,7 @@
 """bench_torch.py: the PyTorch baseline of the fsdp.c benchmarks, same shapes, same FLOP count.
 
     python3 scripts/bench_torch.py --model gpt2-124m --batch 8 --seq 1024 --steps 10 --warmup 3 \
-        [--compile] [--data GLOB] [--json FILE] [--log FILE]
+        [--compile | --tuned] [--data GLOB] [--json FILE] [--log FILE]
     python3 scripts/bench_torch.py --model t5-base --batch 16 --enc-len 512 --dec-len 114 ...
     python3 scripts/bench_torch.py --model gpt:L=2,C=64,H=4,V=256,T=64 --batch 4 --seq 64 --device cpu
 
@@ -23,12 +23,19 @@ it, fp32 parameters under bf16 autocast ("no FSDP2 in this torch"). AdamW (fused
 betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the block matmul weights), global-norm clipping
 at 1.0 and fsdp.c's learning-rate schedule (cosine to 0.1 x lr over warm-up + measured steps).
 --compile wraps every block in torch.compile (as torchtitan) before sharding.
+These FSDP2 runs on one rank measure FSDP2's own per-unit overhead and a host-bound Python loop
+beside fsdp.c's, not what a user with one GPU would run. --tuned is that run: one GPU without
+FSDP, the whole model and its loss under one torch.compile, SDPA restricted to its flash
+backend (GPT; T5's position bias is an additive mask, which the flash kernel does not take, so
+T5 gets flash or memory-efficient, never the math fallback), fused AdamW, clip_grad_norm_ with
+foreach=True, fp32 parameters under bf16 autocast; backend "pytorch-tuned".
 
 Timing: --warmup untimed steps, then --steps timed ones (synchronized per step); the median,
 min and max step time; tokens/s (B*T, or B*(enc+dec) for T5, as fsdp.c); model TFLOPS from the
 exact matmul count of layers/config.c (gpt_flops / t5_flops, ported in bench_report.py); MFU
 against 989 TFLOPS on H100/H200, 312 on A100 (--peak-tflops overrides; none on CPU).
---json writes the fields of fsdp.c's --bench-json with backend "pytorch" or "pytorch+compile";
+--json writes the fields of fsdp.c's --bench-json with backend "pytorch", "pytorch+compile" or
+"pytorch-tuned";
 --log one JSON object per step (step, loss, lr, grad_norm, ms, tokens_per_s), as --log.
 
 Data: --data GLOB reads llm.c token shards (as fsdp.c). GPT micro-batches are fsdp.c's
@@ -37,8 +44,8 @@ gets plain continuations (encoder: Te tokens, decoder: the next Td), not span co
 same shapes and work, not the same task. Without --data: random tokens.
 
 On CPU (--device cpu, tiny custom shapes) it runs float32 by default (or --dtype bf16
-autocast); with a torch without torch.compile, --compile prints a skip line and exits 0. An
-out-of-memory error prints "skip: out of memory ..." and exits 0 without JSON.
+autocast); with a torch without torch.compile, --compile and --tuned print a skip line and exit
+0. An out-of-memory error prints "skip: out of memory ..." and exits 0 without JSON.
 """
 import argparse
 import contextlib
@@ -69,6 +76,8 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--compile", action="store_true", help="torch.compile every block")
+    p.add_argument("--tuned", action="store_true",
+                   help="one GPU without FSDP: whole model and loss compiled, flash SDPA, fused AdamW, foreach clipping")
     p.add_argument("--no-fsdp", action="store_true", help="do not use FSDP2 even when it exists")
     p.add_argument("--fsdp-cpu", action="store_true",
                    help="use FSDP2 on CPU too (gloo process group): tests the FSDP2 path without a GPU")
@@ -81,6 +90,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.batch < 1 or a.steps < 1 or a.warmup < 0 or a.accum < 1:
         p.error("--batch, --steps, --accum must be >= 1 and --warmup >= 0")
+    if a.tuned and a.compile:
+        p.error("--tuned compiles the whole model; --compile (per block, under FSDP2) is the other baseline")
     return a
 
 
@@ -347,6 +358,23 @@ def build(torch, cfg):
     return T5()
 
 
+def restrict_sdpa(torch, cfg, device):
+    """--tuned: SDPA may use its flash backend only (GPT: causal, no mask), or flash and the
+    memory-efficient one (T5: an additive bias mask), never the math fallback; a shape the
+    allowed kernels cannot take then fails loudly instead of running slowly. Returns a note."""
+    if device != "cuda":
+        return ""
+    b = torch.backends.cuda
+    if not hasattr(b, "enable_flash_sdp"):
+        return "this torch cannot restrict SDPA's backends"
+    b.enable_flash_sdp(True)
+    b.enable_math_sdp(False)
+    b.enable_mem_efficient_sdp(cfg["kind"] == "t5")
+    if hasattr(b, "enable_cudnn_sdp"):
+        b.enable_cudnn_sdp(False)
+    return "flash only" if cfg["kind"] == "gpt" else "flash or memory-efficient (T5's bias mask)"
+
+
 def blocks_of(model):
     return ("blocks",) if hasattr(model, "blocks") else ("encoder", "decoder")
 
@@ -390,9 +418,11 @@ def main(argv):
     except ImportError:
         print("skip: no torch in %s" % sys.executable)
         return 0
-    if args.compile and not hasattr(torch, "compile"):
-        print("skip: --compile requested but torch %s has no torch.compile" % torch.__version__)
+    if (args.compile or args.tuned) and not hasattr(torch, "compile"):
+        print("skip: %s requested but torch %s has no torch.compile" % ("--tuned" if args.tuned else "--compile",
+                                                                        torch.__version__))
         return 0
+    backend = "pytorch-tuned" if args.tuned else "pytorch+compile" if args.compile else "pytorch"
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -426,8 +456,8 @@ def main(argv):
         notes.append("no FSDP2 in this torch (%s): plain %s%s" % (
             torch.__version__, "bf16 autocast" if dtype == "bf16" else "fp32",
             " (fp32 parameters)" if dtype == "bf16" else ""))
-    elif args.no_fsdp:
-        notes.append("FSDP2 available (%s) but not used (--no-fsdp)" % fsdp2[2])
+    elif args.no_fsdp or args.tuned:
+        notes.append("FSDP2 available (%s) but not used (%s)" % (fsdp2[2], "--tuned" if args.tuned else "--no-fsdp"))
     elif device != "cuda" and not args.fsdp_cpu:
         notes.append("FSDP2 available (%s) but not used on CPU (--fsdp-cpu): plain %s" % (fsdp2[2], dtype))
     else:
@@ -456,6 +486,10 @@ def main(argv):
                 for i in range(len(lst)):
                     lst[i] = torch.compile(lst[i])
             notes.append("torch.compile on every block")
+        if args.tuned:
+            sdpa_backends = restrict_sdpa(torch, cfg, device)
+            if sdpa_backends:
+                notes.append("SDPA backends: " + sdpa_backends)
         if use_fsdp2:
             import torch.distributed as dist
             fully_shard, MixedPrecisionPolicy, where = fsdp2
@@ -474,11 +508,15 @@ def main(argv):
             notes.append("FSDP2 fully_shard (%s) on 1 rank, param bf16, reduce fp32" % where)
         else:
             model.to(dev)
+        if args.tuned:
+            model = torch.compile(model)  # forward and the loss in one graph
+            notes.append("torch.compile on the whole model and loss")
 
         # AdamW with fsdp.c's groups: weight decay on the matrices inside blocks only.
         def make_groups():
             decay, no_decay = [], []
-            for name, p in model.named_parameters():
+            # a whole-model torch.compile wraps the module: its names gain an "_orig_mod." prefix
+            for name, p in getattr(model, "_orig_mod", model).named_parameters():
                 inside = name.split(".")[0] in ("blocks", "encoder", "decoder")
                 (decay if inside and p.dim() == 2 else no_decay).append(p)
             return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
@@ -497,6 +535,8 @@ def main(argv):
 
         def clip(max_norm=1.0):
             """torch.nn.utils.clip_grad_norm_ on the local tensors (exact on 1 rank)."""
+            if args.tuned:
+                return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
             grads = [p.grad for p in params if p.grad is not None]
             grads = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
             if hasattr(torch, "_foreach_norm"):
@@ -517,8 +557,7 @@ def main(argv):
         tokens_step = args.accum * tokens_per_micro_batch(cfg, B, T, Te)
         peak = args.peak_tflops * 1e12 if args.peak_tflops > 0 else datasheet_peak_flops(device_name)
         peak_source = "--peak-tflops" if args.peak_tflops > 0 else ("datasheet dense bf16" if peak else "unknown")
-        print("bench_torch | %s | %s | torch %s | %s | %s" % (args.model, device_name, torch.__version__,
-                                                                 "pytorch+compile" if args.compile else "pytorch",
+        print("bench_torch | %s | %s | torch %s | %s | %s" % (args.model, device_name, torch.__version__, backend,
                                                                  "; ".join(notes)))
         print("parameters %d (fsdp.c count %d) | matmul FLOPs per step %.4g | tokens per step %d"
               % (nparams, param_count(cfg), flops_step, tokens_step))
@@ -593,7 +632,7 @@ def main(argv):
     med = statistics.median(times)
     tflops = flops_step / (med / 1e3) / 1e12
     result = {
-        "model": args.model, "device": device_name, "backend": "pytorch+compile" if args.compile else "pytorch",
+        "model": args.model, "device": device_name, "backend": backend,
         "ranks": 1, "shard": "full" if use_fsdp2 else "none", "batch": B, "seq": T, "enc_len": Te,
         "accum": args.accum, "steps": args.steps, "step_ms_median": med, "step_ms_min": min(times),
         "step_ms_max": max(times), "tokens_per_s_per_rank": tokens_step / (med / 1e3),
@@ -601,7 +640,7 @@ def main(argv):
         "mfu": tflops * 1e12 / peak if peak else None, "peak_tflops": peak / 1e12, "peak_source": peak_source,
         "exposed_comm_ms_median": None, "memory_bytes_per_rank": memory,
         # beyond fsdp.c's fields
-        "params": param_count(cfg), "flops_per_step": flops_step, "fsdp2": use_fsdp2, "compile": bool(args.compile),
+        "params": param_count(cfg), "flops_per_step": flops_step, "fsdp2": use_fsdp2, "compile": bool(args.compile or args.tuned),
         "dtype": dtype, "torch_version": torch.__version__, "notes": notes,
         "data": "llm.c shards %s%s" % (args.data, " (T5: plain continuations)" if t5 else "") if args.data else "random tokens",
     }

@@ -15,6 +15,8 @@ seeds' formulas count (Megatron-LM for GPT, the IBM appendix for T5). Three colu
   eager    the formula again, predicted with --predict-attention eager: the unfused attention of
            the seeds' own models (minGPT, Hugging Face T5) in place of fsdp.c's fused kernel.
 The T5 rows are scaling ratios of one configuration at two sizes, the same in both counts.
+The rows marked --shard hpz are not in the seeds: full sharding that reshards after forward to
+the node (ZeRO++ hpZ), predicted where the seeds' networks cost them most, beside their run.
 
 usage: scripts/predict_seeds.py [--bin ./predict_gpt] [--write timeline/README.md]
 """
@@ -120,6 +122,12 @@ def main():
     for w in (256, 512):
         ratio_row("AWS post", "GPT-175B, batch 20: %d vs 128 GPUs per GPU" % w, None, a[w], a[128],
                   "the text says lower beyond 128; the values are in a figure only")
+    # The same runs with backward all-gathers inside each node of 8 (not in the post).
+    ah = {w: p(GPT175, efa, w, "--batch 20 --seq 512 --recompute block --shard hpz") for w in (128, 512)}
+    ratio_row("AWS post", "GPT-175B, batch 20, --shard hpz: 512 vs 128 GPUs per GPU", None, ah[512], ah[128],
+              "not run in the post; its secondary shards alone (2 bytes x 175B / 8 = 41 GiB) exceed a 40 GB GPU", shown="-")
+    ratio_row("AWS post", "GPT-175B, batch 20, 512 GPUs: --shard hpz over full", None, ah[512], a[512],
+              "not run in the post", shown="-")
     # The 1T recipe of the post: per-linear wrapping, activation checkpointing, parameters and
     # outer activations offloaded (FSDP's CPU offload also moves the gradients and the optimizer
     # step to the host: --offload all), and one unsharded unit at a time, which --plan needs to
@@ -161,6 +169,13 @@ def main():
     s11 = {w: p("t5-11b", eth, w, "--batch 20 --recompute block") for w in (8, 512)}
     ratio_row("IBM post", "T5-11B, batch 20, scaling 512 vs 8", 0.20, s11[512], s11[8],
               "the post does not say at how many GPUs; 512 assumed")
+    # The same with backward all-gathers inside each node of 8 (not in the post; at 8 GPUs, one
+    # node, hpz would be full sharding).
+    s11h = p("t5-11b", eth, 512, "--batch 20 --recompute block --shard hpz")
+    ratio_row("IBM post", "T5-11B, batch 20, scaling 512 with --shard hpz vs 8 (full)", None, s11h, s11[8],
+              "not run in the post, whose full sharding scaled to 0.2", shown="-")
+    ratio_row("IBM post", "T5-11B, batch 20, 512 GPUs: --shard hpz over full", None, s11h, s11[512],
+              "not run in the post", shown="-")
     s50 = {w: p("t5-11b", eth, w, "--batch 50 --limit-all-gathers 2 --recompute block") for w in (8, 256, 512)}
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 256 vs 8", 0.90, s50[256], s50[8])
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 512 vs 8", 0.80, s50[512], s50[8])

@@ -46,6 +46,7 @@ prints the per-tensor errors of the final parameters)
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -251,6 +252,12 @@ def run_case(case, workdir):
     report(tag + " wte padding rows: params still exactly 0", pad, 0, ok=(pad == 0.0))
 
 
+def wanted(case):
+    """TEST_FILTER (make test F=REGEX): whether a case runs, matched against its name and model."""
+    f = os.environ.get("TEST_FILTER", "")
+    return not f or re.search(f, " ".join(str(x) for x in case), re.IGNORECASE) is not None
+
+
 def main():
     keep = None
     if len(sys.argv) == 3 and sys.argv[1] == "--keep":
@@ -263,11 +270,11 @@ def main():
           " per tensor unless said otherwise" % torch.__version__)
     if keep:
         os.makedirs(keep, exist_ok=True)
-        for c in CASES:
+        for c in filter(wanted, CASES):
             run_case(c, keep)
     else:
         with tempfile.TemporaryDirectory(prefix="ref_gpt_") as d:
-            for c in CASES:
+            for c in filter(wanted, CASES):
                 run_case(c, d)
     sys.exit(summary())
 

@@ -72,6 +72,7 @@ prints the per-tensor errors of the final parameters)
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -454,6 +455,12 @@ def run_case(case, workdir, first):
     report(tag + " shared/lm_head padding rows: params still exactly 0", pad, 0, ok=(pad == 0.0))
 
 
+def wanted(case):
+    """TEST_FILTER (make test F=REGEX): whether a case runs, matched against its name and model."""
+    f = os.environ.get("TEST_FILTER", "")
+    return not f or re.search(f, " ".join(str(x) for x in case), re.IGNORECASE) is not None
+
+
 def main():
     keep = None
     if len(sys.argv) == 3 and sys.argv[1] == "--keep":
@@ -468,11 +475,13 @@ def main():
     if keep:
         os.makedirs(keep, exist_ok=True)
         for i, c in enumerate(CASES):
-            run_case(c, keep, i == 0)
+            if wanted(c):
+                run_case(c, keep, i == 0)
     else:
         with tempfile.TemporaryDirectory(prefix="ref_t5_") as d:
             for i, c in enumerate(CASES):
-                run_case(c, d, i == 0)
+                if wanted(c):
+                    run_case(c, d, i == 0)
     sys.exit(summary())
 
 

@@ -4,6 +4,7 @@
 #ifndef FSDP_TEST_H
 #define FSDP_TEST_H
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,32 @@ static inline double rel_err(double a, double b, double floor_) {
   double r = d / s;
   return (r == r) ? r : INFINITY;
 }
+
+// TEST_FILTER (`make test F=REGEX`): whether the case `name` runs. An extended regular
+// expression, case-insensitive, searched in the name; every case runs without one.
+static inline int test_wanted(const char* name) {
+  static int ready = 0, filtered = 0;
+  static regex_t re;
+  if (!ready) {
+    const char* f = getenv("TEST_FILTER");
+    if (f && *f) {
+      if (regcomp(&re, f, REG_EXTENDED | REG_ICASE | REG_NOSUB)) {
+        fprintf(stderr, "TEST_FILTER='%s' is not an extended regular expression\n", f);
+        exit(2);
+      }
+      filtered = 1;
+    }
+    ready = 1;
+  }
+  return !filtered || regexec(&re, name, 0, NULL, 0) == 0;
+}
+
+// TEST_RUN(test_x(args)): runs the call when its text matches TEST_FILTER (the function and its
+// arguments: F=matmul picks every test_matmul call, F='attention.*causal' some of them).
+#define TEST_RUN(call)                \
+  do {                                \
+    if (test_wanted(#call)) { call; } \
+  } while (0)
 
 static inline int test_summary(void) {
   printf("%d passed, %d failed\n", test_passed_, test_failed_);

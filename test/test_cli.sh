@@ -23,7 +23,7 @@ expect "stray argument refused" 2 "unexpected argument 'extra'" $BIN $M --data $
 expect "missing --data refused" 2 "--data is required" $BIN $M
 expect "unknown model lists the presets" 2 "unknown model 'gpt5'.*|gpt2-124m" $BIN --model gpt5 --data $DATA
 expect "custom model with C not divisible by H refused" 2 "divisible by the number of heads" $BIN --model gpt:C=70,H=3 --data $DATA
-expect "bad --shard refused" 2 "--shard expects full, grad-op, none or hybrid:F" $BIN $M --data $DATA --shard half
+expect "bad --shard refused" 2 "--shard expects full, grad-op, none, hybrid:F or hpz\[:F2\]" $BIN $M --data $DATA --shard half
 expect "bad --wrap refused" 2 "--wrap expects block or linear" $BIN $M --data $DATA --wrap layer
 expect "--wrap linear for a model without that policy names the fix" 1 "model t5-small has no per-linear wrapping policy.*use --wrap block" \
   $BIN --model t5-small --data $DATA --wrap linear

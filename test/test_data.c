@@ -446,12 +446,12 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
-  test_round_trip();
-  test_rewritten_shard();
-  test_sampler();
-  test_ranks_equal_accumulation();
-  test_refusals();
-  test_make_addition();
+  TEST_RUN(test_round_trip());
+  TEST_RUN(test_rewritten_shard());
+  TEST_RUN(test_sampler());
+  TEST_RUN(test_ranks_equal_accumulation());
+  TEST_RUN(test_refusals());
+  TEST_RUN(test_make_addition());
   nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return test_summary();
 }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "kernels/exact_sum.h"
 #include "layers/model.h"
@@ -127,9 +127,11 @@ typedef struct {
   FSDPOptions opt;
   int F;        // the sharding factor the strategy implies on this world size
   int reshard;  // reshards after forward
+  int F2;       // hpz: ranks of a node group (0: not hpz)
 } Strategy;
 
-// The strategies valid on this world size: full, grad-op, none, hybrid:F for F | W.
+// The strategies valid on this world size: full, grad-op, none, hybrid:F for F | W, and hpz:F2
+// for 1 < F2 < W, F2 | W (node groups of consecutive ranks: all ranks of a test share a host).
 static int strategies(Strategy* out) {
   int n = 0;
   const char* fixed[3] = {"full", "grad-op", "none"};
@@ -151,6 +153,18 @@ static int strategies(Strategy* out) {
     if (fsdp_parse_strategy(s.spec, &s.opt)) fatal("test: cannot parse strategy %s", s.spec);
     out[n++] = s;
   }
+  for (int F2 = 2; F2 < g_W; F2++) {
+    if (g_W % F2) continue;
+    Strategy s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.spec, sizeof s.spec, "hpz:%d", F2);
+    s.F = g_W;
+    s.reshard = 1;
+    s.F2 = F2;
+    s.opt = default_options();
+    if (fsdp_parse_strategy(s.spec, &s.opt)) fatal("test: cannot parse strategy %s", s.spec);
+    out[n++] = s;
+  }
   return n;
 }
 
@@ -168,14 +182,14 @@ static void teardown(FSDP* fs, Model* m) {
   memplan_free(&fs->plan);
   comm_free(fs->shard_group);
   comm_free(fs->replica_group);
+  if (fs->node_group) comm_free(fs->node_group);
   for (int u = 0; u < fs->nunits; u++) free(fs->units[u].segs);
   free(fs->units);
-  free(fs->slots);
-  free(fs->slot_owner);
-  free(fs->slot_free);
-  free(fs->gathered);
-  free(fs->grad_slots);
-  free(fs->grad_slot_owner);
+  free(fs->slots.buf);
+  free(fs->slots.owner);
+  free(fs->slots.free);
+  free(fs->grads.buf);
+  free(fs->grads.owner);
   free(m->impl);
 }
 
@@ -262,12 +276,16 @@ static void test_parse(void) {
   VCHECK(&v, fsdp_parse_strategy("grad-op", &o) == 0 && o.strategy == SHARD_GRAD_OP, "grad-op");
   VCHECK(&v, fsdp_parse_strategy("none", &o) == 0 && o.strategy == SHARD_NONE, "none");
   VCHECK(&v, fsdp_parse_strategy("hybrid:3", &o) == 0 && o.strategy == SHARD_HYBRID && o.hybrid_factor == 3, "hybrid:3");
-  const char* bad[] = {"hybrid:0", "hybrid:", "hybrid:2x", "hybrid:-1", "half", "", "FULL"};
+  VCHECK(&v, fsdp_parse_strategy("hpz:3", &o) == 0 && o.strategy == SHARD_HPZ && o.hpz_factor == 3, "hpz:3");
+  VCHECK(&v, fsdp_parse_strategy("hpz", &o) == 0 && o.strategy == SHARD_HPZ && o.hpz_factor == 0, "hpz");
+  const char* bad[] = {"hybrid:0", "hybrid:", "hybrid:2x", "hybrid:-1", "half", "", "FULL", "hpz:0", "hpz:", "hpz:2x",
+                       "hpz:-2", "hpz2", "HPZ"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
     VCHECK(&v, fsdp_parse_strategy(bad[i], &o) == -1, "'%s' was accepted", bad[i]);
-  VCHECK(&v, !strcmp(fsdp_strategy_name(SHARD_GRAD_OP), "grad-op") && !strcmp(fsdp_strategy_name(SHARD_HYBRID), "hybrid"),
+  VCHECK(&v, !strcmp(fsdp_strategy_name(SHARD_GRAD_OP), "grad-op") && !strcmp(fsdp_strategy_name(SHARD_HYBRID), "hybrid") &&
+                 !strcmp(fsdp_strategy_name(SHARD_HPZ), "hpz"),
          "strategy names");
-  report(&v, "parse: fsdp_parse_strategy accepts full, grad-op, none, hybrid:F and rejects the rest");
+  report(&v, "parse: fsdp_parse_strategy accepts full, grad-op, none, hybrid:F, hpz[:F2] and rejects the rest");
 }
 
 // Shard groups from placement: groups of F consecutive positions in (node, rank) order, so
@@ -319,7 +337,19 @@ static void check_layout(const FSDP* fs, const Model* m, const char* tag, const 
          "replica group: rank %d of %d, expected %d of %d", comm_rank(fs->replica_group),
          comm_size(fs->replica_group), g_rank / F, g_W / F);
   VCHECK(&v, fs->reshard_after_forward == s->reshard, "reshard_after_forward=%d", fs->reshard_after_forward);
-  report(&v, "layout[%s] F=%d, %d replica(s), shard/replica groups of consecutive/strided ranks", tag, F, g_W / F);
+  VCHECK(&v, fs->secondary.F2 == s->F2, "secondary F2=%d, expected %d", fs->secondary.F2, s->F2);
+  if (s->F2) {
+    VCHECK(&v, fs->node_group && comm_size(fs->node_group) == s->F2 && comm_rank(fs->node_group) == g_rank % s->F2 &&
+                   fs->secondary.node_rank == g_rank % s->F2,
+           "node group: rank %d (node_rank %d) of %d, expected %d of %d", fs->node_group ? comm_rank(fs->node_group) : -1,
+           fs->secondary.node_rank, fs->node_group ? comm_size(fs->node_group) : 0, g_rank % s->F2, s->F2);
+    VCHECK(&v, fs->units[0].secondary == NULL, "the root has a secondary shard");
+    for (int u = 1; u < fs->nunits; u++)
+      VCHECK(&v, fs->units[u].secondary != NULL && fs->units[u].padded % s->F2 == 0, "%s: no secondary shard, or padded "
+             "%lld not a multiple of F2", fs->units[u].name, (long long)fs->units[u].padded);
+  }
+  report(&v, "layout[%s] F=%d, %d replica(s), shard/replica%s groups of consecutive/strided%s ranks", tag, F, g_W / F,
+         s->F2 ? "/node" : "", s->F2 ? "/consecutive" : "");
 
   v = verdict();
   for (int u = 0; u < fs->nunits; u++) {
@@ -435,8 +465,9 @@ static void check_decay_applied(FSDP* fs, const char* tag) {
     for (int64_t k = 0; k < U->shard; k++)
       VCHECK(&v, U->grad[k] == 0.0f, "%s: gradient not zero before the first step", U->name);
   }
-  AdamWArgs a = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd, .grad_scale = 1.0f, .step = 1};
-  fsdp_adamw_step(fs, a);
+  AdamWStep a = adamw_step_of((AdamWArgs){.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd,
+                                          .grad_scale = 1.0f, .step = 1});
+  fsdp_adamw_step(fs, &a);  // (the CPU backend's memory is the host's)
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
     int64_t lo = (int64_t)fs->shard_rank * U->shard;
@@ -568,6 +599,13 @@ static void check_memory(const FSDP* fs, const char* tag) {
   size_t sh = memplan_group_bytes(&fs->plan, "shards"), op = memplan_group_bytes(&fs->plan, "optimizer");
   VCHECK(&v, sh + op == want, "shards %zu + optimizer %zu = %zu bytes, expected %zu", sh, op, sh + op, want);
   VCHECK(&v, sh == want / 2 && op == want / 2, "shards %zu, optimizer %zu, expected %zu each", sh, op, want / 2);
+  // hpz: one secondary shard per unit but the root, padded / F2 16-bit (act_t) elements each.
+  size_t want2 = 0, got2 = memplan_group_bytes(&fs->plan, "secondary");
+  for (int u = 1; u < fs->nunits && fs->secondary.F2; u++) want2 += sizeof(act_t) * (size_t)(fs->units[u].padded / fs->secondary.F2);
+  VCHECK(&v, got2 == want2, "secondary shards %zu bytes, expected %zu", got2, want2);
+  for (int u = 1; u + 1 < fs->nunits && fs->secondary.F2; u++)
+    VCHECK(&v, fs->units[u + 1].secondary == fs->units[u].secondary + fs->units[u].padded / fs->secondary.F2,
+           "%s: secondary shards not consecutive", fs->units[u].name);
   // All 4 * nunits shard ranges are inside the plan and pairwise disjoint.
   int n = 4 * fs->nunits;
   const char* lo_[256];
@@ -587,7 +625,8 @@ static void check_memory(const FSDP* fs, const char* tag) {
     for (int j = i + 1; j < n && j < 256; j++)
       VCHECK(&v, hi_[i] <= lo_[j] || hi_[j] <= lo_[i], "shard arrays %d (unit %d) and %d (unit %d) overlap", i % 4,
              i / 4, j % 4, j / 4);
-  report(&v, "memory[%s] shards + optimizer == 16 B x sum(padded/F) = %zu B; shard arrays disjoint", tag, want);
+  report(&v, "memory[%s] shards + optimizer == 16 B x sum(padded/F) = %zu B; shard arrays disjoint; secondary %zu B", tag,
+         want, want2);
 }
 
 static void test_layouts(void) {
@@ -932,15 +971,16 @@ static void test_exact_sum(void) {
 
 // Everything resharded: no slot owned, no unit unsharded, no pooled gradient buffer held.
 static void check_resharded(const FSDP* fs, Verdict* v, const char* when) {
-  for (int s = 0; s < fs->nslots; s++)
-    VCHECK(v, fs->slot_owner[s] == -1, "%s: slot %d owned by unit %d", when, s, fs->slot_owner[s]);
-  for (int s = 0; s < fs->ngrad_slots; s++)
-    VCHECK(v, fs->grad_slot_owner[s] == -1, "%s: gradient buffer %d owned by unit %d", when, s, fs->grad_slot_owner[s]);
+  for (int s = 0; s < fs->slots.n; s++)
+    VCHECK(v, fs->slots.owner[s] == -1, "%s: slot %d owned by unit %d", when, s, fs->slots.owner[s]);
+  for (int s = 0; s < fs->grads.n; s++)
+    VCHECK(v, fs->grads.owner[s] == -1, "%s: gradient buffer %d owned by unit %d", when, s, fs->grads.owner[s]);
   for (int u = 0; u < fs->nunits; u++) {
     const Unit* U = &fs->units[u];
     VCHECK(v, U->full_params == NULL, "%s: %s still has full_params", when, U->name);
     VCHECK(v, U->full_grads == NULL, "%s: %s still has full_grads", when, U->name);
     VCHECK(v, U->slot == -1, "%s: %s still holds slot %d", when, U->name, U->slot);
+    VCHECK(v, !U->secondary_held, "%s: %s still holds its secondary shard", when, U->name);
   }
 }
 
@@ -971,6 +1011,7 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
   o.limit_all_gathers = K;
   o.prefetch_forward = o.prefetch_backward = pf;
   o.sync_accum = sync;
+  o.accum_steps = A;
   FSDP fs;
   Model m;
   build(&fs, &m, spec, o, B, T, 4242);
@@ -978,37 +1019,55 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
   char cfg[96];
   snprintf(cfg, sizeof cfg, "%.23s K=%d prefetch=%s sync_accum=%d accum=%d", s->spec, K, pf ? "on" : "off", sync, A);
   Verdict v = verdict();
-  int want_slots = s->reshard ? (K < L ? K : L) : L;
-  VCHECK(&v, fs.nslots == want_slots, "%d slots, expected %d", fs.nslots, want_slots);
+  // A shard that is the whole unit (F = 1): working copies and no slots, nothing gathered; with
+  // one micro-step the gradient goes into its shard: no buffers, and only the replicas' all-reduce.
+  int whole = s->F == 1, direct = whole && A == 1, replicas = g_W / s->F;
+  VCHECK(&v, fs.working_copy == whole && fs.direct_grads == direct, "working copies %d, direct gradients %d",
+         fs.working_copy, fs.direct_grads);
+  int want_slots = whole ? 0 : s->reshard ? (K < L ? K : L) : L;
+  VCHECK(&v, fs.slots.n == want_slots, "%d slots, expected %d", fs.slots.n, want_slots);
   int two = K < 2 ? 1 : 2;  // --limit-all-gathers 1 also means one gradient buffer
-  int want_gslots = sync ? (L < two ? L : two) : L;
-  VCHECK(&v, fs.ngrad_slots == want_gslots, "%d gradient buffers, expected %d", fs.ngrad_slots, want_gslots);
+  int want_gslots = direct ? 0 : sync ? (L < two ? L : two) : L;
+  VCHECK(&v, fs.grads.n == want_gslots, "%d gradient buffers, expected %d", fs.grads.n, want_gslots);
   check_resharded(&fs, &v, "before the step");
 
-  int64_t ag_step = fs.all_gathers, rs_step = fs.reduce_scatters;
-  int want_ag = s->reshard ? 1 + 2 * L : 1 + L;
+  int64_t ag_step = fs.stats.all_gathers, rs_step = fs.stats.reduce_scatters;
+  int want_ag = whole ? 0 : s->reshard ? 1 + 2 * L : 1 + L;
+  int want_rs_unit = direct && replicas == 1 ? 0 : 1;  // reductions per unit
+  // Backward's all-gathers: L over the shard group when the strategy reshards to it, L over the
+  // node group with hpz, none when the units stay unsharded from forward (or are whole).
+  int want_bwd_world = !whole && s->reshard && !s->F2 ? L : 0, want_bwd_node = s->F2 ? L : 0;
   double dloss = 1.0 / ((double)g_W * A * B * T);
   fsdp_begin_step(&fs, A);
   for (int j = 0; j < A; j++) {
     fill_tokens(&m, j);
-    int64_t ag0 = fs.all_gathers, rs0 = fs.reduce_scatters;
+    int64_t ag0 = fs.stats.all_gathers, rs0 = fs.stats.reduce_scatters;
     fsdp_begin_forward(&fs, j, 1);
-    double loss = model_forward(&m, 1, (float)dloss);
+    float dl = (float)dloss;
+    double loss = model_forward(&m, 1, &dl);
+    int64_t fwd = fs.stats.all_gathers - ag0, fwd_node = fs.stats.node_all_gathers, ag1 = fs.stats.all_gathers;
     model_backward(&m);
+    int64_t bwd_node = fs.stats.node_all_gathers - fwd_node, bwd_world = fs.stats.all_gathers - ag1 - bwd_node;
     VCHECK(&v, isfinite(loss) && loss > 0, "micro-step %d: loss %g", j, loss);
-    VCHECK(&v, fs.all_gathers - ag0 == want_ag, "micro-step %d: %lld all-gathers, expected %d", j,
-           (long long)(fs.all_gathers - ag0), want_ag);
-    int want_rs = (sync || j == A - 1) ? L + 1 : 0;
-    VCHECK(&v, fs.reduce_scatters - rs0 == want_rs, "micro-step %d: %lld reduce-scatters, expected %d", j,
-           (long long)(fs.reduce_scatters - rs0), want_rs);
+    VCHECK(&v, fwd == (whole ? 0 : 1 + L) && fs.stats.node_all_gathers == fwd_node + bwd_node, "micro-step %d: forward: "
+           "%lld all-gathers, expected %d", j, (long long)fwd, whole ? 0 : 1 + L);
+    VCHECK(&v, bwd_world == want_bwd_world && bwd_node == want_bwd_node, "micro-step %d: backward: %lld all-gathers over "
+           "the shard group and %lld over the node group, expected %d and %d", j, (long long)bwd_world, (long long)bwd_node,
+           want_bwd_world, want_bwd_node);
+    VCHECK(&v, fs.stats.all_gathers - ag0 == want_ag, "micro-step %d: %lld all-gathers, expected %d", j,
+           (long long)(fs.stats.all_gathers - ag0), want_ag);
+    int want_rs = (sync || j == A - 1) ? (L + 1) * want_rs_unit : 0;
+    VCHECK(&v, fs.stats.reduce_scatters - rs0 == want_rs, "micro-step %d: %lld reduce-scatters, expected %d", j,
+           (long long)(fs.stats.reduce_scatters - rs0), want_rs);
     char when[48];
     snprintf(when, sizeof when, "after micro-step %d", j);
     check_resharded(&fs, &v, when);
   }
-  VCHECK(&v, fs.all_gathers - ag_step == (int64_t)A * want_ag, "%lld all-gathers in the step",
-         (long long)(fs.all_gathers - ag_step));
-  VCHECK(&v, fs.reduce_scatters - rs_step == (int64_t)(L + 1) * (sync ? A : 1), "%lld reduce-scatters in the step, expected %d",
-         (long long)(fs.reduce_scatters - rs_step), (L + 1) * (sync ? A : 1));
+  VCHECK(&v, fs.stats.all_gathers - ag_step == (int64_t)A * want_ag, "%lld all-gathers in the step",
+         (long long)(fs.stats.all_gathers - ag_step));
+  VCHECK(&v, fs.stats.reduce_scatters - rs_step == (int64_t)(L + 1) * (sync ? A : 1) * want_rs_unit,
+         "%lld reduce-scatters in the step, expected %d", (long long)(fs.stats.reduce_scatters - rs_step),
+         (L + 1) * (sync ? A : 1) * want_rs_unit);
 
   double norm = fsdp_grad_norm(&fs);
   double ss = 0.0;  // the same norm computed directly from the shards
@@ -1019,8 +1078,9 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
   double norm0 = norm;
   comm_broadcast(g_world, &norm0, sizeof norm0, 0);
   VCHECK(&v, !memcmp(&norm, &norm0, sizeof norm), "grad norm %.17g differs from rank 0's %.17g", norm, norm0);
-  AdamWArgs args = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 1};
-  fsdp_adamw_step(&fs, args);
+  AdamWStep args = adamw_step_of((AdamWArgs){.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                             .weight_decay = 0.1f, .grad_scale = 0.5f, .step = 1});
+  fsdp_adamw_step(&fs, &args);
   for (int u = 0; u < fs.nunits; u++)
     for (int64_t k = 0; k < fs.units[u].shard; k++)
       if (fs.units[u].grad[k] != 0.0f) {
@@ -1031,15 +1091,20 @@ static void check_schedule(const Strategy* s, int K, int pf, int sync, int A) {
 
   // An evaluation forward: 1 + L all-gathers, no reduction, everything resharded after.
   fill_tokens(&m, 0);
-  int64_t ag0 = fs.all_gathers, rs0 = fs.reduce_scatters;
+  int64_t ag0 = fs.stats.all_gathers, rs0 = fs.stats.reduce_scatters;
+  int64_t node0 = fs.stats.node_all_gathers;
   fsdp_begin_forward(&fs, 0, 0);
-  double eloss = model_forward(&m, 1, 0.0f);
+  double eloss = model_forward(&m, 1, NULL);
   VCHECK(&v, isfinite(eloss), "evaluation loss %g", eloss);
-  VCHECK(&v, fs.all_gathers - ag0 == 1 + L, "evaluation: %lld all-gathers, expected %d", (long long)(fs.all_gathers - ag0), 1 + L);
-  VCHECK(&v, fs.reduce_scatters == rs0, "evaluation reduced gradients");
+  VCHECK(&v, fs.stats.all_gathers - ag0 == (whole ? 0 : 1 + L), "evaluation: %lld all-gathers, expected %d",
+         (long long)(fs.stats.all_gathers - ag0), whole ? 0 : 1 + L);
+  VCHECK(&v, fs.stats.node_all_gathers == node0, "evaluation gathered from secondary shards");
+  VCHECK(&v, fs.stats.reduce_scatters == rs0, "evaluation reduced gradients");
   check_resharded(&fs, &v, "after an evaluation forward");
-  report(&v, "schedule[W=%d %s]: %d all-gathers/micro-step, %d reduce-scatters/%s, %d slots, all resharded after "
-             "step and eval", g_W, cfg, want_ag, L + 1, sync ? "micro-step" : "step", want_slots);
+  report(&v, "schedule[W=%d %s]: %d all-gathers/micro-step (backward: %d over the shard group, %d over the node "
+             "group), %d reduce-scatters/%s, %d slots, %d gradient buffers, all resharded after step and eval", g_W, cfg,
+         want_ag, want_bwd_world, want_bwd_node, (L + 1) * want_rs_unit, sync ? "micro-step" : "step", want_slots,
+         want_gslots);
 
   // Bit-identical results between configurations that fold the gradient sums the same way.
   uint64_t digest = fsdp_params_digest(&fs);
@@ -1085,6 +1150,23 @@ static void check_unsharded(FSDP* fs, int u, Verdict* v, const char* when) {
   free(got);
 }
 
+// hpz, after unit u's post-forward reshard: it holds its secondary shard, slice node_rank of F2 of
+// the unit's (16-bit) parameters, which are the master's.
+static void check_secondary(FSDP* fs, int u, Verdict* v) {
+  const Unit* U = &fs->units[u];
+  size_t n = (size_t)(U->padded / fs->secondary.F2), lo = (size_t)fs->secondary.node_rank * n;
+  float* want = xcalloc((size_t)U->padded, sizeof(float), "test");  // zero beyond numel: padding
+  float* got = xmalloc(n * sizeof(float), "test");
+  fsdp_gather_master(fs, u, want);  // collective: every rank reaches the same points
+  VCHECK(v, U->secondary_held, "after post_forward(%d): %s holds no secondary shard", u, U->name);
+  cast_act_to_f32(fs->kctx, got, U->secondary, n);
+  long long d = first_diff(got, want + lo, n, sizeof(float));
+  VCHECK(v, d < 0, "after post_forward(%d): %s secondary element %lld (flat %lld) is %g, master %g", u, U->name, d,
+         (long long)lo + d, got[d < 0 ? 0 : d], want[lo + (d < 0 ? 0 : d)]);
+  free(want);
+  free(got);
+}
+
 // Drives the four points by hand, as a model does, and checks what is unsharded after each:
 // the parameters in a slot equal the master, at most nslots blocks are unsharded, a unit is
 // resharded after forward exactly when the strategy says so, and prefetch issues the next
@@ -1095,19 +1177,22 @@ static void check_points(const Strategy* s, int K, int pf) {
   o.prefetch_forward = o.prefetch_backward = pf;
   FSDP fs;
   Model m;
+  o.accum_steps = 1;
   build(&fs, &m, "gpt:L=3,C=40,H=2,V=131,T=16", o, 1, 8, 77);
   int L = m.cfg.L;
   Verdict v = verdict();
   char when[64];
+  // Working copies (F = 1): no slots to limit, nothing to prefetch.
+  int whole = fs.working_copy, limit = whole ? L : fs.slots.n;
   fsdp_begin_step(&fs, 1);
   fsdp_begin_forward(&fs, 0, 1);
   for (int u = 0; u <= L; u++) {
     fsdp_pre_forward(&fs, u);
     snprintf(when, sizeof when, "forward, after pre_forward(%d)", u);
     check_unsharded(&fs, u, &v, when);
-    VCHECK(&v, gathered_blocks(&fs) <= fs.nslots, "%s: %d blocks unsharded, %d slots", when, gathered_blocks(&fs), fs.nslots);
+    VCHECK(&v, gathered_blocks(&fs) <= limit, "%s: %d blocks unsharded, %d slots", when, gathered_blocks(&fs), limit);
     if (u < L) {
-      int can = u == 0 || !s->reshard || K >= 2;  // a free slot for the next unit
+      int can = (u == 0 || !s->reshard || K >= 2) && !whole;  // a free slot for the next unit
       int next = fs.units[u + 1].full_params != NULL;
       VCHECK(&v, next == (pf && can), "%s: unit %d %s", when, u + 1, next ? "prefetched" : "not prefetched");
     }
@@ -1115,6 +1200,7 @@ static void check_points(const Strategy* s, int K, int pf) {
     if (u > 0)
       VCHECK(&v, (fs.units[u].full_params == NULL) == s->reshard, "forward, after post_forward(%d): %s", u,
              fs.units[u].full_params ? "still unsharded" : "resharded");
+    if (u > 0 && s->F2) check_secondary(&fs, u, &v);
   }
   fsdp_end_forward(&fs);
   VCHECK(&v, fs.units[0].full_params != NULL, "the root was resharded before backward");
@@ -1124,19 +1210,21 @@ static void check_points(const Strategy* s, int K, int pf) {
     fsdp_pre_backward(&fs, u);
     snprintf(when, sizeof when, "backward, after pre_backward(%d)", u);
     check_unsharded(&fs, u, &v, when);
-    VCHECK(&v, gathered_blocks(&fs) <= fs.nslots, "%s: %d blocks unsharded, %d slots", when, gathered_blocks(&fs), fs.nslots);
+    VCHECK(&v, gathered_blocks(&fs) <= limit, "%s: %d blocks unsharded, %d slots", when, gathered_blocks(&fs), limit);
     VCHECK(&v, fs.units[u].full_grads != NULL, "%s: no gradient buffer", when);
+    VCHECK(&v, !fs.direct_grads || fs.units[u].full_grads == fs.units[u].grad, "%s: gradient not in its shard", when);
     if (u > 1 && s->reshard) {
       int next = fs.units[u - 1].full_params != NULL;
-      VCHECK(&v, next == (pf && K >= 2), "%s: unit %d %s", when, u - 1, next ? "prefetched" : "not prefetched");
+      VCHECK(&v, next == (pf && K >= 2 && !whole), "%s: unit %d %s", when, u - 1, next ? "prefetched" : "not prefetched");
     }
     fsdp_post_backward(&fs, u);
     VCHECK(&v, fs.units[u].full_params == NULL && fs.units[u].full_grads == NULL, "after post_backward(%d): not resharded", u);
+    VCHECK(&v, !fs.units[u].secondary_held, "after post_backward(%d): the secondary shard is still held", u);
   }
   fsdp_post_backward(&fs, 0);
   check_resharded(&fs, &v, "after backward");
   report(&v, "points[W=%d %s K=%d prefetch=%s]: unsharded params == master, <= %d blocks unsharded, reshard and "
-             "prefetch as the strategy says", g_W, s->spec, K, pf ? "on" : "off", fs.nslots);
+             "prefetch as the strategy says", g_W, s->spec, K, pf ? "on" : "off", fs.slots.n);
   teardown(&fs, &m);
 }
 
@@ -1161,13 +1249,13 @@ int main(int argc, char** argv) {
   g_rank = comm_rank(g_world);
   g_W = comm_size(g_world);
   if (g_rank == 0) printf("test_fsdp on %d rank%s\n", g_W, g_W > 1 ? "s" : "");
-  test_parse();
-  test_group_positions();
-  test_layouts();   // 1-4: layout, decay segments, sharded init, resident memory
-  test_generator();
-  test_comm();      // 5
-  test_exact_sum(); // 6
-  test_schedule();  // 7
+  TEST_RUN(test_parse());
+  TEST_RUN(test_group_positions());
+  TEST_RUN(test_layouts());   // 1-4: layout, decay segments, sharded init, resident memory
+  TEST_RUN(test_generator());
+  TEST_RUN(test_comm());      // 5
+  TEST_RUN(test_exact_sum()); // 6
+  TEST_RUN(test_schedule());  // 7
   // Every rank exits non-zero when any rank failed any check.
   int all_ok = comm_all_true(g_world, test_failed_ == 0 && g_local_failures == 0);
   if (!all_ok && !test_failed_) {

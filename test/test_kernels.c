@@ -20,6 +20,7 @@
 
 #include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
+#include "kernels/step_control.h"
 #include "test/test.h"
 
 // ---- helpers ------------------------------------------------------------------------
@@ -421,7 +422,8 @@ static void test_gelu_accuracy(void) {
 
 typedef struct {
   AttnShape s;
-  float *q, *k, *v, *bias, *out, *lse, *R;
+  AttnBias bias;  // bias.table: [num_buckets, H] (a float* here)
+  float *q, *k, *v, *table, *out, *lse, *R;
 } AttnCase;
 static double attn_loss(void* p) {
   AttnCase* a = p;
@@ -444,7 +446,11 @@ static void attn_reference(const AttnCase* a, double* out, double* lse) {
           for (int c = 0; c < s.D; c++)
             d += (double)a->q[(size_t)(b * s.Tq + i) * s.q_stride + h * s.D + c] *
                  a->k[(size_t)(b * s.Tk + j) * s.kv_stride + h * s.D + c];
-          sc[j] = s.scale * d + (a->bias ? a->bias[((size_t)h * s.Tq + i) * s.Tk + j] : 0.0);
+          double pb = 0.0;
+          if (a->table)
+            pb = a->table[(size_t)relative_position_bucket(j - i, a->bias.bidirectional, a->bias.num_buckets,
+                                                           a->bias.max_distance) * s.H + h];
+          sc[j] = s.scale * d + pb;
           mx = fmax(mx, sc[j]);
         }
         double sum = 0.0;
@@ -465,6 +471,10 @@ static void attn_reference(const AttnCase* a, double* out, double* lse) {
 // Runs forward-vs-reference and finite differences for one attention configuration.
 // fused: q, k, v are the column thirds of one [B*T, 3C] buffer (GPT), checked as one tensor.
 // kv_pad extra columns per k/v row (separate buffers) must never be written by the backward.
+// use_bias: a position-bias table of few buckets and a short max_distance, so these short
+// sequences reach the log-spaced buckets and the last one (positions past max_distance):
+// bidirectional 8 buckets (exact below 2), one-directional (causal) 5 (exact below 2), both
+// with max_distance 4.
 static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal,
                            int use_bias, int fused, int kv_pad) {
   char label[160];
@@ -489,11 +499,14 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     dq = falloc(nq), dk = falloc(nkv), dv = falloc(nkv);
     for (size_t i = 0; i < nkv; i++) dk[i] = dv[i] = 7.0f;  // sentinel for padding columns
   }
-  size_t nbias = (size_t)H * Tq * Tk, nout = (size_t)B * Tq * C;
+  size_t nout = (size_t)B * Tq * C;
+  int nbuckets = causal ? 5 : 8;
+  size_t nbias = (size_t)nbuckets * H;
   float* dbias = NULL;
   if (use_bias) {
-    a.bias = falloc(nbias), dbias = falloc(nbias);
-    fill_rand(a.bias, nbias, 1.0f);
+    a.table = falloc(nbias), dbias = falloc(nbias);
+    fill_rand(a.table, nbias, 1.0f);
+    a.bias = (AttnBias){.table = a.table, .num_buckets = nbuckets, .max_distance = 4, .bidirectional = !causal};
   }
   a.out = falloc(nout), a.lse = falloc((size_t)B * H * Tq), a.R = falloc(nout);
   fill_R(a.R, nout);
@@ -537,15 +550,15 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     fd_check(label, a.v, nkv, dv, attn_loss, &a, 60, 1e-2f);
   }
   if (use_bias) {
-    snprintf(label, sizeof label, "attention_backward dpos_bias, %s", name);
-    fd_check(label, a.bias, nbias, dbias, attn_loss, &a, 60, 1e-2f);
-    // dpos_bias accumulates: a second call adds the same gradient again.
+    snprintf(label, sizeof label, "attention_backward dtable, %s", name);
+    fd_check(label, a.table, nbias, dbias, attn_loss, &a, 60, 1e-2f);
+    // dtable accumulates: a second call adds the same gradient again.
     float* d1 = falloc(nbias);
     memcpy(d1, dbias, nbias * 4);
     attention_backward(NULL, dq, dk, dv, dbias, a.R, a.out, a.lse, a.q, a.k, a.v, a.bias, a.s);
     double w = 0.0;
     for (size_t i = 0; i < nbias; i++) w = fmax(w, rel_err(dbias[i], 2.0 * d1[i], 1e-3));
-    snprintf(label, sizeof label, "attention_backward dpos_bias accumulates, %s", name);
+    snprintf(label, sizeof label, "attention_backward dtable accumulates, %s", name);
     EXPECT(label, w < 1e-5, "rel err %.3e", w);
     free(d1);
   }
@@ -554,7 +567,7 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   } else {
     free(a.q), free(a.k), free(a.v), free(dq), free(dk), free(dv);
   }
-  free(a.bias), free(dbias), free(a.out), free(a.lse), free(a.R), free(rout), free(rlse);
+  free(a.table), free(dbias), free(a.out), free(a.lse), free(a.R), free(rout), free(rlse);
 }
 
 // ---- classifier ---------------------------------------------------------------------
@@ -569,7 +582,7 @@ typedef struct {
 static double cls_loss(void* p) {
   ClsCase* c = p;
   memcpy(c->work, c->logits, (size_t)c->N * c->Vp * 4);
-  classifier_forward_backward(NULL, c->losses, c->work, c->tgt, c->N, c->V, c->Vp, c->dloss);
+  classifier_forward_backward(NULL, c->losses, c->work, c->tgt, c->N, c->V, c->Vp, &c->dloss);
   double s = 0.0;
   for (int n = 0; n < c->N; n++) s += c->losses[n];
   return s * c->dloss;
@@ -640,7 +653,7 @@ static void test_classifier_inf(void) {
     if (j != 9) lg[3 * Vp + j] = -INFINITY;
   lg[4 * Vp + 0] = -INFINITY, lg[4 * Vp + 1] = lg[4 * Vp + 8] = INFINITY;
   memcpy(g, lg, sizeof(float) * N * Vp);
-  classifier_forward_backward(NULL, losses, g, tgt, N, V, Vp, dloss);
+  classifier_forward_backward(NULL, losses, g, tgt, N, V, Vp, &dloss);
 
   int nan = 0;
   for (int i = 0; i < N * Vp; i++) nan += isnan(g[i]);
@@ -755,14 +768,24 @@ static void test_adamw_ranges(void) {
   for (int i = 0; i < 12; i++) v[i] = rv[i] = 0.01f + 0.01f * fabsf(srand1());
   AdamWArgs a = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f,
                  .step = 2};
-  adamw_update_ranges(NULL, p, g, m, v, r, 3, a);
+  float pact[12], rpact[12];
+  for (int i = 0; i < 12; i++) pact[i] = rpact[i] = -1.0f;  // gaps must keep this
+  AdamWStep st = adamw_step_of(a);
+  adamw_update_ranges(NULL, p, pact, g, m, v, r, 3, &st);
   for (int k = 0; k < 3; k++) {
     int o = (int)r[k].start;
-    adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv + o, (size_t)(r[k].end - r[k].start), adamw_range_args(a, &r[k]));
+    adamw_update(NULL, rp + o, rpact + o, g + o, rm + o, rv + o, (size_t)(r[k].end - r[k].start),
+                 adamw_range_args(a, &r[k]));
   }
-  EXPECT("adamw_update_ranges: adamw_update on each range, the gaps untouched",
-         !memcmp(p, rp, sizeof p) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) && p[0] == rp[0],
+  EXPECT("adamw_update_ranges: adamw_update on each range (with the working copy), the gaps untouched",
+         !memcmp(p, rp, sizeof p) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) && p[0] == rp[0] &&
+             !memcmp(pact, rpact, sizeof pact) && pact[0] == -1.0f && pact[6] == -1.0f,
          "differs");
+  st.update = 0;  // a step skipped on the device: nothing is written
+  adamw_update_ranges(NULL, p, pact, g, m, v, r, 3, &st);
+  EXPECT("adamw_update_ranges with update = 0 writes nothing",
+         !memcmp(p, rp, sizeof p) && !memcmp(m, rm, sizeof m) && !memcmp(v, rv, sizeof v) &&
+             !memcmp(pact, rpact, sizeof pact), "it changed the state");
 }
 
 static void test_block_sumsq(void) {
@@ -827,9 +850,10 @@ static void test_determinism(void) {
   AttnShape sb = {B, Ta, Ta, H, D, 3 * Ca, 3 * Ca, 1.0f, 0};
   AttnShape sc = sb;
   sc.causal = 1, sc.scale = 1.0f / sqrtf((float)D);
-  size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca, nb = (size_t)H * Ta * Ta;
+  size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca, nb = (size_t)8 * H;
   float *qkv = falloc(nqkv), *pb = falloc(nb), *ado = falloc(nout);
   fill_rand(qkv, nqkv, 1.0f), fill_rand(pb, nb, 1.0f), fill_rand(ado, nout, 1.0f);
+  const AttnBias pos = {.table = pb, .num_buckets = 8, .max_distance = 6, .bidirectional = 1}, none = {0};
   // AdamW, GELU and block_sumsq over more elements than PARALLEL_MIN_ELEMENTS (32768), below
   // which they run on one thread
   const size_t np = 40000;
@@ -843,7 +867,7 @@ static void test_determinism(void) {
   const char* names[NOUT] = {"matmul_forward", "matmul_backward dinp", "matmul_backward dweight",
     "matmul_backward dbias", "attention_forward (bias)", "attention_forward lse (bias)",
     "attention_forward (causal)", "attention_forward lse (causal)", "attention_backward (bias)",
-    "attention_backward dpos_bias", "attention_backward (causal)", "embedding_backward dwte",
+    "attention_backward dtable", "attention_backward (causal)", "embedding_backward dwte",
     "embedding_backward dwpe", "layernorm_forward", "layernorm_forward mean",
     "layernorm_forward rstd", "layernorm_backward dx", "layernorm_backward dweight",
     "layernorm_backward dbias", "gelu_forward", "gelu_backward", "adamw_update p",
@@ -860,12 +884,12 @@ static void test_determinism(void) {
     matmul_forward(NULL, x[MMF], inp, w, bias, N, C, OC);
     for (int i = 0; i < OC * C; i++) x[DW][i] = 0.01f * (i % 17);  // accumulate onto nonzero
     matmul_backward(NULL, x[DINP], x[DW], x[DB], dout, inp, w, N, C, OC);
-    attention_forward(NULL, x[AO], x[ALSE], qkv, qkv + Ca, qkv + 2 * Ca, pb, sb);
-    attention_forward(NULL, x[AO2], x[ALSE2], qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+    attention_forward(NULL, x[AO], x[ALSE], qkv, qkv + Ca, qkv + 2 * Ca, pos, sb);
+    attention_forward(NULL, x[AO2], x[ALSE2], qkv, qkv + Ca, qkv + 2 * Ca, none, sc);
     attention_backward(NULL, x[DQKV], x[DQKV] + Ca, x[DQKV] + 2 * Ca, x[DPB], ado, x[AO], x[ALSE],
-                       qkv, qkv + Ca, qkv + 2 * Ca, pb, sb);
+                       qkv, qkv + Ca, qkv + 2 * Ca, pos, sb);
     attention_backward(NULL, x[DQKV2], x[DQKV2] + Ca, x[DQKV2] + 2 * Ca, NULL, ado, x[AO2],
-                       x[ALSE2], qkv, qkv + Ca, qkv + 2 * Ca, NULL, sc);
+                       x[ALSE2], qkv, qkv + Ca, qkv + 2 * Ca, none, sc);
     embedding_backward(NULL, x[DWTE], x[DWPE], inp, tok, N, T, C);
     layernorm_forward(NULL, x[LNO], x[LNM], x[LNR], inp, lnwt, lnwt, N, C, 1e-5f);
     layernorm_backward(NULL, x[LNX], x[LNW], x[LNB], inp, inp, lnwt, mean, rstd, N, C);
@@ -890,33 +914,99 @@ static void test_determinism(void) {
   free(qkv), free(pb), free(ado), free(g);
 }
 
+// The step's decision (kernels/step_control.h, step_prepare / grad_norm_words / step_decide):
+// the norm from the units' exact words, the verdict, the loss scale's policy, AdamW's grad_scale
+// and the stop at max_bad_steps, which no later step undoes.
+static int64_t g_units[3 * NORM_WORDS], g_total[EXACT_WORDS + 3];
+static void norm_of(const double* sumsq_per_unit, int nan_unit) {  // three units' words
+  for (int u = 0; u < 3; u++) {
+    int64_t* w = g_units + u * NORM_WORDS;
+    memset(w, 0, NORM_WORDS * sizeof(int64_t));
+    exact_add(w, sumsq_per_unit[u]);
+    if (u == nan_unit) w[EXACT_WORDS] = 1;
+  }
+  grad_norm_words(NULL, g_total, g_units, 3);
+}
+static void test_step_decide(void) {
+  StepControl c;
+  memset(&c, 0, sizeof c);
+  c.grad_clip = 1.0f, c.dynamic = 1, c.window = 2, c.max_bad_steps = 2;
+  c.scale = 1024.0;
+  c.in = (StepInputs){.tokens = 100, .lr = 0.01f, .bc1 = 0.1f, .bc2 = 0.05f, .step = 1};
+  step_prepare(NULL, &c);
+  EXPECT("step_prepare: dloss = scale / tokens, the step's inputs in place",
+         c.dloss == (float)(1024.0 / 100) && c.tokens == 100 && c.adamw.lr == 0.01f && c.adamw.step == 1, "dloss %g", c.dloss);
+  const double ss[3] = {1024.0 * 1024.0 * 4.0, 1024.0 * 1024.0 * 5.0, 0.0};  // |g|^2 = 9 * S^2: norm 3 unscaled
+  norm_of(ss, -1);
+  double loss_sum = 250.0;
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: a finite step updates, with the loss, the unscaled norm and grad_scale = clip / norm / S",
+         c.adamw.update && c.loss == 2.5 && c.norm == 3.0 && c.adamw.grad_scale == (float)(step_control_clip_scale(3.0, 1.0f) / 1024.0) &&
+             loss_sum == 0.0 && c.nonfinite_unit == -1 && !c.bad && c.good == 1 && c.scale == 1024.0,
+         "update %d loss %g norm %g grad_scale %g", c.adamw.update, c.loss, c.norm, c.adamw.grad_scale);
+  loss_sum = 250.0;
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: window finite steps double a dynamic scale", c.scale == 2048.0 && c.good == 0, "scale %g", c.scale);
+  norm_of(ss, 1);  // a NaN in unit 1 of some rank: an overflow under a dynamic scale
+  loss_sum = 250.0;
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: a non-finite gradient under a dynamic scale is an overflow: skipped, not bad, the scale halves, "
+         "unit 1 named", !c.adamw.update && c.overflow && !c.bad && c.scale == 1024.0 && c.nonfinite_unit == 1 &&
+             c.bad_steps == 0, "update %d overflow %d bad %d scale %g unit %d", c.adamw.update, c.overflow, c.bad,
+         c.scale, c.nonfinite_unit);
+  norm_of(ss, -1);
+  loss_sum = NAN;
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: a NaN loss is bad and leaves the scale", !c.adamw.update && c.bad && c.bad_steps == 1 &&
+             !c.stopped && c.scale == 1024.0, "bad %d bad_steps %d", c.bad, c.bad_steps);
+  loss_sum = INFINITY;
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: the max_bad_steps-th bad step stops the run", c.bad && c.bad_steps == 2 && c.stopped,
+         "bad_steps %d stopped %d", c.bad_steps, c.stopped);
+  loss_sum = 250.0;  // a finite step queued after the stop (the host reads the verdict one step later)
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: a step after the stop updates nothing and leaves the scaler and the counts",
+         !c.adamw.update && c.stopped && c.bad_steps == 2 && c.scale == 1024.0 && c.good == 0, "update %d", c.adamw.update);
+  // A static scale at the floor: a non-finite norm is bad, and the scale stays.
+  memset(&c, 0, sizeof c);
+  c.max_bad_steps = 3, c.scale = 1.0, c.in.tokens = 10;
+  step_prepare(NULL, &c);
+  norm_of(ss, 0);
+  loss_sum = 1.0;
+  step_decide(NULL, &c, &loss_sum, g_total, 3);
+  EXPECT("step_decide: without a dynamic scale a non-finite norm is bad, not an overflow",
+         !c.adamw.update && c.bad && !c.overflow && c.scale == 1.0 && c.bad_steps == 1, "bad %d overflow %d", c.bad,
+         c.overflow);
+}
+
 int main(void) {
-  test_embedding(1);
-  test_embedding(0);
-  test_norm(0);
-  test_norm(1);
-  test_matmul(7, 13, 5, 1);
-  test_matmul(7, 13, 5, 0);
-  test_matmul(9, 20, 70, 1);  // full 4x32 register tiles plus edges
+  TEST_RUN(test_step_decide());
+  TEST_RUN(test_embedding(1));
+  TEST_RUN(test_embedding(0));
+  TEST_RUN(test_norm(0));
+  TEST_RUN(test_norm(1));
+  TEST_RUN(test_matmul(7, 13, 5, 1));
+  TEST_RUN(test_matmul(7, 13, 5, 0));
+  TEST_RUN(test_matmul(9, 20, 70, 1));  // full 4x32 register tiles plus edges
   // full dot tiles (C a multiple of 16) and row tiles (C a multiple of 32), edge rows, and a
   // reduction over OC longer than one cache chunk (the input gradient's k runs over OC)
-  test_matmul(29, 96, 530, 1);
-  test_matmul(30, 70, 300, 0);
-  test_activations();
-  test_gelu_accuracy();
-  test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0);
-  test_attention("bidirectional + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 0, 1, 0, 0);
-  test_attention("causal + pos_bias B=2 T=5 H=2 D=4", 2, 5, 5, 2, 4, 1, 1, 0, 0);
-  test_attention("cross Tq=3 Tk=7 kv_stride padded", 2, 3, 7, 2, 4, 0, 0, 0, 3);
-  test_attention("fused qkv causal B=2 T=5 H=3 D=8", 2, 5, 5, 3, 8, 1, 0, 1, 0);
-  test_classifier();
-  test_classifier_inf();
-  test_elementwise();
-  test_adamw(0.0f);
-  test_adamw(0.1f);
-  test_adamw_ranges();
-  test_block_sumsq();
-  test_exact_sum();
-  test_determinism();
+  TEST_RUN(test_matmul(29, 96, 530, 1));
+  TEST_RUN(test_matmul(30, 70, 300, 0));
+  TEST_RUN(test_activations());
+  TEST_RUN(test_gelu_accuracy());
+  TEST_RUN(test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0));
+  TEST_RUN(test_attention("bidirectional + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 0, 1, 0, 0));
+  TEST_RUN(test_attention("causal + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 1, 1, 0, 0));
+  TEST_RUN(test_attention("cross Tq=3 Tk=7 kv_stride padded", 2, 3, 7, 2, 4, 0, 0, 0, 3));
+  TEST_RUN(test_attention("fused qkv causal B=2 T=5 H=3 D=8", 2, 5, 5, 3, 8, 1, 0, 1, 0));
+  TEST_RUN(test_classifier());
+  TEST_RUN(test_classifier_inf());
+  TEST_RUN(test_elementwise());
+  TEST_RUN(test_adamw(0.0f));
+  TEST_RUN(test_adamw(0.1f));
+  TEST_RUN(test_adamw_ranges());
+  TEST_RUN(test_block_sumsq());
+  TEST_RUN(test_exact_sum());
+  TEST_RUN(test_determinism());
   return test_summary();
 }

@@ -1,18 +1,21 @@
 // test_launch.c: launcher environments (OpenMPI, Slurm, torchrun), the run id, and the NCCL id
-// handed from rank 0 to other ranks through a file (fsdp/launch.c).
+// handed from rank 0 to other ranks through a file (infra/launch.c).
 //
 // Environments are injected through the getter, never setenv. The id exchange runs ranks
 // 1..3 as forked child processes of this one (rank 0); files go to a fresh temporary
 // directory (mkdtemp) that must be empty, and is removed, at the end.
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "fsdp/launch.h"
+#include "infra/launch.h"
 #include "test/test.h"
 
 static char g_err[4096];
@@ -441,17 +444,91 @@ static void test_exchange_errors(void) {
          g_err);
 }
 
+// Another user's files in the exchange directory: a planted id file, links at the names rank 0
+// writes and the ranks read, a stale file, and a directory others can write.
+static void read_text(const char* path, char* out, size_t cap) {
+  FILE* f = fopen(path, "r");
+  out[0] = 0;
+  if (f) {
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    fclose(f);
+  }
+}
+
+static void test_planted(void) {
+  unsigned char id[IDLEN], got[IDLEN];
+  for (int i = 0; i < IDLEN; i++) id[i] = (unsigned char)(i * 13 + 1), got[i] = 0;
+  char text[256];
+
+  // A link planted at rank 0's temporary name: refused, never written through.
+  write_file(tpath("victim"), "keep\n", 5);
+  char tmpname[128];
+  snprintf(tmpname, sizeof tmpname, ".fsdp_id.linkrun.tmp.%ld", (long)getpid());
+  CHECK(symlink(tpath("victim"), tpath(tmpname)) == 0, "symlink: %s", strerror(errno));
+  int rc = launch_exchange_id(g_dir, "linkrun", 0, id, IDLEN, 1.0, g_err, sizeof g_err);
+  read_text(tpath("victim"), text, sizeof text);
+  EXPECT("planted: a link at rank 0's temporary name is refused, its target untouched",
+         rc == -1 && has(g_err, tmpname) && !strcmp(text, "keep\n") && count_entries("fsdp_id.linkrun") == 0,
+         "rc %d, target now '%s': %s", rc, text, g_err);
+  unlink(tpath(tmpname));
+
+  // A link at the id file's name: rank 0 does not write through it, and no rank reads through it.
+  rc = launch_exchange_id(g_dir, "good", 0, id, IDLEN, 1.0, g_err, sizeof g_err);
+  CHECK(rc == 0, "writing good: %s", g_err);
+  CHECK(symlink(tpath("fsdp_id.good"), tpath("fsdp_id.linked")) == 0, "symlink: %s", strerror(errno));
+  rc = launch_exchange_id(g_dir, "linked", 1, got, IDLEN, 0.2, g_err, sizeof g_err);
+  EXPECT("planted: a link at the id file's name is not read", rc == -1 && has(g_err, "symbolic link") &&
+         memcmp(got, id, IDLEN), "rc %d: %s", rc, g_err);
+  rc = launch_exchange_id(g_dir, "linked", 0, id, IDLEN, 1.0, g_err, sizeof g_err);
+  EXPECT("planted: rank 0 refuses a link at the id file's name", rc == -1 && has(g_err, "already exists"), "rc %d: %s",
+         rc, g_err);
+  unlink(tpath("fsdp_id.linked"));
+
+  // A stale file: written (by its mtime) long before this rank started.
+  struct timespec times[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+  CHECK(utimensat(AT_FDCWD, tpath("fsdp_id.good"), times, 0) == 0, "utimensat: %s", strerror(errno));
+  rc = launch_exchange_id(g_dir, "good", 1, got, IDLEN, 0.2, g_err, sizeof g_err);
+  EXPECT("planted: an id file written an hour before this rank started is refused as stale",
+         rc == -1 && has(g_err, "stale") && has(g_err, "3600 s before") && memcmp(got, id, IDLEN), "rc %d: %s", rc, g_err);
+
+  // Another user's id file (root can make one): refused at once.
+  if (geteuid() == 0) {
+    CHECK(utimensat(AT_FDCWD, tpath("fsdp_id.good"), NULL, 0) == 0, "utimensat: %s", strerror(errno));
+    CHECK(chown(tpath("fsdp_id.good"), 65534, 65534) == 0, "chown: %s", strerror(errno));
+    rc = launch_exchange_id(g_dir, "good", 1, got, IDLEN, 0.2, g_err, sizeof g_err);
+    EXPECT("planted: an id file owned by another user is refused",
+           rc == -1 && has(g_err, "owned by uid 65534") && memcmp(got, id, IDLEN), "rc %d: %s", rc, g_err);
+  } else {
+    printf("note: not root, so no file of another user can be made: the planted-owner case is not run\n");
+  }
+  unlink(tpath("fsdp_id.good"));
+  unlink(tpath("victim"));
+
+  // A directory other users can write: refused on every rank, with the fix.
+  char open_dir[512];
+  snprintf(open_dir, sizeof open_dir, "%s/shared", g_dir);
+  CHECK(mkdir(open_dir, 0700) == 0 && chmod(open_dir, 0777) == 0, "mkdir: %s", strerror(errno));
+  rc = launch_exchange_id(open_dir, "x", 0, id, IDLEN, 0.2, g_err, sizeof g_err);
+  int rc1 = launch_exchange_id(open_dir, "x", 1, got, IDLEN, 0.2, g_err, sizeof g_err);
+  EXPECT("planted: a directory writable by others is refused, saying how to make one",
+         rc == -1 && rc1 == -1 && has(g_err, "writable by other users") && has(g_err, "mkdir -m 700"), "rc %d/%d: %s", rc,
+         rc1, g_err);
+  rmdir(open_dir);
+}
+
 int main(void) {
-  test_env();
-  test_run_id();
+  TEST_RUN(test_env());
+  TEST_RUN(test_run_id());
 
   snprintf(g_dir, sizeof g_dir, "/tmp/fsdp_test_launch_XXXXXX");
   if (!mkdtemp(g_dir)) {
     printf("mkdtemp failed\n");
     return 1;
   }
-  test_exchange_fork();
-  test_exchange_errors();
+  TEST_RUN(test_exchange_fork());
+  TEST_RUN(test_exchange_errors());
+  TEST_RUN(test_planted());
   launch_id_cleanup(g_dir, "old-run", g_err, sizeof g_err);
   EXPECT("no files left behind (no temp files either)", count_entries("") == 0,
          "%d entries left in %s", count_entries(""), g_dir);

@@ -36,9 +36,13 @@ def unit_numel(shapes):
     return end
 
 
-def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wrap="block", offload=(), host=None):
+def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wrap="block", offload=(), host=None,
+             accum=1):
     """Bytes of every region of one rank's plan, in fp32 (the CPU backend). With --offload the
-    offloaded regions go to the pinned host part, whose total is stored in host["bytes"]."""
+    offloaded regions go to the pinned host part, whose total is stored in host["bytes"]. Where a
+    shard is the whole unit (F = 1) each unit keeps its working copy instead of the root buffer and
+    the slots (unless its master is offloaded), and with one micro-step its gradient goes straight
+    into its shard: no unsharded gradient buffers (unless the gradient is offloaded)."""
     Vp = up(V, 128)
     root = unit_numel([Vp * C, T * C, C, C])
     if wrap == "block":
@@ -46,8 +50,9 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wr
     else:  # a unit per matmul weight: [ln1, qkv] [proj] [ln2, fc] [fc proj]
         blocks = [unit_numel([C, C, 3 * C * C, 3 * C]), unit_numel([C * C, C]), unit_numel([C, C, 4 * C * C, 4 * C]),
                   unit_numel([4 * C * C, C])]
-    F = {"full": W, "grad-op": W, "none": 1}.get(strategy) or int(strategy.split(":")[1])
-    reshard = strategy == "full" or strategy.startswith("hybrid")
+    hpz = strategy.startswith("hpz:")  # full sharding with a secondary shard per block, 1/F2 of it
+    F = {"full": W, "grad-op": W, "none": 1}.get(strategy) or (W if hpz else int(strategy.split(":")[1]))
+    reshard = strategy == "full" or strategy.startswith(("hybrid", "hpz"))
     pr = up(root, F * 128)
     pbs = [up(b, F * 128) for b in blocks]
     pb = max(pbs)  # the slot size: the largest non-root unit
@@ -65,8 +70,16 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wr
     # master, gradient, adamw m, v: on the host when offloaded
     for what, n in (("params", sb), ("grads", sb), ("optim", sb), ("optim", sb)):
         (hst if what in offload else dev).append(n)
-    # slots, grad buffers, gradient norm blocks and words (10 int64 per unit)
-    dev += [pr * f, nslots * pb * f, pr * f, ngrad * pb * f, one // 4 // 128 * 8, (units + 1) * 10 * 8]
+    # slots (or the working copies), hpz's secondary shards (16-bit, which is fp32 here: padded /
+    # F2 of every block unit), grad buffers (none when direct)
+    working = F == 1 and "params" not in offload
+    direct = F == 1 and accum == 1 and "grads" not in offload
+    dev += [(pr + L * sum(pbs)) * f] if working else [pr * f, nslots * pb * f]
+    if hpz:
+        dev.append(L * sum(p // int(strategy.split(":")[1]) for p in pbs) * f)
+    dev += [] if direct else [pr * f, ngrad * pb * f]
+    # gradient norm blocks, words (10 int64 per unit) and their total (9 limbs and a flag per unit)
+    dev += [one // 4 // 128 * 8, (units + 1) * 10 * 8, (9 + units + 1) * 8]
     # staging: a master / gradient shard crossing PCIe (device); the optimizer step's two pairs
     # of copies of the shards kept across PCIe from it (host step: optim; device step: params or
     # grads on the host, its first pair the device staging above)
@@ -87,7 +100,11 @@ def gpt_plan(L, C, H, V, T, B, W, strategy, K=2, sync=True, recompute="none", wr
         dev.append(L * N * C * f)
     dev += [4 * Lc * N * f, Lm * N * H * f, N * C * f, N * C * f, 2 * N * f, N * Vp * f, N * f, 8,
             # workspace: scratch, dresidual, dln, dqkv, datty, dfch, tokens
-            N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4]
+            N * C * f, N * C * f, N * C * f, N * 3 * C * f, N * C * f, N * 4 * C * f, 2 * N * 4,
+            512]  # the step's control values (train/step.c)
+    # pinned host: the step's inputs and outcomes (2 x 2 of 512 bytes), its micro-batches (2 sets of
+    # `accum`, each inputs and targets)
+    hst += [4 * 512, 2 * accum * 2 * N * 4]
     total = host_total = 0
     for r in dev:
         total = up(total, 256) + r
@@ -116,7 +133,7 @@ configs = [
     ("gpt2-124m", dict(L=12, C=768, H=12, V=50257, T=1024), 4, 1024),
 ]
 for spec, shape, B, T in configs:
-    for W, strategy in [(1, "full"), (3, "full"), (4, "grad-op"), (4, "none"), (8, "hybrid:4")]:
+    for W, strategy in [(1, "full"), (3, "full"), (4, "grad-op"), (4, "none"), (8, "hybrid:4"), (4, "hpz:2"), (6, "hpz:3")]:
         rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy])
         want, _ = gpt_plan(B=B, W=W, strategy=strategy, **dict(shape, T=shape["T"]))
         # the activations use the run's T (--seq), the position table the model's T
@@ -139,7 +156,7 @@ for spec, shape, B, T in configs:
 # matmul unit; --limit-all-gathers 1 also leaves one gradient buffer.
 for spec, shape, B, T in configs:
     for W, strategy, mode, K in [(1, "full", "none", 2), (3, "full", "block", 2), (4, "grad-op", "none", 2), (8, "hybrid:4", "selective", 3),
-                                 (2, "full", "block", 1)]:
+                                 (2, "full", "block", 1), (8, "hpz:2", "block", 1)]:
         rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy,
                        "--wrap", "linear", "--recompute", mode, "--limit-all-gathers", str(K)])
         want, _ = gpt_plan(B=B, W=W, strategy=strategy, recompute=mode, K=K, wrap="linear", **shape)
@@ -149,7 +166,8 @@ for spec, shape, B, T in configs:
 for spec, shape, B, T in configs:
     for W, strategy, mode, wrap, off in [(1, "full", "none", "block", "optim"), (3, "full", "block", "linear", "params,grads"),
                                          (4, "grad-op", "selective", "block", "params,optim,grads,activations"),
-                                         (2, "hybrid:2", "block", "linear", "optim,activations"), (2, "full", "none", "block", "grads,optim")]:
+                                         (2, "hybrid:2", "block", "linear", "optim,activations"), (2, "full", "none", "block", "grads,optim"),
+                                         (6, "hpz:2", "selective", "linear", "params,optim,grads,activations")]:
         rc, out = run(["--plan", "--backend", "cpu", "--world", str(W), "--model", spec, "--batch", str(B), "--seq", str(T), "--shard", strategy,
                        "--recompute", mode, "--wrap", wrap, "--offload", off])
         h = {}
@@ -167,6 +185,26 @@ for flag in ("--recompute block", "--wrap linear", "--offload optim", "--offload
     want = "%+9.2f GiB device" % (d / 2**30) + (", %+9.2f GiB pinned host" % (h / 2**30) if h else "")
     check("--plan: %s would change the plan by %s" % (flag, want.replace("  ", "")), len(line) == 1 and line[0].endswith(want),
           "%s vs %s" % (line, want))
+# --shard hpz: --plan shows the secondary shards as a region of their own and prints their formula;
+# "--shard full" would save exactly them; without F2 a plan (which knows no nodes) is refused.
+hz = ["--plan", "--backend", "cpu", "--world", "8", "--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--seq", "32"]
+rc, out = run(hz + ["--shard", "hpz:4"])
+_, full = run(hz)
+blocks3 = [unit_numel([72, 72, 3 * 72 * 72, 3 * 72, 72 * 72, 72, 72, 72, 4 * 72 * 72, 4 * 72, 4 * 72 * 72, 72])]
+sec = 3 * up(blocks3[0], 8 * 128) // 4 * 4  # 3 blocks, padded to 8 x 128, a quarter each, 4 bytes
+lines = [l for l in out.splitlines() if "secondary shards (1/4 of each unit)" in l]
+saving = [l for l in out.splitlines() if l.strip().startswith("--shard full ")]
+want = "%+9.2f GiB device" % ((plan_bytes(full) - plan_bytes(out)) / 2**30)
+check("--plan --shard hpz:4: a 'secondary' region of %d bytes, its formula, and --shard full saving it (%s)" % (sec, want.strip()),
+      rc == 0 and len(lines) == 1 and "%.2f MiB" % (sec / 2**20) in lines[0] and "+ secondary shards (--shard hpz)" in out
+      and plan_bytes(full) - plan_bytes(out) in (-sec, -up(sec, 256)) and len(saving) == 1 and saving[0].endswith(want),
+      "%s; %s; %s vs %s" % (lines, saving, plan_bytes(out), plan_bytes(full)))
+rc, out = run(hz + ["--shard", "hpz"])
+check("--plan --shard hpz without F2 is refused, asking for hpz:F2", rc != 0 and "give the node group size with --shard hpz:F2" in out,
+      out[-300:])
+rc, out = run(hz + ["--shard", "hpz:8"])
+check("--plan --shard hpz:8 on 8 ranks is refused (the node group would be the world)", rc != 0 and "use --shard full" in out,
+      out[-300:])
 blk = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block"])[1])
 lin = plan_bytes(run(["--plan", "--backend", "cpu", "--world", "128", "--model", "gpt3-175b", "--batch", "20", "--seq", "512", "--recompute", "block",
                       "--wrap", "linear"])[1])
@@ -204,7 +242,8 @@ rc0, out0 = run(t5)
 rc1, out1 = run(t5 + ["--offload", "activations"])
 outs = (4 * 3 * 40 + 3 * 3 * 12) * 48 * 4
 ring = up(3 * 3 * 40 * 48 * 4, 256)
-dev0, dev1, host1 = plan_bytes(out0), plan_bytes(out1), plan_bytes(out1, "plan_host_bytes_per_rank")
+dev0, dev1 = plan_bytes(out0), plan_bytes(out1)
+host1 = plan_bytes(out1, "plan_host_bytes_per_rank") - plan_bytes(out0, "plan_host_bytes_per_rank")  # (the step's own)
 check("T5 --offload activations: %d bytes of block outputs to the host, a ring of %d on the device" % (outs, ring),
       rc0 == 0 and rc1 == 0 and host1 == up(outs, 256) and dev0 - dev1 in (up(outs, 256) - ring, up(outs, 256) - ring + 256),
       "device %s -> %s, host %s" % (dev0, dev1, host1))
@@ -212,7 +251,8 @@ check("T5 --offload activations: %d bytes of block outputs to the host, a ring o
 # plan the CUDA build prints for itself (train_gpt_sim is that build, on the simulator).
 for args in (["--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--world", "2"],
              ["--model", "t5:L=2,C=48,H=3,D=16,F=96,V=512", "--batch", "2", "--enc-len", "40", "--dec-len", "12"],
-             ["--model", "gpt2-124m", "--batch", "4", "--world", "8", "--recompute", "selective"]):
+             ["--model", "gpt2-124m", "--batch", "4", "--world", "8", "--recompute", "selective"],
+             ["--model", "gpt:L=3,C=72,H=3,V=509,T=32", "--batch", "2", "--world", "4", "--shard", "hpz:2"]):
     rc, out = run(["--plan"] + args)
     sim = subprocess.run(["./train_gpt_sim", "--plan"] + args, capture_output=True, text=True)
     cpu = plan_bytes(run(["--plan", "--backend", "cpu"] + args)[1])

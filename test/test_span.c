@@ -480,11 +480,11 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
-  test_t5_lengths();
-  test_cases();
-  test_determinism();
-  test_refusals();
-  test_micro_batch();
+  TEST_RUN(test_t5_lengths());
+  TEST_RUN(test_cases());
+  TEST_RUN(test_determinism());
+  TEST_RUN(test_refusals());
+  TEST_RUN(test_micro_batch());
   nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return test_summary();
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Trust under faults and bad input: checkpoints that are verified and survive a crash at any
-# point of a save, output paths checked before the first step, non-finite steps skipped on
-# every rank, token ids checked on every read, hung collectives that end, and launches that
-# MPI does not match refused. Each case fails on a trainer without the protection it checks.
+# point of a save, output paths (and their names' lengths) checked before the first step,
+# exports that never touch what they did not create, one run per --save directory, a clean
+# save on SIGTERM/SIGINT/SIGUSR1, non-finite steps skipped on every rank, token ids checked on
+# every read, hung collectives that end, and launches that MPI does not match refused. Each
+# case fails on a trainer without the protection it checks. TEST_FILTER picks sections by name:
+# checkpoints, "output paths", exports, signals, non-finite, "loss scaling", data, launch, smaller.
 set -u
 cd "$(dirname "$0")/.."
 source test/cases.sh
@@ -33,15 +36,22 @@ run save3 $BIN $M $CONST --steps 3 --save "$CK"
   bad "save: $(ls "$TMP")"
 cp -r "$CK" "$TMP/good"
 restore() { rm -rf "$CK" "$CK.tmp" "$CK.old"; cp -r "$TMP/good" "$CK"; }
+if want "checkpoints"; then
 
-# meta.json: every field validated, with the reason.
-for v in -1000000 3.7 abc 99999999999; do
+# meta.json: every field validated, with the reason (JSON that is not JSON, too).
+for v in -1000000 3.7 99999999999 true '"3"' abc; do
   restore
   sed -i "s/\"step\": 3/\"step\": $v/" "$CK/meta.json"
   run meta $BIN $M $CONST --steps 5 --resume "$CK"
-  [ $rc = 1 ] && has meta "meta.json: \"step\" is $v, (out of range|not a whole number)" &&
-    ok "meta.json step $v is refused with the reason" || bad "meta.json step $v" "exit $rc $(show meta)"
+  want="meta.json: \"step\" is $v, (out of range|not a whole number)"
+  [ "$v" = abc ] && want="meta.json is not valid JSON: line 1, column [0-9]+ \(byte [0-9]+\): expected a value, found 'a'"
+  [ $rc = 1 ] && has meta "$want" && ok "meta.json step $v is refused with the reason" || bad "meta.json step $v" "exit $rc $(show meta)"
 done
+restore
+sed -i 's/"step": 3,/"step": 3, "step": 3,/' "$CK/meta.json"
+run meta $BIN $M $CONST --steps 5 --resume "$CK"
+[ $rc = 1 ] && has meta 'the key "step" appears twice' && ok "meta.json with \"step\" twice is refused (which one counts is ambiguous)" ||
+  bad "meta.json duplicate key" "exit $rc $(show meta)"
 restore
 sed -i 's/"saved_by_world_size": 1/"saved_by_world_size": 0/' "$CK/meta.json"
 run meta $BIN $M $CONST --steps 5 --resume "$CK"
@@ -125,7 +135,10 @@ run bad_w2 $MPIRUN -np 2 $BIN $M $CONST --steps 5 --resume "$TMP/ck_w3"
 [ $rc != 0 ] && has bad_w2 "adam_m.bin: bytes \[0, [0-9]+\) do not match" && ok "and on 2 ranks a flipped byte is found" ||
   bad "corrupt on 2 ranks" "$(show bad_w2)"
 
+fi
+
 # ---- output paths, checked before the first step ----------------------------------------
+if want "output paths"; then
 echo keep > "$TMP/afile"
 mkdir -p "$TMP/notckpt" && echo mine > "$TMP/notckpt/notes.txt"
 for case in "--save $TMP/afile|a file of that name exists" "--save $TMP/notckpt|is not an fsdp.c checkpoint" \
@@ -140,6 +153,20 @@ for case in "--save $TMP/afile|a file of that name exists" "--save $TMP/notckpt|
     [ -f "$TMP/notckpt/notes.txt" ] && [ ! -e "$TMP/notckpt.tmp" ] && ok "$args is refused before the first step" ||
     bad "$args" "exit $rc $(show path)"
 done
+# Names the file system cannot create: a component over NAME_MAX (255), or one that is under
+# it only until the run adds its suffix (.lock, .tmp, .json, .rank1), for every output option.
+long=$(printf 'n%.0s' $(seq 256))
+near=$(printf 'n%.0s' $(seq 251))
+for case in "--log $TMP/$long" "--bench-json $TMP/$long" "--dump-params $TMP/$long" "--trace $TMP/$long" \
+            "--save $TMP/$long" "--export $TMP/$long" "--save $TMP/$near" "--export $TMP/$near" "--dump-params $TMP/$near"; do
+  run name $BIN $M --steps 2 $case
+  name_len=$(echo "$case" | awk -F/ '{print length($NF)}')
+  [ $rc = 2 ] && has name "NAME_MAX" && ! has name "^step +1/" && ok "${case%% *} with a $name_len-byte name is refused before the first step" ||
+    bad "${case%% *} with a $name_len-byte name" "exit $rc $(show name)"
+done
+run name3 $MPIRUN -np 2 $BIN $M --steps 2 --trace "$TMP/$(printf 'n%.0s' $(seq 250))"
+[ $rc != 0 ] && has name3 "rank 1\] error: --trace .*NAME_MAX" && ok "--trace with a 250-byte name is refused (each rank adds .rankN)" ||
+  bad "--trace name on 2 ranks" "exit $rc $(show name3)"
 run empty $BIN $M --steps 2 --save ''
 [ $rc = 2 ] && has empty "needs a directory name" && ! ls -a | grep -q '^\.tmp$' && ok "--save '' is refused, no stray .tmp" ||
   bad "--save ''" "$(show empty)"
@@ -161,7 +188,178 @@ else
   bad "full disk during a save" "cannot build test/enospc_shim.c"
 fi
 
+fi
+
+# ---- exports: never touching what they did not create ----------------------------------
+if want "exports"; then
+# A DIR.tmp or DIR.old that is not the export's own is refused at start-up, named, and left as
+# it is (it was emptied after training).
+for sfx in tmp old; do
+  mkdir -p "$TMP/hf_$sfx.$sfx" && echo mine > "$TMP/hf_$sfx.$sfx/notes.txt"
+  run exp $BIN $M --steps 2 --export "$TMP/hf_$sfx"
+  [ $rc = 2 ] && has exp "hf_$sfx.$sfx already exists" && ! has exp "^step +1/" && [ "$(cat "$TMP/hf_$sfx.$sfx/notes.txt")" = mine ] &&
+    [ ! -e "$TMP/hf_$sfx" ] && ok "--export with a foreign DIR.$sfx is refused at start-up, naming it; its files are intact" ||
+    bad "--export with a foreign DIR.$sfx" "exit $rc $(show exp) $(ls "$TMP/hf_$sfx.$sfx")"
+done
+# export_weights_cpu onto a user's directory (a model of someone else's, with notes), onto a
+# directory of exactly config.json and model.safetensors that fsdp.c did not write, and onto a
+# file: refused, nothing moved or changed.
+mkdir -p "$TMP/user_hf" "$TMP/hub_hf"
+for f in config.json model.safetensors notes.txt; do echo "user $f" > "$TMP/user_hf/$f"; done
+for f in config.json model.safetensors; do echo "hub $f" > "$TMP/hub_hf/$f"; done
+echo mine > "$TMP/user_file"
+for target in user_hf hub_hf user_file; do
+  run expw ./export_weights_cpu "$TMP/good" "$TMP/$target"
+  intact=1
+  if [ -d "$TMP/$target" ]; then
+    for f in "$TMP/$target"/*; do grep -q "^\(user\|hub\) $(basename "$f")$" "$f" || intact=0; done
+  else
+    [ "$(cat "$TMP/$target")" = mine ] || intact=0
+  fi
+  [ $rc = 2 ] && has expw "$target" && [ $intact = 1 ] && [ ! -e "$TMP/$target.old" ] && [ ! -e "$TMP/$target.tmp" ] &&
+    ok "export_weights_cpu onto $target is refused; nothing there is moved or changed" ||
+    bad "export_weights_cpu onto $target" "exit $rc intact $intact $(show expw) $(ls -d "$TMP/$target"*)"
+done
+# An earlier export of fsdp.c is replaced, leaving no DIR.tmp or DIR.old.
+run expa ./export_weights_cpu "$TMP/good" "$TMP/ours_hf"
+run expb $BIN $M $CONST --resume "$TMP/good" --steps 4 --export "$TMP/ours_hf"
+run expc $BIN $M $CONST --init-from "$TMP/ours_hf" --steps 0 --digest
+run expd $BIN $M $CONST --resume "$TMP/good" --steps 4 --digest
+[ $rc = 0 ] && [ "$(digest "$TMP/expc.out")" = "$(digest "$TMP/expd.out")" ] && [ ! -e "$TMP/ours_hf.tmp" ] && [ ! -e "$TMP/ours_hf.old" ] &&
+  ok "an earlier export of fsdp.c is replaced by the new one, and nothing else is left" ||
+  bad "replacing an earlier export" "$(show expb; show expc)"
+# A full disk during the export of 3 ranks, while rank 0 writes the header (after 1000 bytes)
+# and while every rank writes its part (after 20000): the system's reason, and nothing left
+# that --init-from would load.
+for bytes in 1000 20000; do
+  run expfull env LD_PRELOAD="$TMP/enospc.so" ENOSPC_AFTER_BYTES=$bytes $MPIRUN -x LD_PRELOAD -x ENOSPC_AFTER_BYTES -np 3 \
+    $BIN $M --steps 1 --export "$TMP/full_hf"
+  run expload $BIN $M --init-from "$TMP/full_hf.tmp" --steps 0
+  [ "$(grep -c "No space left on device" "$TMP/expfull.out")" -ge 1 ] && ! has expfull "No such file or directory" &&
+    [ ! -e "$TMP/full_hf" ] && [ $rc != 0 ] &&
+    ok "an export onto a disk full after $bytes bytes (3 ranks) says 'No space left on device'; nothing is left that --init-from loads" ||
+    bad "export onto a disk full after $bytes bytes" "$(grep -i error "$TMP/expfull.out" | head -3) / init-from: exit $rc $(show expload)"
+  rm -rf "$TMP/full_hf.tmp"
+done
+# An export killed while its tensors are written (two SIGTERMs at the fsync of its
+# model.safetensors, through test/signal_shim.c, an LD_PRELOAD that raises SIGTERM in fsync):
+# config.json, written last, is not there, so --init-from refuses the leftover, and the next
+# export names it.
+cc -shared -fPIC -O1 -o "$TMP/signal.so" test/signal_shim.c -ldl
+if [ -f "$TMP/signal.so" ]; then
+  { run cutrun env LD_PRELOAD="$TMP/signal.so" SIGNAL_FSYNC_PATH=cut_hf.tmp/model.safetensors SIGNAL_TIMES=2 \
+      $BIN $M --steps 1 --export "$TMP/cut_hf"; } 2> /dev/null
+  rc0=$rc
+  run cutload $BIN $M --init-from "$TMP/cut_hf.tmp" --steps 0
+  rc1=$rc
+  run cutexp $BIN $M --steps 1 --export "$TMP/cut_hf"
+  [ $rc0 = 143 ] && [ -f "$TMP/cut_hf.tmp/model.safetensors" ] && [ $rc1 != 0 ] && has cutload "config.json" &&
+    [ $rc = 2 ] && has cutexp "cut_hf.tmp already exists.*interrupted export" &&
+    ok "an export killed while writing its tensors is not a model for --init-from, and the next export names it" ||
+    bad "an interrupted export" "exit $rc0 $(ls "$TMP/cut_hf.tmp" 2>&1) $(show cutload; show cutexp)"
+else
+  bad "an interrupted export" "cannot build test/signal_shim.c"
+fi
+
+fi
+
+# ---- one run per directory, and a clean stop on a signal ---------------------------------
+if want "signals"; then
+stepped() { for _ in $(seq 300); do grep -qE "^step +$2/" "$1" && return 0; sleep 0.05; done; return 1; }
+stopped_at() { sed -n 's/^step *\([0-9]*\) | stopped by .*/\1/p' "$1"; }
+# A run saving to ck_sig (held still with SIGSTOP meanwhile, so it stops a few steps in); a
+# second run given the same directory is refused before its first step with the first run's
+# pid and host; SIGTERM then stops the first after its current step with a checkpoint that
+# resumes bit-exactly.
+$BIN $M $CONST --steps 100000 --save "$TMP/ck_sig" > "$TMP/sig1.out" 2>&1 &
+pid=$!
+stepped "$TMP/sig1.out" 2
+kill -STOP $pid
+run second $BIN $M $CONST --steps 3 --save "$TMP/ck_sig"
+rc_second=$rc
+kill -TERM $pid
+kill -CONT $pid
+wait $pid
+rc_stop=$?
+k=$(stopped_at "$TMP/sig1.out")
+[ $rc_second = 2 ] && has second "ck_sig is in use by another run \(pid $pid on host $(hostname)" && ! has second "^step +1/" &&
+  ok "a second run on the same --save directory is refused before its first step, naming the first run's pid and host" ||
+  bad "two runs on one directory" "exit $rc_second $(show second)"
+if [ -n "$k" ]; then
+  run sig1ref $BIN $M $CONST --steps $((k + 2)) --digest
+  run sig1res $BIN $M $CONST --steps $((k + 2)) --resume "$TMP/ck_sig" --digest
+fi
+[ $rc_stop = 75 ] && [ -n "$k" ] && grep -q "\"step\": $k" "$TMP/ck_sig/complete.json" && [ ! -e "$TMP/ck_sig.lock" ] &&
+  [ "$(digest "$TMP/sig1res.out")" = "$(digest "$TMP/sig1ref.out")" ] &&
+  ok "SIGTERM during training (1 rank): saved after step $k, exit 75, lock released; resumed bit-exact" ||
+  bad "SIGTERM during training" "exit $rc_stop at '$k' $(grep -E "stop|error" "$TMP/sig1.out" | head -3)"
+# 3 ranks, SIGTERM to rank 1 only: every rank stops after the same step; resumed on 1 rank with
+# accumulation 3 (the same micro-batches), bit-exact. (--comm-timeout: ranks that disagreed
+# would end in seconds, not hang.)
+$MPIRUN -np 3 $BIN $M $CONST --steps 100000 --save "$TMP/ck_sig3" --comm-timeout 10 > "$TMP/sig3.out" 2>&1 &
+pid=$!
+stepped "$TMP/sig3.out" 2
+victim=$(pgrep -f "^$BIN .*--save $TMP/ck_sig3" | sed -n 2p)
+[ -n "$victim" ] && kill -TERM "$victim"
+wait $pid
+rc_stop=$?
+k=$(stopped_at "$TMP/sig3.out")
+if [ -n "$k" ]; then
+  run sig3ref $BIN $M $CONST --steps $((k + 2)) --accum 3 --digest
+  run sig3res $BIN $M $CONST --steps $((k + 2)) --accum 3 --resume "$TMP/ck_sig3" --digest
+fi
+[ $rc_stop = 75 ] && [ -n "$k" ] && has sig3 "\[rank [0-2]\] SIGTERM: stopping after this step" && grep -q "\"step\": $k" "$TMP/ck_sig3/complete.json" &&
+  [ "$(digest "$TMP/sig3res.out")" = "$(digest "$TMP/sig3ref.out")" ] &&
+  ok "SIGTERM to rank 1 of 3 during training: every rank saves after step $k and exits 75; resumed on 1 rank bit-exact" ||
+  bad "SIGTERM on 3 ranks" "exit $rc_stop at '$k' $(grep -E "stop|error" "$TMP/sig3.out" | head -3)"
+# mpirun forwards SIGUSR1 to every rank (SIGTERM to mpirun becomes SIGKILL a second later).
+$MPIRUN -np 2 $BIN $M $CONST --steps 100000 --save "$TMP/ck_usr1" --comm-timeout 10 > "$TMP/usr1.out" 2>&1 &
+pid=$!
+stepped "$TMP/usr1.out" 2
+kill -USR1 $pid
+wait $pid
+rc=$?
+k=$(stopped_at "$TMP/usr1.out")
+[ $rc = 75 ] && [ -n "$k" ] && grep -q "\"step\": $k" "$TMP/ck_usr1/complete.json" && has usr1 "stopped by SIGUSR1" &&
+  ok "SIGUSR1 to mpirun reaches every rank: saved after step $k, exit 75" || bad "SIGUSR1 under mpirun" "exit $rc $(show usr1)"
+# During a save: the signal comes while the arrays of the step-2 checkpoint are written (on rank
+# 1 of 3 with SIGNAL_RANK); the save completes, the run stops after the next step; resumed to
+# step 5, bit-exact on 1 and 3 ranks. Two signals in one save end the run at once, and the
+# previous checkpoint resumes bit-exactly.
+if [ -f "$TMP/signal.so" ]; then
+  SIG="env LD_PRELOAD=$TMP/signal.so SIGNAL_FSYNC_PATH=ck_save.tmp/params.bin"
+  run save1 $SIG $BIN $M $CONST --steps 100 --save-every 2 --save "$TMP/ck_save"
+  rc1=$rc
+  run save1res $BIN $M $CONST --steps 5 --resume "$TMP/ck_save" --digest
+  [ $rc1 = 75 ] && has save1 "stopped by SIGTERM" && grep -q '"step": 3' "$TMP/ck_save/complete.json" &&
+    [ "$(digest "$TMP/save1res.out")" = "$(digest "$TMP/ref.out")" ] &&
+    ok "SIGTERM during a save (1 rank): the save completes, the run stops after step 3; resumed bit-exact" ||
+    bad "SIGTERM during a save" "exit $rc1 $(show save1; show save1res)"
+  rm -rf "$TMP/ck_save"
+  run save3 $SIG SIGNAL_RANK=1 $MPIRUN -x LD_PRELOAD -x SIGNAL_FSYNC_PATH -x SIGNAL_RANK -np 3 $BIN $M $CONST --steps 100 \
+    --save-every 2 --save "$TMP/ck_save" --comm-timeout 10
+  rc3=$rc
+  run save3res $BIN $M $CONST --steps 5 --accum 3 --resume "$TMP/ck_save" --digest
+  [ $rc3 = 75 ] && has save3 "\[rank 1\] SIGTERM" && grep -q '"step": 3' "$TMP/ck_save/complete.json" &&
+    [ "$(digest "$TMP/save3res.out")" = "$(digest "$TMP/ref_a3.out")" ] &&
+    ok "SIGTERM on rank 1 of 3 during a save: every rank stops after step 3; resumed on 1 rank bit-exact" ||
+    bad "SIGTERM during a save on 3 ranks" "exit $rc3 $(show save3; show save3res)"
+  rm -rf "$TMP/ck_save"
+  { run twice $SIG SIGNAL_SKIP=1 SIGNAL_TIMES=2 $BIN $M $CONST --steps 100 --save-every 1 --save "$TMP/ck_save"; } 2> /dev/null
+  rc2=$rc
+  run twiceres $BIN $M $CONST --steps 5 --resume "$TMP/ck_save" --digest
+  [ $rc2 = 143 ] && grep -q '"step": 1' "$TMP/ck_save/complete.json" && has twiceres "resumed from .*ck_save after step 1" &&
+    [ "$(digest "$TMP/twiceres.out")" = "$(digest "$TMP/ref.out")" ] &&
+    ok "a second SIGTERM during a save ends the run at once; the previous checkpoint resumes bit-exact" ||
+    bad "a second signal" "exit $rc2 $(show twice; show twiceres)"
+else
+  bad "signals during a save" "cannot build test/signal_shim.c"
+fi
+
+fi
+
 # ---- non-finite steps --------------------------------------------------------------------
+if want "non-finite"; then
 run nan1 $BIN $M $CONST --steps 3 --inject-nonfinite 3:0:2 --digest --save "$TMP/cknan" --log "$TMP/nan.jsonl"
 run two $BIN $M $CONST --steps 2 --digest
 [ $rc = 0 ] && has nan1 "step +3 \| non-finite gradient norm; the first unit whose gradient shard was non-finite: block.1" &&
@@ -182,6 +380,13 @@ run nanhy $MPIRUN -np 4 $BIN $M $CONST --steps 3 --shard hybrid:2 --inject-nonfi
 run nanstop $BIN $M $CONST --steps 5 --inject-nonfinite 2:0 --max-bad-steps 1 --save "$TMP/cknan2" --save-every 1
 [ $rc = 1 ] && has nanstop "stopping at step 2 after 1 steps with a non-finite" && grep -q '"step": 1' "$TMP/cknan2/complete.json" &&
   ok "--max-bad-steps stops the run; the last checkpoint is the last good step" || bad "max bad steps" "exit $rc $(show nanstop)"
+# Without saves between them, step 3 is queued before step 2's outcome is read (the host learns
+# a verdict one step late): the run still stops at step 2, and step 3 is never reported.
+run nanstop3 $BIN $M $CONST --steps 5 --inject-nonfinite 2:0 --max-bad-steps 1 --log "$TMP/nanstop3.jsonl"
+[ $rc = 1 ] && has nanstop3 "stopping at step 2 after 1 steps with a non-finite" && ! has nanstop3 "step +3/5" &&
+  [ "$(wc -l < "$TMP/nanstop3.jsonl")" = 2 ] &&
+  ok "--max-bad-steps with the next step already queued: stops at step 2, step 3 never reported" ||
+  bad "max bad steps, pipelined" "exit $rc $(show nanstop3)"
 
 # A skipped step leaves the AdamW state as it was too: the arrays of a checkpoint saved after the
 # skipped step 3 equal those saved after step 2, byte for byte (the step counter aside).
@@ -191,7 +396,10 @@ cmp -s "$TMP/ck_skip/params.bin" "$TMP/ck_two/params.bin" && cmp -s "$TMP/ck_ski
   cmp -s "$TMP/ck_skip/adam_v.bin" "$TMP/ck_two/adam_v.bin" &&
   ok "a skipped step leaves parameters and both AdamW moments byte-identical" || bad "skipped step changed the state"
 
+fi
+
 # ---- loss scaling --------------------------------------------------------------------------
+if want "loss scaling"; then
 # A power-of-two loss scale is exact: without overflow, the same bits as no scaler, on 1 rank
 # and on 3 with accumulation; a dynamic scale that grows every 2 steps too.
 LS="$M $CONST --steps 5 --accum 2 --digest"
@@ -283,11 +491,14 @@ rc_bad=$rc
   ok "a resume with dynamic:S starts at S, saying so; a saved scale that is not a power of two is refused" ||
   bad "loss scale resume edge cases" "$(show lsr_given; show lsr_bad)"
 
+fi
+
 # ---- data ---------------------------------------------------------------------------------
+if want "data"; then
 cp data/addition/train_000.bin "$TMP/live.bin"
 timeout 60 $BIN --model gpt:L=2,C=72,H=3,V=509,T=32 --data "$TMP/live.bin" --batch 2 --seq 32 --steps 1000000 > "$TMP/live.out" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q "^step +2/" "$TMP/live.out" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -qE "^step +2/" "$TMP/live.out" && break; sleep 0.1; done
 python3 -c "
 import sys; p = sys.argv[1]; d = bytearray(open(p, 'rb').read()); d[1024:] = b'\xff' * (len(d) - 1024)
 open(p, 'r+b').write(d)" "$TMP/live.bin"
@@ -296,7 +507,10 @@ rc=$?
 [ $rc = 1 ] && has live "live.bin: token [0-9]+ \(byte offset [0-9]+\) has id 65535 >= vocab 509; the file changed" &&
   ok "a shard rewritten during the run stops it at the next batch, naming file and offset" || bad "live rewrite" "exit $rc $(show live)"
 
+fi
+
 # ---- launch and hangs ----------------------------------------------------------------------
+if want "launch"; then
 run env1 env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 $BIN $M --steps 1
 [ $rc = 2 ] && has env1 "torchrun environment describes 2 ranks, but MPI started 1.*mpirun -np 2" &&
   ok "torchrun-style variables without mpirun are refused, saying how to launch" || bad "launcher env" "$(show env1)"
@@ -311,7 +525,7 @@ run groups $MPIRUN -np 4 --map-by node $BIN $M --steps 1 --shard hybrid:2
 # A stopped rank ends every rank within --comm-timeout, naming the collective.
 timeout 60 $MPIRUN -np 3 $BIN $M --steps 1000000 --comm-timeout 3 > "$TMP/hang.out" 2>&1 &
 pid=$!
-for _ in $(seq 100); do grep -q "^step +2/" "$TMP/hang.out" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -qE "^step +2/" "$TMP/hang.out" && break; sleep 0.1; done
 victim=$(pgrep -f "^$BIN .*$TMP/train.bin.*--comm-timeout 3" | sed -n 2p)  # rank 1 of this run
 start=$SECONDS
 [ -n "$victim" ] && kill -STOP "$victim"
@@ -330,7 +544,7 @@ partition() {
   timeout 90 $MPIRUN -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo $BIN $M --steps 1000000 --comm-timeout 3 \
     > "$TMP/part.out" 2>&1 &
   local pid=$! i
-  for i in $(seq 150); do grep -q "^step +2/" "$TMP/part.out" && break; sleep 0.1; done
+  for i in $(seq 150); do grep -qE "^step +2/" "$TMP/part.out" && break; sleep 0.1; done
   ip link set lo down
   wait $pid
 }
@@ -347,7 +561,10 @@ else
   echo "note: no network namespaces here (unshare -n needs root): the partition case is not run"
 fi
 
+fi
+
 # ---- smaller ------------------------------------------------------------------------------
+if want "smaller"; then
 run zero $BIN $M --steps 0 --save "$TMP/ck0"
 [ $rc = 0 ] && has zero "saved .*ck0 \(the initial parameters" && grep -q '"step": 0' "$TMP/ck0/complete.json" &&
   ok "--steps 0 --save saves the initial parameters and says so" || bad "--steps 0 --save" "$(show zero)"
@@ -367,5 +584,6 @@ host=$(grep -m1 "^pinned host memory (per rank, one allocation of" "$TMP/memoff.
 [ -n "$plan" ] && [ -n "$host" ] && [ "$host" -gt 0 ] && python3 -c "import sys; sys.exit(0 if abs($used - $plan) <= 0.02 * $plan else 1)" &&
   ok "--offload all: the measured memory ($used bytes) is within 2% of the plan's device and host parts ($plan, $host of it on the host)" ||
   bad "offload memory" "$line / host '$host'"
+fi
 cases_summary
 [ $fail = 0 ]

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "layers/model.h"
 
@@ -115,7 +115,7 @@ static DumpTraining dump_logits_and_train(FSDP* fs, Model* m, const char* dir, i
                                           int valid, size_t pbytes) {
   size_t N = (size_t)m->B * m->T, lbytes = N * m->cfg.Vp * sizeof(float);
   fsdp_begin_forward(fs, 0, 0);
-  model_forward(m, 0, 0.0f);
+  model_forward(m, 0, NULL);
   float* logits = xmalloc(lbytes, "logits dump");
   device_copy_to_host(logits, m->logits, lbytes);
   write_file(dir, "logits.bin", logits, lbytes);
@@ -125,7 +125,8 @@ static DumpTraining dump_logits_and_train(FSDP* fs, Model* m, const char* dir, i
   for (int k = 0; k <= K; k++) {
     fsdp_begin_step(fs, 1);
     fsdp_begin_forward(fs, 0, 1);
-    r.losses[k] = model_forward(m, 1, (float)(1.0 / valid)) / valid;
+    float dloss = (float)(1.0 / valid);
+    r.losses[k] = model_forward(m, 1, &dloss) / valid;
     model_backward(m);
     r.norms[k] = fsdp_grad_norm(fs);
     if (k == 0) {
@@ -134,10 +135,10 @@ static DumpTraining dump_logits_and_train(FSDP* fs, Model* m, const char* dir, i
       free(grads);
     }
     if (k == K) break;  // the last forward only measures the loss after step K
-    r.scales[k] = fsdp_clip_scale(r.norms[k], clip);
-    AdamWArgs a = {.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd,
-                   .grad_scale = (float)r.scales[k], .step = k + 1};
-    fsdp_adamw_step(fs, a);
+    r.scales[k] = step_control_clip_scale(r.norms[k], clip);
+    AdamWStep a = adamw_step_of((AdamWArgs){.lr = lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = wd,
+                                            .grad_scale = (float)r.scales[k], .step = k + 1});
+    fsdp_adamw_step(fs, &a);  // (a CPU tool: the backend's memory is the host's)
   }
   float* final_params = gather_params(fs);
   write_file(dir, "params_final.bin", final_params, pbytes);

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "layers/model.h"
 #include "weights/weights.h"
@@ -62,11 +62,11 @@ int main(int argc, char** argv) {
   }
   // Raw logits first (a forward with targets may leave other values in the logits buffer).
   fsdp_begin_forward(&fs, 0, 0);
-  model_forward(&m, 0, 0.0f);
+  model_forward(&m, 0, NULL);
   float* logits = xmalloc(N * Vp * sizeof(float), "logits");
   device_copy_to_host(logits, m.logits, N * Vp * sizeof(float));
   fsdp_begin_forward(&fs, 0, 0);
-  double loss_sum = model_forward(&m, 1, 0.0f);
+  double loss_sum = model_forward(&m, 1, NULL);
   int valid = 0;
   for (size_t i = 0; i < N; i++) valid += targets[i] >= 0;
   uint64_t digest = fsdp_params_digest(&fs);

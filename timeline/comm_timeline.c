@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "fsdp/comm.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "timeline/timeline.h"
 
 struct Comm {
@@ -16,7 +16,6 @@ struct Comm {
 };
 
 void comm_configure(const char* init_dir, double timeout_s) {
-  timeline_call(__func__);
   (void)init_dir;
   (void)timeout_s;
 }
@@ -29,7 +28,6 @@ Comm* timeline_comm_group(int n, int stride, StreamId s) {
 }
 
 Comm* comm_world(void) {
-  timeline_call(__func__);
   static Comm* world = NULL;
   if (!world) world = timeline_comm_group(timeline_cluster()->world, 1, STREAM_COMPUTE);
   world->group.n = timeline_cluster()->world;
@@ -37,29 +35,24 @@ Comm* comm_world(void) {
 }
 
 int comm_rank(const Comm* c) {
-  timeline_call(__func__);
   (void)c;
   return 0;
 }
 int comm_size(const Comm* c) {
-  timeline_call(__func__);
   return c->group.n;
 }
 
 Comm* comm_split(Comm* c, int color, int key) {
-  timeline_call(__func__);
   (void)c, (void)color, (void)key;
   fatal("the timeline backend cannot split a communicator (one rank does not know the others' colors); "
         "the prediction builds its groups with timeline_comm_group");
 }
 
 void comm_free(Comm* c) {
-  timeline_call(__func__);
   (void)c;
 }
-void comm_shutdown(void) { timeline_call(__func__); }
+void comm_shutdown(void) { }
 void comm_bind_stream(Comm* c, StreamId s) {
-  timeline_call(__func__);
   c->stream = s;
 }
 
@@ -76,7 +69,6 @@ static void collective(Comm* c, CollKind kind, const void* buf, double bytes, co
 }
 
 void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {
-  timeline_call(__func__);
   const Cluster* cl = timeline_cluster();
   if (cl->alloc_retry_s > 0 && timeline_is_device(buf)) {
     // The allocator's retry before the unsharded buffer exists: cudaFree of the cache waits
@@ -88,25 +80,20 @@ void comm_all_gather(Comm* c, void* buf, size_t count, DType t) {
   collective(c, COLL_ALL_GATHER, buf, (double)c->group.n * count * dtype_size(t), "all-gather");
 }
 void comm_reduce_scatter(Comm* c, void* buf, size_t count, DType t) {
-  timeline_call(__func__);
   collective(c, COLL_REDUCE_SCATTER, buf, (double)c->group.n * count * dtype_size(t), "reduce-scatter");
 }
 void comm_all_reduce(Comm* c, void* buf, size_t count, DType t) {
-  timeline_call(__func__);
   collective(c, COLL_ALL_REDUCE, buf, (double)count * dtype_size(t), "all-reduce");
 }
 void comm_broadcast(Comm* c, void* buf, size_t bytes, int root) {
-  timeline_call(__func__);
   (void)root;
   collective(c, COLL_BROADCAST, buf, (double)bytes, "broadcast");
 }
 void comm_barrier(Comm* c) {
-  timeline_call(__func__);
   static int token;
   collective(c, COLL_ALL_REDUCE, &token, 4, "barrier");
 }
 int comm_all_true(Comm* c, int flag) {
-  timeline_call(__func__);
   static int token;
   collective(c, COLL_ALL_REDUCE, &token, 4, "all-true");
   return flag;

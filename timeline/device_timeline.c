@@ -23,7 +23,7 @@
 #include <sys/mman.h>
 
 #include "fsdp/device.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "timeline/timeline.h"
 
@@ -48,6 +48,7 @@ static int nmarks;
 static struct {
   void* base;
   size_t bytes;
+  int host;  // pinned host memory (--offload), not device memory
 } regions[MAX_REGIONS];
 static int nregions;
 
@@ -66,21 +67,6 @@ void timeline_reset(void) {
   memset(clock_of, 0, sizeof clock_of);
   host_clock = net_free = stalled = stalled_read = contention = 0.0;
   nops = nmarks = nbusy = 0;
-}
-
-void timeline_call(const char* name) {
-  static FILE* log = NULL;
-  static int opened = 0;
-  if (!opened) {
-    opened = 1;
-    const char* path = getenv("FSDP_CALL_LOG");
-    if (path && *path && !(log = fopen(path, "w"))) fatal("FSDP_CALL_LOG: cannot open '%s' for writing", path);
-  }
-  if (log) {
-    fputs(name, log);
-    fputc('\n', log);
-    fflush(log);
-  }
 }
 
 static double max2(double a, double b) { return a > b ? a : b; }
@@ -175,19 +161,22 @@ const TimelineOp* timeline_op(int i) { return &ops[i]; }
 // Reserved address space for the plan: layers/ and fsdp/ carve pointers from it, and nothing
 // reads or writes it (kernels compute nothing, copies move nothing, the shards are not
 // initialized), so no page is ever committed, whatever the model's size.
-void* device_alloc_zeroed(size_t bytes, const char* what) {
-  timeline_call(__func__);
+static void* reserve(size_t bytes, const char* what, int host) {
   size_t len = bytes ? bytes : 1;
   void* p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) fatal("timeline: cannot reserve %zu bytes of address space for %s", bytes, what);
   if (nregions == MAX_REGIONS) fatal("timeline: more than %d device allocations", MAX_REGIONS);
   regions[nregions].base = p;
+  regions[nregions].host = host;
   regions[nregions++].bytes = len;
   return p;
 }
 
+void* device_alloc_zeroed(size_t bytes, const char* what) {
+  return reserve(bytes, what, 0);
+}
+
 void device_free(void* p) {
-  timeline_call(__func__);
   for (int i = 0; i < nregions; i++)
     if (regions[i].base == p) {
       munmap(p, regions[i].bytes);
@@ -199,35 +188,36 @@ void device_free(void* p) {
 // Pinned host memory (--offload) is reserved the same way: the host-side optimizer and copies
 // are modelled, never run.
 void* device_host_alloc_zeroed(size_t bytes, const char* what) {
-  timeline_call(__func__);
-  return device_alloc_zeroed(bytes, what);
+  return reserve(bytes, what, 1);
 }
 
 void device_host_free(void* p) {
-  timeline_call(__func__);
   device_free(p);
 }
 
 void device_host_zero(void* p, size_t bytes) {
-  timeline_call(__func__);
   (void)p;
   timeline_host_wait((double)bytes / timeline_cluster()->host.memory_bytes_s);
 }
 
-// An asynchronous copy over PCIe, queued on its stream like a kernel.
-void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s) {
-  timeline_call(__func__);
-  (void)dst;
-  (void)src;
-  timeline_copy(s, (double)bytes / timeline_cluster()->host.pcie_bytes_s, "host copy");
-}
-
-// Is p inside the reserved device memory? (Collectives on host values are synchronous.)
+// Is p inside the reserved device memory (not its pinned host part)? (Collectives on host
+// values are synchronous.)
 int timeline_is_device(const void* p) {
   for (int i = 0; i < nregions; i++)
     if ((const char*)p >= (const char*)regions[i].base && (const char*)p < (const char*)regions[i].base + regions[i].bytes)
-      return 1;
+      return !regions[i].host;
   return 0;
+}
+
+// An asynchronous copy queued on its stream like a kernel: across PCIe between the host and the
+// device (--offload); within device memory (hpz's secondary shards) it reads and writes HBM once,
+// as a streaming kernel of twice its bytes.
+void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s) {
+  const Cluster* c = timeline_cluster();
+  if (timeline_is_device(dst) && timeline_is_device(src))
+    timeline_kernel(s, 2.0 * bytes / (c->gpu.hbm_bytes_s * c->gpu.hbm_eff) + c->gpu.launch_s, "device copy");
+  else
+    timeline_copy(s, (double)bytes / c->host.pcie_bytes_s, "host copy");
 }
 
 // The sharded initialization writes values; here the shards hold none (nothing is computed).
@@ -237,12 +227,16 @@ void fsdp_init_shards(FSDP* fs, uint64_t seed) {
 }
 
 DeviceEvent* device_event_create(void) {
-  timeline_call(__func__);
   return xcalloc(1, sizeof(DeviceEvent), "event");
+}
+DeviceEvent* device_event_create_timed(void) {
+  return device_event_create();
+}
+double device_event_seconds(DeviceEvent* from, DeviceEvent* to) {
+  return to->t - from->t;
 }
 
 void device_event_record(DeviceEvent* e, StreamId s) {
-  timeline_call(__func__);
   e->t = stream_point(s);
   e->recorded = 1;
 }
@@ -256,74 +250,61 @@ static double wait(StreamId s, const DeviceEvent* e) {
 }
 
 void device_stream_wait(StreamId s, DeviceEvent* e) {
-  timeline_call(__func__);
   wait(s, e);
 }
 
 void device_stream_wait_timed(StreamId s, DeviceEvent* e) {
-  timeline_call(__func__);
   double w = wait(s, e);
   if (s == STREAM_COMPUTE) stalled += w;
 }
 
-double device_waited_seconds(void) {
-  timeline_call(__func__);
-  double w = stalled - stalled_read;
-  stalled_read = stalled;
-  return w;
-}
+// A step's stalls: the compute stream's modelled waits between its begin and end (known at issue).
+static double step_stalled[2];
+double device_step_waited_seconds(int step) { return step_stalled[step & 1]; }
 
 void timeline_synchronize(void) {
   for (int s = 0; s < NSTREAMS; s++) host_clock = max2(host_clock, clock_of[s]);
 }
 
 void device_synchronize(void) {
-  timeline_call(__func__);
   timeline_synchronize();
 }
 
 void device_event_synchronize(DeviceEvent* e) {
-  timeline_call(__func__);
   if (e->recorded) host_clock = max2(host_clock, e->t);
 }
 
 void device_step_begin(int step) {
-  timeline_call(__func__);
-  (void)step;
+  stalled_read = stalled;
+  step_stalled[step & 1] = 0.0;
 }
 void device_step_end(int step) {
-  timeline_call(__func__);
-  (void)step;
+  step_stalled[step & 1] = stalled - stalled_read;
+  stalled_read = stalled;
 }
 
 int device_mark(StreamId s) {
-  timeline_call(__func__);
   if (nmarks == DEVICE_MAX_MARKS) return -1;
   marks[nmarks] = stream_point(s);
   return nmarks++;
 }
 double device_mark_seconds(int mark) {
-  timeline_call(__func__);
   return marks[mark];
 }
 void device_marks_release(void) {
-  timeline_call(__func__);
   nmarks = 0;
 }
 
 void device_delay(StreamId s, double seconds) {
-  timeline_call(__func__);
   timeline_copy(s, seconds > 0 ? seconds : 0.0, "delay");
 }
 
 void* device_stream(StreamId s) {
-  timeline_call(__func__);
   (void)s;
   return NULL;
 }
 
 size_t device_free_bytes(void) {
-  timeline_call(__func__);
   return (size_t)timeline_cluster()->gpu.memory_bytes;
 }
 
@@ -338,14 +319,12 @@ static void sync_copy(size_t bytes, const char* what) {
 }
 
 void device_copy_to_host(void* dst, const void* src, size_t bytes) {
-  timeline_call(__func__);
   (void)src;
   if (!timeline_is_device(dst)) memset(dst, 0, bytes);
   sync_copy(bytes, "copy to host");
 }
 
 void device_copy_to_device(void* dst, const void* src, size_t bytes) {
-  timeline_call(__func__);
   (void)dst;
   (void)src;
   sync_copy(bytes, "copy to device");

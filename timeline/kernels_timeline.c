@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/attention_tiles.h"
+#include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
 #include "kernels/position_bucket.h"
 #include "timeline/timeline.h"
@@ -35,73 +37,66 @@ static void run(KernelCtx* ctx, const char* what, double seconds) {
 // An elementwise or reduction kernel: bound by its bytes.
 static void streaming(KernelCtx* ctx, const char* what, double bytes) { run(ctx, what, kernel_seconds(0, RATE_MATMUL, bytes)); }
 
+// The partial sums of a column-sum kernel (kernels/cuda/column_sums.cuh): about 256 chunk
+// leaves of `len` fp32 values, written once and read once by the tree that adds them.
+static double column_partials_bytes(double len) { return 2.0 * 256 * len * 4; }
+
 KernelCtx* kernels_init(int device) {
-  timeline_call(__func__);
   (void)device;
   (void)timeline_cluster();  // refuses to start unconfigured
   return &contexts[0];
 }
 void kernels_shutdown(KernelCtx* ctx) {
-  timeline_call(__func__);
   (void)ctx;
 }
 KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream) {
-  timeline_call(__func__);
   (void)ctx;
   return &contexts[stream];
 }
 const char* kernels_backend(void) {
-  timeline_call(__func__);
   return "timeline";
 }
 void kernels_device_name(KernelCtx* ctx, char* out, size_t len) {
-  timeline_call(__func__);
   (void)ctx;
   snprintf(out, len, "%s", timeline_cluster()->gpu.label);
 }
 
 void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tokens, const act_t* wte, const act_t* wpe,
                        int N, int T, int C) {
-  timeline_call(__func__);
   double NC = (double)N * C;
   streaming(ctx, __func__, NC * A * (wpe ? 3 : 2) + 4.0 * N);
 }
 void embedding_backward(KernelCtx* ctx, float* dwte, float* dwpe, const act_t* dout, const int32_t* tokens, int N,
                         int T, int C) {
-  timeline_call(__func__);
   double NC = (double)N * C;
   streaming(ctx, __func__, NC * (A + 8) + (dwpe ? NC * 8 : 0) + 4.0 * N);
 }
 
 void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, const act_t* x, const act_t* weight,
                        const act_t* bias, int N, int C, float eps) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 2.0 * N * C * A + 8.0 * N + 2.0 * C * A);
 }
 void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* mean, float* rstd, const act_t* a,
                                 const act_t* b, const act_t* weight, const act_t* bias, int N, int C, float eps) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * N * C * A + 8.0 * N + 2.0 * C * A);
 }
+// One kernel: dout and x read (their second read, a chunk later, from L2), dx read and written,
+// the statistics, the weight, and dweight and dbias through the column sums' partials.
 void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias, const act_t* dout, const act_t* x,
                         const act_t* weight, const float* mean, const float* rstd, int N, int C) {
-  timeline_call(__func__);
-  streaming(ctx, __func__, 4.0 * N * C * A + 8.0 * N + C * (A + 16.0));
+  streaming(ctx, __func__, 4.0 * N * C * A + 8.0 * N + C * (A + 16.0) + column_partials_bytes(2.0 * C));
 }
 void rmsnorm_forward(KernelCtx* ctx, act_t* out, float* rstd, const act_t* x, const act_t* weight, int N, int C,
                      float eps) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 2.0 * N * C * A + 4.0 * N + C * A);
 }
 void residual_rmsnorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* rstd, const act_t* a,
                               const act_t* b, const act_t* weight, int N, int C, float eps) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * N * C * A + 4.0 * N + C * A);
 }
 void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* dout, const act_t* x,
                       const act_t* weight, const float* rstd, int N, int C) {
-  timeline_call(__func__);
-  streaming(ctx, __func__, 4.0 * N * C * A + 4.0 * N + C * (A + 8.0));
+  streaming(ctx, __func__, 4.0 * N * C * A + 4.0 * N + C * (A + 8.0) + column_partials_bytes(C));
 }
 
 // One GEMM out[M,Nn] = a[M,K] b[K,Nn]: 2MNK FLOPs, each operand read once, the output written.
@@ -111,62 +106,84 @@ static double gemm_seconds(double M, double Nn, double K, double a_bytes, double
 
 void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight, const act_t* bias, int N,
                     int C, int OC) {
-  timeline_call(__func__);
   run(ctx, __func__, gemm_seconds(N, OC, C, A, A, A));
 }
 void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, const act_t* weight,
                          const act_t* bias, int N, int C, int OC) {
-  timeline_call(__func__);
   run(ctx, __func__, gemm_seconds(N, OC, C, A, A, 2 * A));  // the epilogue writes pre and out
 }
-// Two GEMMs: dinp = dout @ weight (when asked) and dweight += dout^T @ inp (fp32, read and
-// written), plus the bias gradient's column sums.
+// Up to three kernels, as the CUDA backend launches them: dinp = dout @ weight (when asked;
+// through the GELU, the epilogue also reads the GELU's input), dweight += dout^T @ inp (fp32,
+// read and written: the op named "matmul_backward"), and the bias gradient's column sums (one
+// read of dout).
+static void backward(KernelCtx* ctx, int has_dinp, int has_bias, int dgelu, int N, int C, int OC) {
+  if (has_dinp)
+    run(ctx, dgelu ? "matmul_backward dinp (DGELU epilogue)" : "matmul_backward dinp",
+        gemm_seconds(N, C, OC, A, A, dgelu ? 2 * A : A));
+  run(ctx, "matmul_backward", gemm_seconds(OC, C, N, A, A, 8.0));
+  if (has_bias) streaming(ctx, "bias gradient (column sums)", (double)N * OC * A + column_partials_bytes(OC) + 8.0 * OC);
+}
 void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout, const act_t* inp,
                      const act_t* weight, int N, int C, int OC) {
-  timeline_call(__func__);
-  double t = gemm_seconds(OC, C, N, A, A, 8.0);
-  if (dinp) t += gemm_seconds(N, C, OC, A, A, A);
-  if (dbias) t += kernel_seconds(0, RATE_MATMUL, (double)N * OC * A + 8.0 * OC);
-  run(ctx, __func__, t);
+  backward(ctx, dinp != NULL, dbias != NULL, 0, N, C, OC);
+}
+void matmul_backward_gelu(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout,
+                          const act_t* inp, const act_t* weight, const act_t* pre, int N, int C, int OC) {
+  backward(ctx, dinp != NULL, dbias != NULL, 1, N, C, OC);
 }
 
 void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 2.0 * n * A);
 }
 void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 3.0 * n * A);
 }
 void relu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 2.0 * n * A);
 }
 void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 3.0 * n * A);
 }
 void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 3.0 * N * F * A);
 }
 void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 5.0 * N * F * A);
 }
 
-// Query-key pairs a (causal) attention computes: the same count as layers/config.c's FLOPs.
+// ---- fused attention (kernels/cuda/attention.cu) ------------------------------------------
+// FLOPs: the products over the query-key pairs the attention keeps (the same count as
+// layers/config.c's), 2 in the forward (S = Q K^T, O = P V) and FlashAttention-2's 5 in the
+// backward, at the catalogue's attention efficiency, which is FlashAttention-2's measured rate on
+// that same count (its tiles' overhead included). Bytes: every operand once (a tile read again by
+// another CTA comes from L2), plus what the kernels' own tiling adds (kernels/attention_tiles.h):
+// the backward's dq partial sums (fp32, stored by every key tile of a query tile but the last and
+// loaded by all but the first), its D = rowsum(dout * out) and flags, and the position bias
+// gradient's per-CTA sums, each in the kernel that moves them.
+static int ceil_div_i(int a, int b) { return (a + b - 1) / b; }
 static double pairs(AttnShape s) {
   if (!s.causal) return (double)s.Tq * s.Tk;
   double p = 0;
   for (int i = 0; i < s.Tq; i++) p += i + 1 < s.Tk ? i + 1 : s.Tk;
   return p;
 }
-// Forward: scores and weighted values, 2 products of 2 x pairs x D per head. Backward
-// (FlashAttention-2): the scores again, then dV, dP, dQ, dK: 5 products, 2.5x the forward.
-static double attention_io(AttnShape s, int has_bias) {
-  double q = (double)s.B * s.Tq * s.H * s.D, kv = (double)s.B * s.Tk * s.H * s.D;
-  return (2 * q + 2 * kv) * A + 4.0 * s.B * s.H * s.Tq + (has_bias ? (double)s.H * s.Tq * s.Tk * A : 0);
+// Elements of one (batch, head)'s dq that pass through the fp32 partial sums, times the passes:
+// a query tile's rows once per key tile that adds to it, but one (causal: the key tiles up to the
+// one holding the tile's last row; bidirectional: all).
+static double dq_partial_elems(AttnShape s) {
+  const int nk = ceil_div_i(s.Tk, ATTN_BWD_KEYS), nq = ceil_div_i(s.Tq, ATTN_BWD_ROWS);
+  double n = 0;
+  for (int it = 0; it < nq; it++) {
+    int adders = 0;
+    for (int j = 0; j < nk; j++) adders += !s.causal || j * ATTN_BWD_KEYS / ATTN_BWD_ROWS <= it;
+    int rows = s.Tq - it * ATTN_BWD_ROWS < ATTN_BWD_ROWS ? s.Tq - it * ATTN_BWD_ROWS : ATTN_BWD_ROWS;
+    n += (adders > 0 ? adders - 1.0 : 0.0) * rows;
+  }
+  return n * s.D;
+}
+// Bytes of q, k, v, o: each [rows, H*D] operand read or written once.
+static double qkvo_bytes(AttnShape s) {
+  return (2.0 * s.B * s.Tq + 2.0 * s.B * s.Tk) * s.H * s.D * A;
 }
 // ---- eager attention (--predict-attention eager) -----------------------------------------
 // The attention of the seeds' PyTorch models, for comparing like with like: each operator is its
@@ -271,125 +288,116 @@ static void eager_attention_backward(KernelCtx* ctx, AttnShape s, int bias_grad)
 }
 
 void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,
-                       const act_t* pos_bias, AttnShape s) {
-  timeline_call(__func__);
+                       AttnBias bias, AttnShape s) {
   if (eager()) {
     eager_attention_forward(ctx, s);
     return;
   }
   double flops = 4.0 * s.B * s.H * s.D * pairs(s);
-  run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, attention_io(s, pos_bias != NULL)));
-}
-void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dpos_bias, const act_t* dout,
-                        const act_t* out, const float* lse, const act_t* q, const act_t* k, const act_t* v,
-                        const act_t* pos_bias, AttnShape s) {
-  timeline_call(__func__);
-  if (eager()) {
-    eager_attention_backward(ctx, s, dpos_bias != NULL);
-    return;
-  }
-  double flops = 2.5 * 4.0 * s.B * s.H * s.D * pairs(s);
-  double bytes = 2 * attention_io(s, pos_bias != NULL) + (dpos_bias ? 8.0 * s.H * s.Tq * s.Tk : 0);
+  double bytes = qkvo_bytes(s) + 4.0 * s.B * s.H * s.Tq + (bias.table ? (double)bias.num_buckets * s.H * A : 0);
   run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, bytes));
 }
+// The backward's kernels: the dq flags cleared, D = rowsum(dout * out), the five products (with
+// the ordered dq sums), and with a bias gradient the sums per (position, head) folded into
+// buckets.
+void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dtable, const act_t* dout,
+                        const act_t* out, const float* lse, const act_t* q, const act_t* k, const act_t* v,
+                        AttnBias bias, AttnShape s) {
+  if (eager()) {
+    eager_attention_backward(ctx, s, dtable != NULL);
+    return;
+  }
+  double rows = (double)s.B * s.H * s.Tq, nk = ceil_div_i(s.Tk, ATTN_BWD_KEYS), nq = ceil_div_i(s.Tq, ATTN_BWD_ROWS);
+  double positions = dtable && bias.table ? 2.0 * bias.max_distance + 1 : 0;
+  streaming(ctx, "attention_backward: dq flags cleared", 4.0 * s.B * s.H * nq * ATTN_BWD_WARPS);
+  streaming(ctx, "attention_backward: D = rowsum(dout * out)", 2.0 * rows * s.D * A + 4.0 * rows);
+  double flops = 2.5 * 4.0 * s.B * s.H * s.D * pairs(s);
+  // q, k, v, dout read; dq, dk, dv written; lse and D; the dq partial sums stored and loaded.
+  double bytes = qkvo_bytes(s) + (2.0 * s.B * s.Tk + s.B * s.Tq) * s.H * s.D * A + 8.0 * rows +
+                 8.0 * s.B * s.H * dq_partial_elems(s) + 4.0 * s.B * s.H * nk * positions;
+  run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, bytes));
+  if (positions > 0)
+    streaming(ctx, "attention_backward: position bias gradient", 4.0 * s.B * s.H * nk * positions + 8.0 * bias.num_buckets * s.H);
+}
 
+// The step's decisions (kernels/step_control.h): one thread each, a launch and a few words.
+void step_prepare(KernelCtx* ctx, StepControl* c) {
+  streaming(ctx, __func__, 64.0);
+}
+void grad_norm_words(KernelCtx* ctx, int64_t* out, int64_t* unit_words, int nunits) {
+  streaming(ctx, __func__, 8.0 * (NORM_WORDS + EXACT_WORDS + 1) * nunits);
+}
+void step_decide(KernelCtx* ctx, StepControl* c, double* loss_sum, int64_t* norm_words, int nunits) {
+  streaming(ctx, __func__, 256.0 + 8.0 * (EXACT_WORDS + nunits));
+}
 void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits, const int32_t* targets, int N, int V,
-                                 int Vp, float dloss) {
-  timeline_call(__func__);
+                                 int Vp, const float* dloss) {
   streaming(ctx, __func__, 2.0 * N * Vp * A + 8.0 * N);
 }
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature) {
-  timeline_call(__func__);
   memset(probs, 0, (size_t)V * sizeof(float));  // a host output: uniform zeros, nothing computed
   streaming(ctx, __func__, (double)V * (A + 4));
 }
 void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * N + 16);
 }
 
 int relative_position_bucket(int relative_position, int bidirectional, int num_buckets, int max_distance) {
-  timeline_call(__func__);
   return position_bucket(relative_position, bidirectional, num_buckets, max_distance);
 }
-void relative_bias_forward(KernelCtx* ctx, act_t* bias, const act_t* table, int H, int Tq, int Tk, int bidirectional,
-                           int num_buckets, int max_distance) {
-  timeline_call(__func__);
-  streaming(ctx, __func__, (double)H * Tq * Tk * A);
-}
-void relative_bias_backward(KernelCtx* ctx, float* dtable, const float* dbias, int H, int Tq, int Tk,
-                            int bidirectional, int num_buckets, int max_distance) {
-  timeline_call(__func__);
-  streaming(ctx, __func__, (double)H * Tq * Tk * 4);
-}
-
 void add_inplace(KernelCtx* ctx, act_t* y, const act_t* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 3.0 * n * A);
 }
 void scale_act(KernelCtx* ctx, act_t* x, float s, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 2.0 * n * A);
 }
 void fill_zero_act(KernelCtx* ctx, act_t* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, n * A);
 }
 void fill_zero_f32(KernelCtx* ctx, float* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * n);
 }
 void scale_f32(KernelCtx* ctx, float* x, float s, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 8.0 * n);
 }
 void add_f32(KernelCtx* ctx, float* y, const float* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 12.0 * n);
 }
 void cast_f32_to_act(KernelCtx* ctx, act_t* out, const float* in, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, n * (4 + A));
 }
 void cast_act_to_f32(KernelCtx* ctx, float* out, const act_t* in, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, n * (4 + A));
 }
 // The head block, then one launch per range [a, 2a) above it, as kernels/cuda/elementwise.cu.
 void narrow_f32_to_act(KernelCtx* ctx, float* buf, size_t n) {
-  timeline_call(__func__);
   size_t head = n < NARROW_HEAD ? n : NARROW_HEAD;
   streaming(ctx, __func__, head * (4 + A));
   for (size_t a = NARROW_HEAD; a < n; a *= 2) streaming(ctx, __func__, ((a * 2 < n ? a * 2 : n) - a) * (4 + A));
 }
 
 void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 4.0 * n + 8.0 * (n / NORM_BLOCK));
 }
 // Two launches: the partials read the block sums, one block adds the partials (64 of them:
 // EXACT_GRID of kernels/cuda/adamw.cu).
 void exact_sum(KernelCtx* ctx, int64_t* words, const double* x, size_t n) {
-  timeline_call(__func__);
   streaming(ctx, __func__, 8.0 * n);
   streaming(ctx, __func__, 8.0 * 64 * NORM_WORDS);
 }
 // --offload optim: the same 28 bytes per element through host memory, on the host's clock.
 void adamw_update_host(KernelCtx* ctx, float* p, const float* g, float* m, float* v, size_t n, AdamWArgs a) {
-  timeline_call(__func__);
   timeline_host_wait(28.0 * n / timeline_cluster()->host.memory_bytes_s);
 }
 // AdamW reads p, g, m, v and writes p, m, v (fp32), and the bf16 copy when asked.
 void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v, size_t n,
                   AdamWArgs a) {
-  timeline_call(__func__);
   streaming(ctx, __func__, n * (28.0 + (p_act ? A : 0)));
 }
 // One kernel over a unit's ranges: the same 28 bytes per element.
-void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
-                         AdamWArgs a) {
-  timeline_call(__func__);
+void adamw_update_ranges(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
+                         const AdamWRange* r, int nr, const AdamWStep* s) {
   double n = 0;
   for (int k = 0; k < nr; k++) n += (double)(r[k].end - r[k].start);
-  if (nr > 0) streaming(ctx, __func__, 28.0 * n);
+  if (nr > 0) streaming(ctx, __func__, (28.0 + (p_act ? A : 0)) * n);  // (and the 16-bit working copy)
 }

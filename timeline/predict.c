@@ -3,12 +3,11 @@
 //
 // One process is rank 0 of a world of N ranks (--world N). The FSDP runtime is laid out for N
 // ranks (fsdp_init_plan, as --plan does) and given the timeline's communicators for its groups;
-// the model is planned and "allocated" (address space only, never touched); then the step of
-// train_gpt.c runs, call for call: the same micro-batch copies, forward and backward through
-// layers/ and fsdp/schedule.c, the loss all-reduce, the gradient norm and the sharded AdamW.
-// test/test_timeline.sh checks that this sequence of kernel, collective and event calls is the
-// one train_gpt_cpu makes. The step is run three times and the last one is measured (the first
-// has no previous optimizer step to wait for).
+// the model is planned and "allocated" (address space only, never touched); then the trainer's
+// own step runs (train_step, train/step.c): the same micro-batch copies, forward and backward
+// through layers/ and fsdp/schedule.c, the loss all-reduce, the gradient norm and the sharded
+// AdamW, on placeholder micro-batches. The step is run three times and the last one is measured
+// (the first has no previous optimizer step to wait for).
 #include "timeline/predict.h"
 
 #include <math.h>
@@ -16,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "timeline/timeline.h"
 
 #define PREDICT_STEPS 3
@@ -36,7 +35,8 @@ const char* predict_seed_formula(const ModelConfig* c) {
 }
 
 // fsdp_init's groups for rank 0 (fsdp/layout.c): the shard group is F consecutive ranks (one
-// communicator for all-gathers, one for reduce-scatters), the replica group the W/F ranks F apart.
+// communicator for all-gathers, one for reduce-scatters), the replica group the W/F ranks F apart,
+// and hpz's node group F2 consecutive ranks (rank 0 keeps slice 0).
 static void bind_groups(FSDP* fs, KernelCtx* k) {
   fs->kctx = k;
   fs->kctx_gather = kernels_stream_ctx(k, STREAM_ALL_GATHER);
@@ -45,36 +45,7 @@ static void bind_groups(FSDP* fs, KernelCtx* k) {
   fs->shard_group = timeline_comm_group(fs->F, 1, STREAM_REDUCE_SCATTER);
   fs->gather_group = timeline_comm_group(fs->F, 1, STREAM_ALL_GATHER);
   fs->replica_group = timeline_comm_group(fs->replicas, fs->F, STREAM_REDUCE_SCATTER);
-}
-
-// One optimizer step, as train_gpt.c's loop body issues it. *backward_s: the compute stream's
-// time from each micro-step's last forward kernel to its last backward kernel, summed.
-static void step(FSDP* fs, Model* m, Batch* b, const Options* o, int A, int W, int t5, int index, double* backward_s) {
-  device_step_begin(index + 1);
-  fsdp_begin_step(fs, A);
-  double global_tokens = (double)W * A * b->B * b->T;
-  if (t5) {
-    int64_t valid = 0;
-    for (int j = 0; j < A; j++) valid += batch_valid_targets(b);
-    comm_all_reduce(fs->world, &valid, 1, DT_I64);
-    global_tokens = (double)valid * W;  // every rank's micro-batches are alike here
-  }
-  for (int j = 0; j < A; j++) {
-    batch_to_model(b, m);
-    fsdp_begin_forward(fs, j, 1);
-    model_forward_accumulate(m, (float)(1.0 / global_tokens));
-    double forward_end = timeline_stream_clock(STREAM_COMPUTE);
-    model_backward(m);
-    *backward_s += timeline_stream_clock(STREAM_COMPUTE) - forward_end;
-  }
-  double loss_sum = model_take_loss(m);
-  comm_all_reduce(fs->world, &loss_sum, 1, DT_F64);
-  double norm = fsdp_grad_norm(fs);
-  AdamWArgs args = {.lr = o->lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps,
-                    .weight_decay = o->weight_decay, .grad_scale = fsdp_clip_scale(norm, o->grad_clip), .step = index + 1};
-  fsdp_adamw_step(fs, args);
-  device_synchronize();
-  device_step_end(index + 1);
+  if (fs->secondary.F2) fs->node_group = timeline_comm_group(fs->secondary.F2, 1, STREAM_ALL_GATHER);
 }
 
 // Below the unit spans of fsdp/trace.c, every kernel, copy and collective of the measured step
@@ -127,40 +98,54 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
   memset(p, 0, sizeof *p);
   timeline_configure(c);
   int W = c->world, t5 = cfg->kind == MODEL_T5;
-  int B = o->batch, T = t5 ? o->dec_len : (o->seq ? o->seq : cfg->T), Te = t5 ? o->enc_len : 0;
-  int A = o->accum;
-  if (o->global_batch) {
-    if (o->global_batch % (B * W)) return -1;
-    A = o->global_batch / (B * W);
-  }
+  RunShape shape;
+  char err[512];
+  if (run_shape(o, cfg, W, &shape, err, sizeof err)) return -1;
+  int B = shape.B, T = shape.T, Te = shape.Te, A = shape.A;
   KernelCtx* k = kernels_init(0);
   FSDP* fs = xcalloc(1, sizeof(FSDP), "prediction");
-  fsdp_init_plan(fs, model_num_units(cfg, o->fsdp.wrap), o->fsdp, W);
+  FSDPOptions fo = o->fsdp;
+  fo.accum_steps = A;
+  fsdp_init_plan(fs, model_num_units(cfg, fo.wrap), fo, W);
   bind_groups(fs, k);
   Model model;
   model_plan(&model, cfg, fs, B, T, Te);
+  StepIO io;
+  step_plan(&io, &fs->plan, &shape, t5);
   p->plan_bytes = (double)fs->plan.total;
   if (c->attention != ATTENTION_FUSED) p->eager_bytes = eager_attention_bytes(cfg, B, T, Te, o->fsdp.recompute);
   p->fits = p->plan_bytes + p->eager_bytes <= c->gpu.memory_bytes;
   model_allocate(&model, o->seed);
 
-  Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te};
-  batch.inputs = xcalloc((size_t)B * T, sizeof(int32_t), "batch");
-  batch.targets = xcalloc((size_t)B * T, sizeof(int32_t), "batch");
-  batch.enc = xcalloc((size_t)B * (Te ? Te : 1), sizeof(int32_t), "batch");
+  Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te};  // its buffers: the step's pinned micro-batches
   const char** unit_names = xcalloc(fs->nunits, sizeof(char*), "unit names");
   for (int u = 0; u < fs->nunits; u++) unit_names[u] = fs->units[u].name;
+  // The trainer's own step (train/step.c) on placeholder micro-batches; the in-memory trace
+  // gives the backward's share, the file trace (--trace) draws the measured step.
+  StepData data = {.batch = &batch, .stream = NULL};
+  LossScaler scaler;
+  scaler_init(&scaler, o->loss_scale, o->loss_scale_dynamic, o->loss_scale_window);
+  step_start(&io, o, &scaler);
+  // As the trainer's loop runs them: step s + 1 is queued before step s's outcome is read, so the
+  // host's issuing overlaps the device's work; the measured (last) step's time is the time between
+  // the previous step's end and its own on the compute stream (what a steady loop achieves).
+  // The earlier steps' spans are kept apart from the measured step's, which give its backward share
+  // (read once everything has run: reading waits for the device).
+  Trace* spans = trace_open(NULL, 0, 1, unit_names);
+  Trace* measured = trace_open(trace_path, 0, 1, unit_names);
   double step_start = 0;
   for (int s = 0; s < PREDICT_STEPS; s++) {
     int last = s == PREDICT_STEPS - 1;
-    if (last && trace_path) fs->trace = trace_open(trace_path, 0, 1, unit_names);
-    (void)device_waited_seconds();
+    fs->trace = last ? measured : spans;
     double t0 = timeline_host_clock(), compute = 0, comm = 0, contention0 = timeline_sm_contention();
     int op0 = timeline_nops();
-    p->backward_s = 0;
-    step(fs, &model, &batch, o, A, W, t5, s, &p->backward_s);
-    p->step_s = timeline_host_clock() - t0;
-    p->exposed_comm_s = device_waited_seconds();
+    train_step(fs, &model, &data, &shape, s, o->lr, o, &io);
+    if (s > 0) (void)train_step_result(&io, s - 1);
+    if (last) {  // the spacing of the last two steps' ends on the compute stream
+      (void)train_step_result(&io, s);
+      p->step_s = device_event_seconds(io.done[(s - 1) & 1], io.done[s & 1]);
+    }
+    p->exposed_comm_s = device_step_waited_seconds(s + 1);
     p->contention_s = timeline_sm_contention() - contention0;
     p->comm_sms = 0;
     for (int i = 0; i < timeline_nsm_spans(); i++)
@@ -175,12 +160,14 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
     p->first_op = op0;
     step_start = t0;
   }
-  if (fs->trace) {
-    fs->trace->origin = step_start;  // time 0: the start of the measured step
-    trace_flush(fs->trace);
-    write_kernel_tracks(fs->trace, p->first_op);
-    trace_close(fs->trace);
+  p->backward_s = trace_backward_seconds(measured);
+  if (trace_path) {
+    measured->origin = step_start;  // time 0: the start of the measured step
+    trace_flush(measured);
+    write_kernel_tracks(measured, p->first_op);
   }
+  trace_close(measured);
+  trace_close(spans);
   fs->trace = NULL;
 
   double M = (double)W * A, sequences = M * B;
@@ -190,9 +177,6 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
   p->mfu = p->model_tflops * 1e12 / c->gpu.peak_flops;
   p->seed_tflops = predict_seed_flops(cfg, sequences, T, Te) / W / p->step_s / 1e12;
   memplan_free(&fs->plan);
-  free(batch.inputs);
-  free(batch.targets);
-  free(batch.enc);
   free(unit_names);
   return 0;
 }
@@ -204,6 +188,7 @@ static const char* prefetch_name(const FSDPOptions* f) {
 
 static void strategy_name(const FSDPOptions* f, char* out, size_t len) {
   if (f->strategy == SHARD_HYBRID) snprintf(out, len, "hybrid:%d", f->hybrid_factor);
+  else if (f->strategy == SHARD_HPZ) snprintf(out, len, "hpz:%d", f->hpz_factor);
   else snprintf(out, len, "%s", fsdp_strategy_name(f->strategy));
 }
 
@@ -284,35 +269,44 @@ static void sweep_batches(const Options* o, FSDPOptions f, const Cluster* c, con
   }
 }
 
+int predict_sweep_strategies(const FSDPOptions* run, int W, int G, FSDPOptions* out) {
+  int ns = 0;
+  FSDPOptions base = *run;
+  base.strategy = SHARD_FULL;
+  out[ns++] = base;
+  base.strategy = SHARD_GRAD_OP;
+  out[ns++] = base;
+  base.strategy = SHARD_NONE;
+  out[ns++] = base;
+  for (int f = G; f < W && ns < PREDICT_MAX_STRATEGIES - 1; f *= 2)
+    if (W % f == 0) {
+      base.strategy = SHARD_HYBRID;
+      base.hybrid_factor = f;
+      out[ns++] = base;
+    }
+  if (G > 1 && G < W && W % G == 0) {  // full sharding resharded to the node after forward
+    base.strategy = SHARD_HPZ;
+    base.hpz_factor = G;
+    out[ns++] = base;
+  }
+  return ns;
+}
+
 // --predict-sweep: the options a user tunes, each predicted, ranked by TFLOPS per GPU among the
 // plans that fit. First the schedule (strategy and hybrid factor, the all-gather limit,
 // prefetch) with the run's memory options, over micro-batches within the memory plan; then, for
 // the best schedule found, the memory options (recompute, wrapping, offload), which trade
 // FLOPs, collectives and PCIe traffic for a larger micro-batch.
 int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, int show) {
-  int W = c->world, G = c->net.gpus_per_node;
-  FSDPOptions strategies[16];
-  int ns = 0;
-  FSDPOptions base = o->fsdp;
-  base.strategy = SHARD_FULL;
-  strategies[ns++] = base;
-  base.strategy = SHARD_GRAD_OP;
-  strategies[ns++] = base;
-  base.strategy = SHARD_NONE;
-  strategies[ns++] = base;
-  for (int f = G; f < W && ns < 16; f *= 2)
-    if (W % f == 0) {
-      base.strategy = SHARD_HYBRID;
-      base.hybrid_factor = f;
-      strategies[ns++] = base;
-    }
+  FSDPOptions strategies[PREDICT_MAX_STRATEGIES];
+  int ns = predict_sweep_strategies(&o->fsdp, c->world, c->net.gpus_per_node, strategies), W = c->world;
   static const int limits[] = {1, 2, 4};
   static const int prefetch[][2] = {{1, 1}, {1, 0}, {0, 1}, {0, 0}};
   int cap = ns * 3 * 4 * 12 + 3 * 2 * 4 * 12, n = 0;
   SweepRow* rows = xcalloc(cap, sizeof(SweepRow), "sweep");
   for (int s = 0; s < ns; s++)
     for (int l = 0; l < 3; l++) {
-      int reshards = strategies[s].strategy == SHARD_FULL || strategies[s].strategy == SHARD_HYBRID;
+      int reshards = strategies[s].strategy != SHARD_GRAD_OP && strategies[s].strategy != SHARD_NONE;
       if (!reshards && l > 0) continue;  // the slot pool holds every block anyway
       for (int pf = 0; pf < 4; pf++) {
         FSDPOptions f = strategies[s];

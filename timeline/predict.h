@@ -29,6 +29,11 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
 void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, const Prediction* p);
 // Predicts the options a user tunes and prints the best `show`, ranked; -1 when none ran.
 int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, int show);
+// The sharding strategies the sweep ranks on a world of W GPUs, G per node, with the run's other
+// options: full, grad-op, none, hybrid:F for F = G, 2G, ... below W dividing it, and hpz:G
+// (backward all-gathers inside the node) when there are several nodes. Returns how many.
+#define PREDICT_MAX_STRATEGIES 16
+int predict_sweep_strategies(const FSDPOptions* run, int W, int G, FSDPOptions* out);
 // FLOPs of one step of `sequences` sequences by the seeds' formulas, and the formula's name.
 double predict_seed_flops(const ModelConfig* c, double sequences, int T, int Te);
 const char* predict_seed_formula(const ModelConfig* c);

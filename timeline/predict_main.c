@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "timeline/predict.h"
 
 // --plan: the memory plan with train_gpt's dtypes (act_t is bf16 in this build), as train_gpt
@@ -14,14 +14,10 @@ static int plan_main(Options* o) {
   char err[2048];
   ModelConfig cfg;
   if (model_config_parse(o->model, &cfg, err, sizeof err)) usage_error("%s", err);
-  int t5 = cfg.kind == MODEL_T5, world = o->plan_world ? o->plan_world : 1;
-  int B = o->batch, T = t5 ? o->dec_len : (o->seq ? o->seq : cfg.T), Te = t5 ? o->enc_len : 0;
-  if (!t5 && T > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o->model);
-  if (o->global_batch) {
-    if (o->global_batch % (B * world)) usage_error("%s", "--global-batch must be a multiple of --batch x --world");
-    o->accum = o->global_batch / (B * world);
-  }
-  plan_report(o, &cfg, B, T, Te, world);
+  RunShape shape;
+  if (run_shape(o, &cfg, o->plan_world ? o->plan_world : 1, &shape, err, sizeof err)) usage_error("%s", err);
+  o->accum = o->fsdp.accum_steps = shape.A;
+  plan_report(o, &cfg, shape.B, shape.T, shape.Te, shape.W);
   return 0;
 }
 
@@ -38,17 +34,15 @@ int main(int argc, char** argv) {
   ModelConfig cfg;
   if (model_config_parse(o.model, &cfg, err, sizeof err)) usage_error("%s", err);
   int t5 = cfg.kind == MODEL_T5;
-  if (!t5 && o.seq > cfg.T) usage_error("--seq exceeds the model's maximum sequence length (%s)", o.model);
   Cluster c;
   if (catalogue_cluster(o.predict, o.plan_world, &c, err, sizeof err)) usage_error("%s", err);
+  // --shard hpz: node groups of the cluster's GPUs per node unless F2 is given.
+  if (o.fsdp.strategy == SHARD_HPZ && !o.fsdp.hpz_factor) o.fsdp.hpz_factor = c.net.gpus_per_node;
   c.alloc_retry_s = o.predict_alloc_retry_ms / 1e3;
   c.comm_sms_max = o.predict_comm_sms;
   if (o.predict_attention && !strcmp(o.predict_attention, "eager")) c.attention = t5 ? ATTENTION_EAGER_HF_T5 : ATTENTION_EAGER_MINGPT;
-  if (o.global_batch && o.global_batch % (o.batch * c.world)) {
-    fprintf(stderr, "error: --global-batch %d cannot be split into micro-batches of --batch %d on %d GPUs: it must be a "
-                    "multiple of batch x GPUs = %d\n", o.global_batch, o.batch, c.world, o.batch * c.world);
-    return 2;
-  }
+  RunShape shape;  // refuses a --seq or --global-batch this world cannot run, before any prediction
+  if (run_shape(&o, &cfg, c.world, &shape, err, sizeof err)) usage_error("%s", err);
   if (o.predict_sweep) return predict_sweep(&o, &c, &cfg, 20) ? 1 : 0;
   Prediction p;
   predict_run(&o, &c, &cfg, o.trace_path, &p);

@@ -168,9 +168,4 @@ typedef struct {
 } TimelineSMs;
 int timeline_nsm_spans(void);
 const TimelineSMs* timeline_sm_span(int i);
-
-// The call log: with FSDP_CALL_LOG=FILE every kernels.h, device.h and comm.h entry point
-// called writes its name, one per line (the CPU build writes the same through
-// test/call_log.c), so a test can compare the two backends' call sequences.
-void timeline_call(const char* name);
 #endif

@@ -2,7 +2,7 @@
 // span-corrupted examples), copied into the model's own buffers.
 #include <stdio.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "train/train.h"
 
 void open_stream(TokenStream* ts, const char* glob, const char* what, int vocab, int B, int T) {
@@ -26,10 +26,13 @@ int64_t batch_valid_targets(const Batch* b) {
   return n;
 }
 
+// Asynchronous copies on the compute stream, before the forward that reads them: from the
+// step's pinned micro-batch buffers (train/step.c) they run without the host waiting; from
+// pageable memory (evaluation) the data is taken at the call.
 void batch_to_model(const Batch* b, Model* m) {
   size_t n = (size_t)b->B * b->T * sizeof(int32_t);
-  device_copy_to_device(m->inputs, b->inputs, n);
-  device_copy_to_device(m->targets, b->targets, n);
-  if (b->t5) device_copy_to_device(m->enc_inputs, b->enc, (size_t)b->B * b->Te * sizeof(int32_t));
+  device_copy_async(m->inputs, b->inputs, n, STREAM_COMPUTE);
+  device_copy_async(m->targets, b->targets, n, STREAM_COMPUTE);
+  if (b->t5) device_copy_async(m->enc_inputs, b->enc, (size_t)b->B * b->Te * sizeof(int32_t), STREAM_COMPUTE);
 }
 

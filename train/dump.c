@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "train/train.h"
 
 // Writes every parameter's live fp32 values in global order (units, then table order) to

@@ -1,13 +1,15 @@
 // evaluate.c: validation loss, greedy exact-match accuracy on prompts, text samples.
 // Every forward here is collective (it all-gathers units), so all ranks run the same number
 // of forwards, each on its own share of the work.
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/tokenizer.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
+#include "infra/files.h"
 #include "train/train.h"
 
 // Validation loss over eval_batches micro-batches, spread over ranks like training batches
@@ -21,7 +23,7 @@ double evaluate(Model* m, Batch* b, const TokenStream* val, int eval_batches) {
     batch_load(b, val, g % eval_batches);
     batch_to_model(b, m);
     fsdp_begin_forward(fs, 0, 0);
-    double s = model_forward(m, 1, 0.0f);
+    double s = model_forward(m, 1, NULL);
     if (g < eval_batches) sums[0] += s, sums[1] += (double)batch_valid_targets(b);
   }
   comm_all_reduce(fs->world, sums, 2, DT_F64);
@@ -36,7 +38,7 @@ static void greedy_extend(Model* m, Batch* bt, int* cursor, int steps) {
   for (int s = 0; s < steps; s++) {
     batch_to_model(bt, m);
     fsdp_begin_forward(m->fs, 0, 0);
-    model_forward(m, 0, 0.0f);
+    model_forward(m, 0, NULL);
     for (int b = 0; b < m->B; b++) {
       if (cursor[b] >= T) continue;
       device_copy_to_host(row, m->logits + ((size_t)b * T + cursor[b] - 1) * Vp, (size_t)V * sizeof(act_t));
@@ -54,20 +56,35 @@ static void greedy_extend(Model* m, Batch* bt, int* cursor, int steps) {
 
 PromptSet load_prompts(const char* path, int T, int V) {
   PromptSet ps = {0};
-  FILE* f = fopen(path, "r");
-  if (!f) fatal("--eval-prompts: cannot open '%s'", path);
-  char line[4096];
+  char err[4400];
+  int fd = file_open_regular(path, err, sizeof err);
+  FILE* f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) fatal("--eval-prompts: %s", fd >= 0 ? strerror(errno) : err);
+  char* line = NULL;
+  size_t cap_line = 0;
+  ssize_t got;
   int cap = 0;
-  while (fgets(line, sizeof line, f)) {
+  // Every line is checked as it is read, naming the file and the line: a prompt that cannot be
+  // run must not become a silent 0% (an empty prompt would read the logits before position 0).
+  for (int lineno = 1; (got = getline(&line, &cap_line, f)) >= 0; lineno++) {
+    if ((size_t)got != strlen(line))
+      fatal("--eval-prompts %s: line %d holds a NUL byte; prompts are text", path, lineno);
     line[strcspn(line, "\r\n")] = 0;
     if (!*line) continue;
     char* tab = strchr(line, '\t');
-    if (!tab) fatal("--eval-prompts %s: line %d has no TAB between prompt and answer", path, ps.n + 1);
+    if (!tab) fatal("--eval-prompts %s: line %d has no TAB between prompt and answer", path, lineno);
     *tab = 0;
-    if ((int)(strlen(line) + strlen(tab + 1)) + 1 > T)
-      fatal("--eval-prompts %s: line %d does not fit in a sequence of %d tokens", path, ps.n + 1, T);
-    for (const unsigned char* c = (const unsigned char*)line; *c; c++)
-      if (*c >= V) fatal("--eval-prompts %s: byte %d is not a token of a vocabulary of %d", path, *c, V);
+    const char* answer = tab + 1;
+    if (!line[0]) fatal("--eval-prompts %s: line %d has an empty prompt (a prompt needs at least one token)", path, lineno);
+    if (!answer[0]) fatal("--eval-prompts %s: line %d has an empty answer", path, lineno);
+    if (strlen(line) + strlen(answer) + 1 > (size_t)T)
+      fatal("--eval-prompts %s: line %d does not fit in a sequence of %d tokens (prompt %zu + answer %zu bytes + 1)", path,
+            lineno, T, strlen(line), strlen(answer));
+    for (const char* part = line; part; part = part == line ? answer : NULL)
+      for (const unsigned char* c = (const unsigned char*)part; *c; c++)
+        if (*c >= V)
+          fatal("--eval-prompts %s: line %d: byte %d of the %s is not a token of the model's vocabulary of %d", path,
+                lineno, *c, part == line ? "prompt" : "answer", V);
     if (ps.n == cap) {
       cap = cap ? 2 * cap : 256;
       ps.prompt = realloc(ps.prompt, cap * sizeof(char*));
@@ -75,11 +92,15 @@ PromptSet load_prompts(const char* path, int T, int V) {
       if (!ps.prompt || !ps.answer) fatal("out of memory reading %s", path);
     }
     ps.prompt[ps.n] = strdup(line);
-    ps.answer[ps.n] = strdup(tab + 1);
-    if ((int)strlen(tab + 1) > ps.max_answer) ps.max_answer = (int)strlen(tab + 1);
+    ps.answer[ps.n] = strdup(answer);
+    if (!ps.prompt[ps.n] || !ps.answer[ps.n]) fatal("out of memory reading %s", path);
+    if ((int)strlen(answer) > ps.max_answer) ps.max_answer = (int)strlen(answer);
     ps.n++;
   }
+  int failed = ferror(f);
+  free(line);
   fclose(f);
+  if (failed) fatal("--eval-prompts %s: reading failed", path);
   if (!ps.n) fatal("--eval-prompts %s: no prompts", path);
   return ps;
 }
@@ -137,7 +158,7 @@ void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64
   for (int t = 1; t <= n; t++) {
     batch_to_model(bt, m);
     fsdp_begin_forward(m->fs, 0, 0);
-    model_forward(m, 0, 0.0f);
+    model_forward(m, 0, NULL);
     device_copy_to_host(row, m->logits + (size_t)(t - 1) * Vp, (size_t)V * sizeof(act_t));
     softmax_row(NULL, probs, row, V, 1.0f);
     state ^= state << 13, state ^= state >> 7, state ^= state << 17;  // xorshift64

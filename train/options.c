@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "train/train.h"
 
 // The usage line names the binary that was run (train_gpt, train_gpt_cpu, train_gpt_sim, or
@@ -46,7 +46,9 @@ static void print_help(void) {
       "  --grad-clip C         clip the global gradient norm to C, 0 = off (default 1.0)\n"
       "  --seed S              initialization seed (default 1337)\n"
       "FSDP\n"
-      "  --shard S             full (default) | grad-op | none | hybrid:F\n"
+      "  --shard S             full (default) | grad-op | none | hybrid:F | hpz[:F2]: full sharding\n"
+      "                        that reshards after forward to node groups of F2 ranks (default: the\n"
+      "                        ranks per node), so backward all-gathers stay inside a node\n"
       "  --limit-all-gathers K unsharded blocks at most at once, the slot pool (default 2)\n"
       "  --prefetch P          none | forward | backward | both (default both)\n"
       "  --no-sync-accum       keep unsharded gradients, reduce once per optimizer step\n"
@@ -169,9 +171,7 @@ Options parse_options(int argc, char** argv) {
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                         .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32}};
-#ifdef FSDP_FP16
-  o.loss_scale_dynamic = 1, o.loss_scale = LOSS_SCALE_DYNAMIC_INIT;  // fp16 gradients need it (--loss-scale 1: off)
-#endif
+  if (ACT_WANTS_LOSS_SCALE) o.loss_scale_dynamic = 1, o.loss_scale = LOSS_SCALE_DYNAMIC_INIT;  // --loss-scale 1: off
   static struct option longopts[] = {
       {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, 'd'},
       {"val-data", required_argument, 0, 'V'},    {"batch", required_argument, 0, 'b'},
@@ -234,7 +234,8 @@ Options parse_options(int argc, char** argv) {
       case 'c': o.grad_clip = parse_float(name, optarg, 0.0f, 1e30f); break;
       case 's': o.seed = (uint64_t)parse_long(name, optarg, 0, 0x7fffffffffffffffL); break;
       case 'S':
-        if (fsdp_parse_strategy(optarg, &o.fsdp)) usage_error("--shard expects full, grad-op, none or hybrid:F, got '%s'", optarg);
+        if (fsdp_parse_strategy(optarg, &o.fsdp))
+          usage_error("--shard expects full, grad-op, none, hybrid:F or hpz[:F2], got '%s'", optarg);
         break;
       case 'K': o.fsdp.limit_all_gathers = (int)parse_long(name, optarg, 1, 1024); break;
       case 'p':

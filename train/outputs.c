@@ -1,8 +1,9 @@
 // outputs.c: every file the run will write, checked at start-up, before the first step: a
-// typo in an output path must not cost a finished run. Each rank checks what it will write
-// (rank 0 the logs and dumps, every rank its own trace file and its part of a checkpoint), and
-// all ranks agree before going on.
-#include <dirent.h>
+// typo in an output path, or a name too long for the file system, must not cost a finished
+// run. Each rank checks what it will write (rank 0 the logs and dumps, every rank its own
+// trace file and its part of a checkpoint), and all ranks agree before going on. Rank 0 then
+// locks the --save and --export directories for the run (infra/files.h), so a second run given
+// one of them is refused here rather than overwriting this one's files.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +12,15 @@
 #include <unistd.h>
 
 #include "fsdp/checkpoint.h"
-#include "fsdp/dist.h"
+#include "infra/dist.h"
+#include "infra/files.h"
 #include "train/train.h"
+#include "weights/weights.h"
 
 // -1 with the reason when a file could not be created or replaced at `path`.
 static int check_file(const char* opt, const char* path, char* err, size_t errlen) {
   if (!path[0]) return snprintf(err, errlen, "%s needs a file name, got ''", opt), -1;
+  if (path_fits(opt, path, "", err, errlen)) return -1;
   struct stat st;
   if (stat(path, &st) == 0) {
     if (S_ISDIR(st.st_mode)) return snprintf(err, errlen, "%s %s is a directory; give a file name", opt, path), -1;
@@ -35,30 +39,6 @@ static int check_file(const char* opt, const char* path, char* err, size_t errle
   return 0;
 }
 
-// --export DIR is replaced as a whole when the export is complete: it must be a new name or an
-// earlier export (config.json and model.safetensors only), under a writable parent.
-static int check_export_dir(const char* dir, char* err, size_t errlen) {
-  const char* base = strrchr(dir, '/');
-  base = base ? base + 1 : dir;
-  if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-    return snprintf(err, errlen, "--export '%s': name the directory to write (e.g. out/hf), not '', '/', '.' or '..'", dir), -1;
-  struct stat st;
-  if (stat(dir, &st) != 0) return check_file("--export", dir, err, errlen);  // a new name: its parent must take it
-  if (!S_ISDIR(st.st_mode))
-    return snprintf(err, errlen, "--export %s: a file of that name exists; choose another path", dir), -1;
-  DIR* d = opendir(dir);
-  struct dirent* e;
-  while (d && (e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "config.json") &&
-        strcmp(e->d_name, "model.safetensors")) {
-      snprintf(err, errlen, "--export %s holds '%s', so it is not an earlier export; choose another path", dir, e->d_name);
-      closedir(d);
-      return -1;
-    }
-  if (d) closedir(d);
-  return 0;
-}
-
 void check_outputs(const Options* o, Comm* world) {
   char err[4400] = "";
   int rank = comm_rank(world), W = comm_size(world), bad = 0;
@@ -72,7 +52,13 @@ void check_outputs(const Options* o, Comm* world) {
             check_file("--dump-params", meta, err, sizeof err);
     }
     if (o->save_dir) bad = bad || checkpoint_check_target(o->save_dir, o->keep_checkpoints, err, sizeof err);
-    if (o->export_dir) bad = bad || check_export_dir(o->export_dir, err, sizeof err);
+    if (o->export_dir) bad = bad || weights_export_check("--export", o->export_dir, err, sizeof err);
+    char note[4400] = "";
+    if (o->save_dir) bad = bad || dir_lock("--save", o->save_dir, note, sizeof note, err, sizeof err);
+    if (note[0]) log0("note: %s\n", note);
+    note[0] = 0;
+    if (o->export_dir) bad = bad || dir_lock("--export", o->export_dir, note, sizeof note, err, sizeof err);
+    if (note[0]) log0("note: %s\n", note);
   }
   if (o->trace_path && !bad) {
     char name[4200];

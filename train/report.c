@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 #include "train/train.h"
 
 static const char* prefetch_name(const FSDPOptions* f) {
@@ -27,8 +27,11 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   const ModelConfig* c = &m->cfg;
   int W = fs->world_size, M = W * A;
   char shard[64];
-  snprintf(shard, sizeof shard, "%s (F=%d, %d replica%s)", fsdp_strategy_name(o->fsdp.strategy), fs->F,
-           fs->replicas, fs->replicas > 1 ? "s" : "");
+  if (o->fsdp.strategy == SHARD_HPZ)
+    snprintf(shard, sizeof shard, "hpz (F=%d, node groups of %d)", fs->F, fs->secondary.F2);
+  else
+    snprintf(shard, sizeof shard, "%s (F=%d, %d replica%s)", fsdp_strategy_name(o->fsdp.strategy), fs->F,
+             fs->replicas, fs->replicas > 1 ? "s" : "");
   log0("| %-22s | %-30s |\n", "setting", "value");
   log0("| %-22s | %-30d |\n", "ranks", W);
   if (!strcmp(kernels_backend(), "cpu")) log0("| %-22s | %-30d |\n", "OpenMP threads per rank", dist_threads());
@@ -78,6 +81,14 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   if (c->kind == MODEL_T5) log0("| %-22s | %-30.4g |\n", "IBM T5 formula (s=enc)", M * t5_flops_ibm(c, m->B, m->Te));
 }
 
+// The training step's own regions (train/step.c), as a run plans them.
+static void plan_step(MemPlan* p, const ModelConfig* cfg, int B, int T, int Te, int world, int A) {
+  if (A < 1) A = 1;
+  RunShape s = {.B = B, .T = T, .Te = Te, .W = world, .A = A, .M = world * A};
+  StepIO io;
+  step_plan(&io, p, &s, cfg->kind == MODEL_T5);
+}
+
 // Device bytes per rank of the plan of a `world`-rank run with the FSDP options f (plan only);
 // its pinned host bytes into *host when not NULL.
 static size_t plan_totals(const ModelConfig* cfg, FSDPOptions f, int B, int T, int Te, int world, size_t* host) {
@@ -85,6 +96,7 @@ static size_t plan_totals(const ModelConfig* cfg, FSDPOptions f, int B, int T, i
   fsdp_init_plan(&fs, model_num_units(cfg, f.wrap), f, world);
   Model m;
   model_plan(&m, cfg, &fs, B, T, Te);
+  plan_step(&fs.plan, cfg, B, T, Te, world, f.accum_steps);
   if (host) *host = fs.plan.host_total;
   return fs.plan.total;  // (the layout tables are left to the process: planning is short-lived)
 }
@@ -199,6 +211,7 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   fsdp_init_plan(&fs, model_num_units(cfg, o->fsdp.wrap), o->fsdp, world);
   Model m;
   model_plan(&m, cfg, &fs, B, T, Te);
+  plan_step(&fs.plan, cfg, B, T, Te, world, o->accum);
   print_model_line(cfg);
 #ifdef FSDP_CUDA
   log0("plan for the cuda backend: 16-bit activations and unsharded parameters (bf16 or fp16: the same bytes), fp32 "
@@ -223,8 +236,13 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   log0("FSDP paper formula (3.2.1): sum psi / F + max psi = %.4g + %.4g = %.4g elements\n", shard_elems, largest,
        shard_elems + largest);
   log0("  as bytes: 16 B x %.4g (fp32 master, gradient, adam m, v; --offload moves them to the host) + %d slot%s x %zu B x %.4g = %.4g GiB\n",
-       shard_elems, fs.nslots, fs.nslots == 1 ? "" : "s", sizeof(act_t), largest,
-       (16.0 * shard_elems + fs.nslots * sizeof(act_t) * largest) / 1073741824.0);
+       shard_elems, fs.slots.n, fs.slots.n == 1 ? "" : "s", sizeof(act_t), largest,
+       (16.0 * shard_elems + fs.slots.n * sizeof(act_t) * largest) / 1073741824.0);
+  if (fs.secondary.F2) {  // ZeRO++ hpZ: a secondary shard of every unit but the root, over the node group
+    double secondary = (double)(padded_total - fs.units[0].padded) / fs.secondary.F2;
+    log0("  + secondary shards (--shard hpz): sum psi / F2 over the blocks = %.4g elements x %zu B = %.4g GiB\n", secondary,
+         sizeof(act_t), secondary * sizeof(act_t) / 1073741824.0);
+  }
   print_savings(o, cfg, B, T, Te, world, &fs.plan);
   if (o->memory_limit_gib > 0) {  // planning for a device of that size: does it fit, and if not, what would
     size_t limit = (size_t)(o->memory_limit_gib * 1073741824.0);
@@ -257,12 +275,34 @@ double device_peak_flops(const char* device_name) {
 
 // --peak: the rate of this backend's own matmul on a large square-ish product, the best of a
 // few timed repetitions (what the chip delivers to our kernels, not its datasheet).
+// Operands in [-1, 1), from a fixed-seed generator: tensor cores multiplying zeros draw less
+// power and run faster than on real data, which would overstate the peak.
+static void fill_random(KernelCtx* k, act_t* x, size_t n, uint64_t state) {
+  const size_t chunk = (size_t)1 << 20;
+  float* host = xmalloc(chunk * sizeof(float), "--peak operands");
+  float* dev = device_alloc_zeroed(chunk * sizeof(float), "--peak operands");
+  for (size_t i = 0; i < n; i += chunk) {
+    size_t m = n - i < chunk ? n - i : chunk;
+    for (size_t j = 0; j < m; j++) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      host[j] = (float)((double)(state >> 40) * 0x1p-23 - 1.0);
+    }
+    device_copy_to_device(dev, host, m * sizeof(float));
+    cast_f32_to_act(k, x + i, dev, m);
+    device_synchronize();  // before the next chunk overwrites dev
+  }
+  device_free(dev);
+  free(host);
+}
+
 double measure_peak_flops(KernelCtx* k) {
   int n = strcmp(kernels_backend(), "cpu") ? 8192 : 768;
   size_t elems = (size_t)n * n;
   act_t* a = device_alloc_zeroed(elems * sizeof(act_t), "--peak operands");
   act_t* b = device_alloc_zeroed(elems * sizeof(act_t), "--peak operands");
   act_t* c = device_alloc_zeroed(elems * sizeof(act_t), "--peak operands");
+  fill_random(k, a, elems, 1);
+  fill_random(k, b, elems, 2);
   matmul_forward(k, c, a, b, NULL, n, n, n);  // warm-up: algorithm choice, caches
   double best = 1e30;
   for (int r = 0; r < 5; r++) {

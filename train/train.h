@@ -68,6 +68,18 @@ void plan_exec_if_asked(int argc, char** argv);
 // the failing rank names it and every rank exits 2 before the first step).
 void check_outputs(const Options* o, Comm* world);
 
+// ---- stopping on a signal (train/signals.c) ------------------------------------------
+// The exit status of a run stopped by SIGTERM, SIGINT or SIGUSR1 (sysexits' EX_TEMPFAIL: it
+// may be resumed).
+#define EXIT_STOPPED 75
+// Installs the handlers: the first signal asks the run to stop after its current step; a
+// second ends the process at once.
+void stop_signals_install(void);
+// This rank's stop signal as a word to be summed over the ranks (a 16-bit count per signal; 0:
+// none), which each step carries in its inputs; the name of the first signal a summed word holds.
+int64_t stop_signal_word(void);
+const char* stop_signal_name(int64_t word);
+
 // ---- learning rate and time (train/schedule_lr.c) ------------------------------------
 double now_seconds(void);
 // Linear warmup to the peak, then cosine decay to lr_final_frac of the peak.
@@ -87,6 +99,72 @@ typedef struct {
 void batch_load(Batch* b, const TokenStream* ts, int64_t g);  // global micro-batch number g
 int64_t batch_valid_targets(const Batch* b);
 void batch_to_model(const Batch* b, Model* m);
+
+// ---- one optimizer step (train/step.c) ---------------------------------------------
+// The shape of a run, derived once from the options for the trainer, --plan and --predict.
+typedef struct {
+  int B;   // sequences per micro-batch (--batch)
+  int T;   // tokens per sequence (GPT: --seq or the model's; T5: the decoder length)
+  int Te;  // T5: the encoder length (0 for GPT)
+  int W;   // ranks
+  int A;   // micro-steps per optimizer step (--accum, or --global-batch / (B x W))
+  int M;   // micro-batches per optimizer step over all ranks: W x A
+} RunShape;
+// Returns 0, or -1 with the reason in err (a --seq beyond the model, a --global-batch that does
+// not split into micro-batches).
+int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len);
+// Where a step's micro-batches come from: `stream` (the training data), loaded into `batch`; with
+// stream NULL the batch is used as it is (the timeline backend, which computes nothing).
+typedef struct {
+  Batch* batch;
+  const TokenStream* stream;
+} StepData;
+// A step's two sides: its control values on the device (kernels/step_control.h) and pinned host
+// buffers, two of each by step parity, so the host fills step s + 1's while step s may still read
+// its own: the step's inputs, its outcome (copied back after AdamW), and its micro-batches (the
+// copies into the model's token buffers read them asynchronously).
+#define STEP_CONTROL_BYTES 512  // the plan's room for one StepControl (and one StepInputs)
+typedef struct {
+  StepControl* ctl;        // device: the plan's "step control"
+  StepInputs* in[2];       // pinned host, by step parity
+  StepControl* out[2];     // pinned host: the outcome of the last step of that parity
+  DeviceEvent* begun[2];   // timing events: recorded as the step starts on the compute stream ...
+  DeviceEvent* done[2];    // ... and after its outcome's copy
+  int32_t* batches[2];     // pinned host: A micro-batches each
+  size_t batch_ints;       // int32 per micro-batch: inputs, targets (and T5's encoder inputs)
+  int A;
+  void *host_control, *host_batches;  // the plan's regions, carved by step_start
+} StepIO;
+// Adds the step's regions to a plan (before memplan_allocate).
+void step_plan(StepIO* io, MemPlan* p, const RunShape* s, int t5);
+// After the allocation: the buffers and events, and on the device the run's constants and the
+// loss scaler's state (a synchronous copy at start-up, before the first step).
+void step_start(StepIO* io, const Options* o, const LossScaler* scaler);
+typedef struct {
+  int step;                // 1-based
+  double loss;             // mean loss per target token, over all ranks
+  double norm;             // global norm of the unscaled gradient (NaN or inf: not finite)
+  double tokens;           // target tokens of the step over all ranks
+  double scale;            // the loss scale the step ran with ...
+  double next_scale;       // ... and after it (a dynamic scale halves on overflow, doubles after its window)
+  int good;                // the dynamic scale's finite steps in a row
+  float lr;
+  int update;              // the parameters were updated (else the step was skipped on every rank)
+  int overflow, bad;       // a dynamic scale's overflow; a skip counted toward --max-bad-steps
+  int bad_steps, stopped;  // bad steps so far; the --max-bad-steps-th happened (this step, or before)
+  int nonfinite_unit;      // the first unit whose gradient was not finite (-1: none)
+  int64_t stop_signals;    // the stop signals the ranks had seen when it was queued (0: none)
+  double seconds;          // the step on the compute stream, from its first operation to its outcome
+} StepResult;
+// Queues optimizer step `step` (0-based): every micro-batch's forward and backward, the loss and
+// the gradient norm summed over the ranks, the step's verdict, AdamW (or a skip) and the copy of
+// its outcome, all decided on the device: the host never waits inside a step (--offload, whose host
+// side must wait for its copies, and --inject-nonfinite aside).
+void train_step(FSDP* fs, Model* m, const StepData* d, const RunShape* s, int step, float lr, const Options* o,
+                StepIO* io);
+// The outcome of step `step` once its work is done: the one wait for it (the trainer reads step s
+// while step s + 1 runs).
+StepResult train_step_result(StepIO* io, int step);
 
 // ---- evaluation (train/evaluate.c) -------------------------------------------------
 double evaluate(Model* m, Batch* b, const TokenStream* val, int eval_batches);

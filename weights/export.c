@@ -5,9 +5,18 @@
 // offsets (fp32, in our parameter order), so rank 0 writes the header and sizes the file,
 // then every rank writes the elements of its own shards at their offsets (pwrite): no rank
 // gathers the model. A transposed tensor (GPT-2's Conv1D) is written in column runs, each a
-// contiguous range of the file. The directory is written as DIR.tmp and renamed once every
-// rank is done, so DIR is never a partial export.
+// contiguous range of the file.
+//
+// The directory is written as DIR.tmp, config.json last: --init-from needs it, so a DIR.tmp
+// cut short (a full disk, a killed run) is never taken for a model. Only then is a previous
+// DIR moved to DIR.old, DIR.tmp renamed to DIR and DIR.old removed. What the export did not
+// create is never touched: a DIR.tmp or DIR.old already there is refused at start-up, and DIR
+// is replaced only when it is a previous export of fsdp.c, recognized by its contents (exactly
+// config.json and model.safetensors) and by the writer its safetensors header records
+// (__metadata__ {"writer": "fsdp.c"}).
+#include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
+#include "infra/files.h"
+#include "infra/json.h"
 #include "weights/tensor_file.h"
 #include "weights/weights.h"
 
@@ -23,6 +34,8 @@ typedef struct {
   Piece piece;
   int64_t start;  // byte offset in the file
 } OutTensor;
+
+#define EXPORT_WRITER "fsdp.c"  // __metadata__.writer of our exports: how an earlier export is recognized
 
 static WeightsFormat export_format(const ModelConfig* cfg) { return cfg->kind == MODEL_T5 ? FMT_HF_T5 : FMT_HF_GPT2; }
 // save_pretrained of GPT2LMHeadModel names the body "transformer."; from_pretrained takes both.
@@ -34,7 +47,7 @@ static int64_t layout(FSDP* fs, const ModelConfig* cfg, OutTensor** out, int* n,
   OutTensor* t = xmalloc(cap * sizeof *t, "export table");
   size_t hcap = 1 << 16, h = 0;
   char* text = xmalloc(hcap, "export header");
-  h += snprintf(text, hcap, "{\"__metadata__\":{\"format\":\"pt\"}");
+  h += snprintf(text, hcap, "{\"__metadata__\":{\"format\":\"pt\",\"writer\":\"" EXPORT_WRITER "\"}");
   int64_t at = 0;
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) {
@@ -68,66 +81,201 @@ static int64_t layout(FSDP* fs, const ModelConfig* cfg, OutTensor** out, int* n,
   return (int64_t)h;
 }
 
-static void write_config(const ModelConfig* c, const char* path) {
-  FILE* f = fopen(path, "w");
-  if (!f) fatal("--export: cannot write %s: %s", path, strerror(errno));
-  if (c->kind == MODEL_GPT) {
-    int eos = c->V > 50256 ? 50256 : c->V - 1;  // GPT-2's <|endoftext|>, or the last id of a small vocabulary
-    fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-               "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n"
-               "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
-               "  \"layer_norm_epsilon\": 1e-05,\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-               "  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
-               "  \"torch_dtype\": \"float32\"\n}\n", c->V, c->T, c->T, c->C, c->L, c->H, eos, eos);
-  } else {
-    fprintf(f, "{\n  \"architectures\": [\"T5ForConditionalGeneration\"],\n  \"model_type\": \"t5\",\n"
-               "  \"vocab_size\": %d,\n  \"d_model\": %d,\n  \"d_kv\": %d,\n  \"d_ff\": %d,\n  \"num_layers\": %d,\n"
-               "  \"num_decoder_layers\": %d,\n  \"num_heads\": %d,\n  \"relative_attention_num_buckets\": 32,\n"
-               "  \"relative_attention_max_distance\": 128,\n  \"feed_forward_proj\": \"%s\",\n"
-               "  \"tie_word_embeddings\": %s,\n  \"layer_norm_epsilon\": 1e-06,\n  \"dropout_rate\": 0.0,\n"
-               "  \"is_encoder_decoder\": true,\n  \"decoder_start_token_id\": 0,\n  \"pad_token_id\": 0,\n"
-               "  \"eos_token_id\": 1,\n  \"torch_dtype\": \"float32\"\n}\n", c->V, c->C, c->D, c->F, c->L, c->Ld, c->H,
-            c->gated ? "gated-gelu" : "relu", c->tied ? "true" : "false");
-  }
-  if (fclose(f)) fatal("--export: writing %s failed", path);
+__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
 }
 
-static void pwrite_all(int fd, const void* buf, size_t bytes, off_t at, const char* path) {
-  if (pwrite(fd, buf, bytes, at) != (ssize_t)bytes) fatal("--export: writing %s failed: %s", path, strerror(errno));
+// config.json (transformers' names) into path, fsynced; 0 or -1 with the reason.
+static int write_config(const ModelConfig* c, const char* path, char* err, size_t errlen) {
+  char text[2048];
+  if (c->kind == MODEL_GPT) {
+    int eos = c->V > 50256 ? 50256 : c->V - 1;  // GPT-2's <|endoftext|>, or the last id of a small vocabulary
+    snprintf(text, sizeof text,
+             "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+             "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n"
+             "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n"
+             "  \"layer_norm_epsilon\": 1e-05,\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+             "  \"tie_word_embeddings\": true,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
+             "  \"torch_dtype\": \"float32\"\n}\n", c->V, c->T, c->T, c->C, c->L, c->H, eos, eos);
+  } else {
+    snprintf(text, sizeof text,
+             "{\n  \"architectures\": [\"T5ForConditionalGeneration\"],\n  \"model_type\": \"t5\",\n"
+             "  \"vocab_size\": %d,\n  \"d_model\": %d,\n  \"d_kv\": %d,\n  \"d_ff\": %d,\n  \"num_layers\": %d,\n"
+             "  \"num_decoder_layers\": %d,\n  \"num_heads\": %d,\n  \"relative_attention_num_buckets\": 32,\n"
+             "  \"relative_attention_max_distance\": 128,\n  \"feed_forward_proj\": \"%s\",\n"
+             "  \"tie_word_embeddings\": %s,\n  \"layer_norm_epsilon\": 1e-06,\n  \"dropout_rate\": 0.0,\n"
+             "  \"is_encoder_decoder\": true,\n  \"decoder_start_token_id\": 0,\n  \"pad_token_id\": 0,\n"
+             "  \"eos_token_id\": 1,\n  \"torch_dtype\": \"float32\"\n}\n", c->V, c->C, c->D, c->F, c->L, c->Ld, c->H,
+             c->gated ? "gated-gelu" : "relu", c->tied ? "true" : "false");
+  }
+  int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+  size_t len = strlen(text), done = 0;
+  while (done < len) {
+    ssize_t w = write(fd, text + done, len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = w < 0 ? errno : ENOSPC;
+      close(fd);
+      return fail(err, errlen, "writing %s failed: %s", path, strerror(e));
+    }
+    done += (size_t)w;
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) return fail(err, errlen, "writing %s failed: %s", path, strerror(errno));
+  return 0;
+}
+
+// pwrite of exactly `bytes` (a short write without an error is a full disk).
+static int pwrite_all(int fd, const void* buf, size_t bytes, off_t at, const char* path, char* err, size_t errlen) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t w = pwrite(fd, (const char*)buf + done, bytes - done, at + (off_t)done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fail(err, errlen, "writing %s failed: %s", path, strerror(w < 0 ? errno : ENOSPC));
+    done += (size_t)w;
+  }
+  return 0;
 }
 
 // Writes piece-local elements [x0, x1) of piece pc, taken from src[x - x0].
-static void write_piece(int fd, const char* path, const OutTensor* t, int64_t x0, int64_t x1, const float* src,
-                        float* column) {
+static int write_piece(int fd, const char* path, const OutTensor* t, int64_t x0, int64_t x1, const float* src,
+                       float* column, char* err, size_t errlen) {
   const Piece* pc = &t->piece;
-  if (!pc->transposed) {
-    pwrite_all(fd, src, (size_t)(x1 - x0) * 4, (off_t)(t->start + x0 * 4), path);
-    return;
-  }
+  if (!pc->transposed)
+    return pwrite_all(fd, src, (size_t)(x1 - x0) * 4, (off_t)(t->start + x0 * 4), path, err, errlen);
   int64_t cols = pc->cols, rows = pc->rows, i0 = x0 / cols, i1 = (x1 - 1) / cols;
   for (int64_t j = 0; j < cols; j++) {
     int64_t lo = i0 + (i0 * cols + j < x0), hi = i1 - (i1 * cols + j >= x1);
     if (lo > hi) continue;
     for (int64_t i = lo; i <= hi; i++) column[i - lo] = src[i * cols + j - x0];
-    pwrite_all(fd, column, (size_t)(hi - lo + 1) * 4, (off_t)(t->start + (j * rows + lo) * 4), path);
+    if (pwrite_all(fd, column, (size_t)(hi - lo + 1) * 4, (off_t)(t->start + (j * rows + lo) * 4), path, err, errlen))
+      return -1;
   }
+  return 0;
 }
 
-// Removes an export directory: our two files, then the directory (which fails, and is
-// reported, if it holds anything else: nothing but our own files is deleted).
-static int remove_export_dir(const char* dir) {
+// Whether dir is a previous export of fsdp.c: a directory holding exactly config.json and
+// model.safetensors, regular files, whose safetensors header names fsdp.c as its writer.
+// 0 when it is, -1 with what it is instead.
+static int previous_export(const char* opt, const char* dir, char* err, size_t errlen) {
   struct stat st;
-  if (stat(dir, &st) != 0) return 0;
-  char path[4400];
-  snprintf(path, sizeof path, "%s/config.json", dir);
-  unlink(path);
+  if (lstat(dir, &st) != 0) return fail(err, errlen, "%s %s: %s", opt, dir, strerror(errno));
+  if (S_ISLNK(st.st_mode))
+    return fail(err, errlen, "%s %s is a symbolic link; give the directory itself (an export replaces it)", opt, dir);
+  if (!S_ISDIR(st.st_mode)) return fail(err, errlen, "%s %s: a file of that name exists; choose another path", opt, dir);
+  DIR* d = opendir(dir);
+  if (!d) return fail(err, errlen, "%s %s: cannot read it: %s", opt, dir, strerror(errno));
+  struct dirent* e;
+  int rc = 0, files = 0;
+  while (!rc && (e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if ((strcmp(e->d_name, "config.json") && strcmp(e->d_name, "model.safetensors")) || lstat(path, &st) != 0 ||
+        !S_ISREG(st.st_mode))
+      rc = fail(err, errlen, "%s %s holds '%s', so it is not an earlier export; choose another path", opt, dir, e->d_name);
+    files++;
+  }
+  closedir(d);
+  if (rc) return -1;
+  if (files != 2) return fail(err, errlen, "%s %s exists and is not an earlier export (it lacks config.json or "
+                              "model.safetensors); choose another path", opt, dir);
+  char path[4400], why[4400] = "", writer[64] = "";
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  int fd = file_open_regular(path, why, sizeof why);
+  uint64_t hlen = 0;
+  char* text = NULL;
+  JsonDoc doc;
+  int parsed = 0;
+  if (fd >= 0 && pread(fd, &hlen, 8, 0) == 8 && hlen >= 2 && hlen <= (100u << 20) && (text = malloc(hlen)) &&
+      pread(fd, text, hlen, 8) == (ssize_t)hlen && json_parse(text, hlen, path, &doc, why, sizeof why) == 0) {
+    parsed = 1;
+    int32_t meta = json_get(&doc, 0, "__metadata__"), w = json_get(&doc, meta, "writer");
+    if (w >= 0 && json_type(&doc, w) == JSON_STRING) snprintf(writer, sizeof writer, "%s", json_str(&doc, w));
+    json_free(&doc);
+  }
+  free(text);
+  if (fd >= 0) close(fd);
+  if (!parsed || strcmp(writer, EXPORT_WRITER))
+    return fail(err, errlen, "%s %s holds a model that fsdp.c did not export (its model.safetensors %s); an export "
+                "replaces only its own earlier exports: choose another path", opt, dir,
+                parsed ? "does not name fsdp.c as its writer" : "cannot be read");
+  return 0;
+}
+
+int weights_export_check(const char* opt, const char* dir, char* err, size_t errlen) {
+  const char* base = strrchr(dir, '/');
+  base = base ? base + 1 : dir;
+  if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
+    return fail(err, errlen, "%s '%s': name the directory to write (e.g. out/hf), not '', '/', '.' or '..'", opt, dir);
+  if (path_fits(opt, dir, ".lock", err, errlen) || path_fits(opt, dir, ".tmp/model.safetensors", err, errlen)) return -1;
+  char parent[4200];
+  snprintf(parent, sizeof parent, "%.*s", (int)(base - dir), dir);
+  if (!parent[0]) snprintf(parent, sizeof parent, ".");
+  struct stat st;
+  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+    return fail(err, errlen, "%s %s: the directory %s does not exist; create it first", opt, dir, parent);
+  if (access(parent, W_OK | X_OK) != 0)
+    return fail(err, errlen, "%s %s: cannot create files in %s (%s)", opt, dir, parent, strerror(errno));
+  const char* suffixes[2] = {".tmp", ".old"};
+  for (int i = 0; i < 2; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s%s", dir, suffixes[i]);
+    if (lstat(path, &st) == 0)
+      return fail(err, errlen, "%s %s: %s already exists; the export writes %s itself and never touches what it did "
+                  "not create. If it is left from an interrupted export, remove it; else choose another path", opt, dir,
+                  path, path);
+  }
+  if (lstat(dir, &st) != 0) return 0;  // a new name
+  return previous_export(opt, dir, err, errlen);
+}
+
+// Removes what the export created in tmp (its two files, then the directory); best effort, for
+// a failed export.
+static void remove_own(const char* tmp) {
+  char path[4400];
+  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
   unlink(path);
-  return rmdir(dir);
+  snprintf(path, sizeof path, "%s/config.json", tmp);
+  unlink(path);
+  rmdir(tmp);
+}
+
+// Rank 0, once every rank's part is on disk: config.json last (it is what makes the directory
+// a model for --init-from), then the earlier export replaced, only now that the new one is
+// complete and only when it is one of ours (checked at start-up too; a run may last days).
+// 0, or -1 with the reason.
+static int finish_export(const ModelConfig* cfg, const char* dir, const char* tmp, const char* old, char* err,
+                         size_t errlen) {
+  char cpath[4400], why[4400];
+  snprintf(cpath, sizeof cpath, "%s/config.json", tmp);
+  if (write_config(cfg, cpath, err, errlen)) {
+    remove_own(tmp);
+    return -1;
+  }
+  int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // makes the new entries durable
+  if (fd >= 0) fsync(fd), close(fd);
+  struct stat st;
+  int had = lstat(dir, &st) == 0;
+  if (had && previous_export("--export", dir, why, sizeof why))
+    return fail(err, errlen, "%s; the new export is complete in %s", why, tmp);
+  if (had && rename_noreplace(dir, old) != 0)
+    return fail(err, errlen, "cannot move the earlier export %s to %s: %s; the new export is complete in %s", dir, old,
+                 strerror(errno), tmp);
+  if (rename_noreplace(tmp, dir) != 0) return fail(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+  if (had) {
+    remove_own(old);
+    if (lstat(old, &st) == 0) fprintf(stderr, "warning: could not remove %s\n", old);
+  }
+  return 0;
 }
 
 void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
-  char tmp[4200], old[4200], file[4400];
+  char tmp[4200], old[4200], file[4400], err[8192] = "";
   snprintf(tmp, sizeof tmp, "%s.tmp", dir);
   snprintf(old, sizeof old, "%s.old", dir);
   snprintf(file, sizeof file, "%s/model.safetensors", tmp);
@@ -136,25 +284,43 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
   char* header;
   int64_t hlen = layout(fs, cfg, &out, &n, &header);
   int64_t total = out[n - 1].start + out[n - 1].piece.rows * out[n - 1].piece.cols * 4;
-  int ok = 1;
+  int ok = 1, created = 0;
   if (fs->world_rank == 0) {
-    if (remove_export_dir(tmp) != 0 || mkdir(tmp, 0755) != 0) ok = 0;
-    int fd = ok ? open(file, O_CREAT | O_TRUNC | O_WRONLY, 0644) : -1;
-    uint64_t len = (uint64_t)hlen;
-    if (fd < 0 || ftruncate(fd, (off_t)total) != 0 || pwrite(fd, &len, 8, 0) != 8 ||
-        pwrite(fd, header, (size_t)hlen, 8) != (ssize_t)hlen)
+    // mkdir fails on anything already there: what the export did not create stays as it is.
+    if (mkdir(tmp, 0755) != 0) {
+      fail(err, sizeof err, "cannot create %s: %s%s", tmp, strerror(errno),
+           errno == EEXIST ? " (it appeared after start-up; it is left as it is)" : "");
       ok = 0;
-    if (fd >= 0 && close(fd) != 0) ok = 0;
-    if (ok) {
-      char cpath[4400];
-      snprintf(cpath, sizeof cpath, "%s/config.json", tmp);
-      write_config(cfg, cpath);
+    }
+    created = ok;
+    int fd = ok ? open(file, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644) : -1;
+    uint64_t len = (uint64_t)hlen;
+    if (ok && fd < 0) {
+      fail(err, sizeof err, "cannot create %s: %s", file, strerror(errno));
+      ok = 0;
+    }
+    if (ok && ftruncate(fd, (off_t)total) != 0) {
+      fail(err, sizeof err, "cannot size %s to %lld bytes: %s", file, (long long)total, strerror(errno));
+      ok = 0;
+    }
+    if (ok && (pwrite_all(fd, &len, 8, 0, file, err, sizeof err) ||
+               pwrite_all(fd, header, (size_t)hlen, 8, file, err, sizeof err)))
+      ok = 0;
+    if (fd >= 0 && close(fd) != 0 && ok) {
+      fail(err, sizeof err, "writing %s failed: %s", file, strerror(errno));
+      ok = 0;
     }
   }
-  if (!comm_all_true(fs->world, ok)) fatal("--export: cannot create %s (%s)", file, strerror(errno));
+  if (!comm_all_true(fs->world, ok)) {
+    if (created) remove_own(tmp);
+    fatal("--export %s: %s", dir, err[0] ? err : "rank 0 could not start the export (see its message)");
+  }
   if (comm_rank(fs->replica_group) == 0) {  // one replica of every shard writes it
-    int fd = open(file, O_WRONLY);
-    if (fd < 0) fatal("--export: cannot open %s: %s", file, strerror(errno));
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      fail(err, sizeof err, "cannot open %s: %s", file, strerror(errno));
+      ok = 0;
+    }
     int64_t largest = 0, widest = 1;
     for (int u = 0; u < fs->nunits; u++) {
       if (fs->units[u].shard > largest) largest = fs->units[u].shard;
@@ -164,39 +330,39 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
     float* host = xmalloc((size_t)largest * sizeof(float), "export staging");
     float* column = xmalloc((size_t)widest * sizeof(float), "export column");
     int k = 0;  // the file's tensors come in parameter order
-    for (int u = 0; u < fs->nunits; u++) {
+    for (int u = 0; u < fs->nunits && ok; u++) {
       Unit* U = &fs->units[u];
       int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
       device_copy_to_host(host, U->master, (size_t)U->shard * sizeof(float));
-      for (int i = 0; i < U->nparams; i++) {
+      for (int i = 0; i < U->nparams && ok; i++) {
         const ParamInfo* p = &U->params[i];
         int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->live < hi ? p->offset + p->live : hi;
         ParamMap map;
         weights_map_param(export_format(cfg), cfg, export_prefix(cfg), u, p, &map);
-        for (int j = 0; j < map.npieces; j++, k++) {
+        for (int j = 0; j < map.npieces && ok; j++, k++) {
           const Piece* pc = &map.piece[j];
           int64_t first = pc->row0 * pc->cols, last = first + pc->rows * pc->cols;
           int64_t x0 = (a - p->offset) > first ? (a - p->offset) : first;
           int64_t x1 = (b - p->offset) < last ? (b - p->offset) : last;
-          if (a < b && x0 < x1)
-            write_piece(fd, file, &out[k], x0 - first, x1 - first, host + (p->offset + x0 - lo), column);
+          if (a < b && x0 < x1 &&
+              write_piece(fd, file, &out[k], x0 - first, x1 - first, host + (p->offset + x0 - lo), column, err, sizeof err))
+            ok = 0;
         }
       }
     }
-    if (fsync(fd) != 0 || close(fd) != 0) fatal("--export: finishing %s failed: %s", file, strerror(errno));
+    if (fd >= 0 && (fsync(fd) != 0 || close(fd) != 0) && ok) {
+      fail(err, sizeof err, "finishing %s failed: %s", file, strerror(errno));
+      ok = 0;
+    }
     free(host);
     free(column);
   }
-  comm_barrier(fs->world);
-  if (fs->world_rank == 0) {
-    // Replace an older export of that name only now that the new one is complete.
-    struct stat st;
-    int rc = remove_export_dir(old);
-    if (rc == 0 && stat(dir, &st) == 0) rc = rename(dir, old);
-    if (rc != 0 || rename(tmp, dir) != 0) fatal("--export: cannot rename %s to %s: %s", tmp, dir, strerror(errno));
-    if (remove_export_dir(old) != 0) fprintf(stderr, "warning: could not remove %s\n", old);
+  if (!comm_all_true(fs->world, ok)) {
+    if (fs->world_rank == 0) remove_own(tmp);
+    fatal("--export %s: %s; nothing was replaced", dir, err[0] ? err : "another rank failed to write its part (see its message)");
   }
-  comm_barrier(fs->world);
+  if (fs->world_rank == 0) ok = finish_export(cfg, dir, tmp, old, err, sizeof err) == 0;
+  if (!comm_all_true(fs->world, ok)) fatal("--export %s: %s", dir, err[0] ? err : "rank 0 could not finish the export");
   free(out);
   free(header);
 }

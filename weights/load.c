@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
+#include "infra/files.h"
 #include "weights/tensor_file.h"
 #include "weights/weights.h"
 
@@ -89,24 +90,9 @@ static void read_piece(Reader* r, const FileTensor* t, const Piece* pc, int64_t 
   }
 }
 
-static void shape_text(char* out, size_t cap, int ndim, const int64_t* shape) {
-  size_t o = snprintf(out, cap, "[");
-  for (int d = 0; d < ndim && o < cap; d++) o += snprintf(out + o, cap - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
-  if (o < cap) snprintf(out + o, cap - o, "]");
-}
-
-// Appends a line to the problem list (kept short: the first lines say enough).
-static void problem(char* list, size_t cap, int* count, const char* line) {
-  if (++*count > 40) return;
-  size_t o = strlen(list);
-  snprintf(list + o, cap - o, "\n  %s", line);
-}
-
 static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
-  static char list[16384];
-  list[0] = 0;
-  int count = 0;
-  char line[512], want[64], have[64];
+  ProblemList* pl = xcalloc(1, sizeof *pl, "problem list");
+  char want[64], have[64];
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) {
       const ParamInfo* p = &fs->units[u].params[i];
@@ -121,15 +107,13 @@ static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
         shape_text(want, sizeof want, ndim, shape);
         FileTensor* t = tensor_file_find(tf, pc->name);
         if (!t) {
-          snprintf(line, sizeof line, "missing tensor %s (shape %s, for %s.%s)", pc->name, want, fs->units[u].name, p->name);
-          problem(list, sizeof list, &count, line);
+          problem_add(pl, "missing tensor %s (shape %s, for %s.%s)", pc->name, want, fs->units[u].name, p->name);
           continue;
         }
         t->used = 1;
         if (t->ndim != ndim || t->shape[0] != shape[0] || (ndim == 2 && t->shape[1] != shape[1])) {
           shape_text(have, sizeof have, t->ndim, t->shape);
-          snprintf(line, sizeof line, "tensor %s has shape %s, model %s needs %s", pc->name, have, cfg->name, want);
-          problem(list, sizeof list, &count, line);
+          problem_add(pl, "tensor %s has shape %s, model %s needs %s", pc->name, have, cfg->name, want);
         }
       }
     }
@@ -137,12 +121,12 @@ static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
     const FileTensor* t = &tf->tensors[i];
     if (t->used || weights_ignorable(tf->format, cfg, tf->prefix, t->name)) continue;
     shape_text(have, sizeof have, t->ndim, t->shape);
-    snprintf(line, sizeof line, "unexpected tensor %s (shape %s): model %s has no place for it", t->name, have, cfg->name);
-    problem(list, sizeof list, &count, line);
+    problem_add(pl, "unexpected tensor %s (shape %s): model %s has no place for it", t->name, have, cfg->name);
   }
-  if (count)
-    fatal("--init-from %s does not fit model %s (%d problem%s, nothing loaded):%s%s", tf->path, cfg->name, count,
-          count > 1 ? "s" : "", list, count > 40 ? "\n  ..." : "");
+  if (pl->count)
+    fatal("--init-from %s does not fit model %s (%d problem%s, nothing loaded):%s%s", tf->path, cfg->name, pl->count,
+          pl->count > 1 ? "s" : "", pl->text, pl->count > PROBLEMS_SHOWN ? "\n  ..." : "");
+  free(pl);
 }
 
 void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path) {
@@ -158,8 +142,8 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path) {
   check_tensors(fs, cfg, &tf);
 
   Reader r = {.tf = &tf, .cap = 1 << 20};
-  r.fd = open(tensors, O_RDONLY);
-  if (r.fd < 0) fatal("--init-from: cannot open %s: %s", tensors, strerror(errno));
+  r.fd = file_open_regular(tensors, err, sizeof err);
+  if (r.fd < 0) fatal("--init-from: %s", err);
   r.buf = xmalloc(r.cap * 4, "weights read buffer");
   int64_t largest = 0, widest = 1;
   for (int u = 0; u < fs->nunits; u++) {
@@ -197,5 +181,6 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path) {
   free(host);
   free(column);
   tensor_file_close(&tf);
+  fsdp_masters_changed(fs);
   device_event_record(fs->params_updated, STREAM_COMPUTE);
 }

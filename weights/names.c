@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infra/dist.h"
+#include "infra/json.h"
 #include "weights/tensor_file.h"
 #include "weights/weights.h"
 
@@ -26,18 +28,19 @@ __attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, 
 }
 
 // GPT block parameters: our name, the Hugging Face suffix after "h.<l>.", Conv1D (transposed),
-// the llm.c name (before ".<l>").
+// the llm.c name (before ".<l>"), and our shape [rows, cols] in units of C (cols 0: a vector).
 static const struct {
   const char *ours, *hf;
   int conv1d;
   const char* llmc;
+  int rows, cols;
 } GPT_BLOCK[] = {
-    {"ln1.weight", "ln_1.weight", 0, "ln1w"},          {"ln1.bias", "ln_1.bias", 0, "ln1b"},
-    {"attn.qkv.weight", "attn.c_attn.weight", 1, "qkvw"}, {"attn.qkv.bias", "attn.c_attn.bias", 0, "qkvb"},
-    {"attn.proj.weight", "attn.c_proj.weight", 1, "attprojw"}, {"attn.proj.bias", "attn.c_proj.bias", 0, "attprojb"},
-    {"ln2.weight", "ln_2.weight", 0, "ln2w"},          {"ln2.bias", "ln_2.bias", 0, "ln2b"},
-    {"mlp.fc.weight", "mlp.c_fc.weight", 1, "fcw"},    {"mlp.fc.bias", "mlp.c_fc.bias", 0, "fcb"},
-    {"mlp.proj.weight", "mlp.c_proj.weight", 1, "fcprojw"}, {"mlp.proj.bias", "mlp.c_proj.bias", 0, "fcprojb"},
+    {"ln1.weight", "ln_1.weight", 0, "ln1w", 1, 0},          {"ln1.bias", "ln_1.bias", 0, "ln1b", 1, 0},
+    {"attn.qkv.weight", "attn.c_attn.weight", 1, "qkvw", 3, 1}, {"attn.qkv.bias", "attn.c_attn.bias", 0, "qkvb", 3, 0},
+    {"attn.proj.weight", "attn.c_proj.weight", 1, "attprojw", 1, 1}, {"attn.proj.bias", "attn.c_proj.bias", 0, "attprojb", 1, 0},
+    {"ln2.weight", "ln_2.weight", 0, "ln2w", 1, 0},          {"ln2.bias", "ln_2.bias", 0, "ln2b", 1, 0},
+    {"mlp.fc.weight", "mlp.c_fc.weight", 1, "fcw", 4, 1},    {"mlp.fc.bias", "mlp.c_fc.bias", 0, "fcb", 4, 0},
+    {"mlp.proj.weight", "mlp.c_proj.weight", 1, "fcprojw", 1, 4}, {"mlp.proj.bias", "mlp.c_proj.bias", 0, "fcprojb", 1, 0},
 };
 static const struct {
   const char *ours, *hf, *llmc;
@@ -157,43 +160,190 @@ void piece_shape(const Piece* pc, int* ndim, int64_t shape[2]) {
   else shape[0] = pc->rows, shape[1] = pc->cols;
 }
 
+// ---- what a Hugging Face file of a model holds -------------------------------------------
+
+void shape_text(char* out, size_t cap, int ndim, const int64_t* shape) {
+  size_t o = (size_t)snprintf(out, cap, "[");
+  for (int d = 0; d < ndim && o < cap; d++) o += (size_t)snprintf(out + o, cap - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (o < cap) snprintf(out + o, cap - o, "]");
+}
+
+void problem_add(ProblemList* pl, const char* fmt, ...) {
+  if (++pl->count > PROBLEMS_SHOWN) return;
+  size_t o = strlen(pl->text);
+  if (o + 4 >= sizeof pl->text) return;
+  snprintf(pl->text + o, sizeof pl->text - o, "\n  ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(pl->text + o + 3, sizeof pl->text - o - 3, fmt, ap);
+  va_end(ap);
+}
+
+// One tensor a file of the model must hold: found with its shape, or a problem.
+static void expect_tensor(TensorFile* tf, ProblemList* pl, int ndim, int64_t rows, int64_t cols, const char* fmt, ...) {
+  char name[TENSOR_NAME_LEN + 64], want[64], have[64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(name, sizeof name, fmt, ap);
+  va_end(ap);
+  int64_t shape[2] = {rows, cols};
+  shape_text(want, sizeof want, ndim, shape);
+  FileTensor* t = tensor_file_find(tf, name);
+  if (!t) {
+    problem_add(pl, "missing tensor %s (shape %s)", name, want);
+    return;
+  }
+  t->used = 1;
+  if (t->ndim != ndim || t->shape[0] != rows || (ndim == 2 && t->shape[1] != cols)) {
+    shape_text(have, sizeof have, t->ndim, t->shape);
+    problem_add(pl, "tensor %s has shape %s, the model needs %s", name, have, want);
+  }
+}
+
+int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t errlen) {
+  if (tf->format == FMT_LLMC) return 0;  // the table was made from the header the model was read from
+  ProblemList* pl = xcalloc(1, sizeof *pl, "problem list");
+  int64_t C = cfg->C, V = cfg->V, F = cfg->F, I = (int64_t)cfg->H * cfg->D;
+  // Each loop stops once the list is full: a file that misses most of a huge model costs no
+  // more than one that misses a little.
+  if (tf->format == FMT_HF_GPT2) {
+    const char* px = tensor_file_find(tf, "transformer.wte.weight") ? "transformer." : "";
+    expect_tensor(tf, pl, 2, V, C, "%swte.weight", px);
+    expect_tensor(tf, pl, 2, cfg->T, C, "%swpe.weight", px);
+    expect_tensor(tf, pl, 1, C, 0, "%sln_f.weight", px);
+    expect_tensor(tf, pl, 1, C, 0, "%sln_f.bias", px);
+    for (int l = 0; l < cfg->L && pl->count <= PROBLEMS_SHOWN; l++)
+      for (size_t i = 0; i < sizeof GPT_BLOCK / sizeof *GPT_BLOCK; i++) {
+        int64_t rows = GPT_BLOCK[i].rows * C, cols = GPT_BLOCK[i].cols * C;  // ours: [out, in]
+        if (!cols) expect_tensor(tf, pl, 1, rows, 0, "%sh.%d.%s", px, l, GPT_BLOCK[i].hf);
+        else if (GPT_BLOCK[i].conv1d) expect_tensor(tf, pl, 2, cols, rows, "%sh.%d.%s", px, l, GPT_BLOCK[i].hf);
+        else expect_tensor(tf, pl, 2, rows, cols, "%sh.%d.%s", px, l, GPT_BLOCK[i].hf);
+      }
+  } else {
+    expect_tensor(tf, pl, 2, V, C, "shared.weight");
+    if (!cfg->tied) expect_tensor(tf, pl, 2, V, C, "lm_head.weight");
+    expect_tensor(tf, pl, 2, 32, cfg->H, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    expect_tensor(tf, pl, 2, 32, cfg->H, "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight");
+    expect_tensor(tf, pl, 1, C, 0, "encoder.final_layer_norm.weight");
+    expect_tensor(tf, pl, 1, C, 0, "decoder.final_layer_norm.weight");
+    for (int b = 0; b < cfg->L + cfg->Ld && pl->count <= PROBLEMS_SHOWN; b++) {
+      int dec = b >= cfg->L, l = dec ? b - cfg->L : b, ff = dec ? 2 : 1;
+      char s[64];
+      snprintf(s, sizeof s, "%s.block.%d.layer", dec ? "decoder" : "encoder", l);
+      expect_tensor(tf, pl, 1, C, 0, "%s.0.layer_norm.weight", s);
+      for (const char* qkv = "qkv"; *qkv; qkv++) expect_tensor(tf, pl, 2, I, C, "%s.0.SelfAttention.%c.weight", s, *qkv);
+      expect_tensor(tf, pl, 2, C, I, "%s.0.SelfAttention.o.weight", s);
+      expect_tensor(tf, pl, 1, C, 0, "%s.1.layer_norm.weight", s);
+      if (dec) {
+        for (const char* qkv = "qkv"; *qkv; qkv++) expect_tensor(tf, pl, 2, I, C, "%s.1.EncDecAttention.%c.weight", s, *qkv);
+        expect_tensor(tf, pl, 2, C, I, "%s.1.EncDecAttention.o.weight", s);
+        expect_tensor(tf, pl, 1, C, 0, "%s.2.layer_norm.weight", s);
+      }
+      if (cfg->gated) {
+        expect_tensor(tf, pl, 2, F, C, "%s.%d.DenseReluDense.wi_0.weight", s, ff);
+        expect_tensor(tf, pl, 2, F, C, "%s.%d.DenseReluDense.wi_1.weight", s, ff);
+      } else {
+        expect_tensor(tf, pl, 2, F, C, "%s.%d.DenseReluDense.wi.weight", s, ff);
+      }
+      expect_tensor(tf, pl, 2, C, F, "%s.%d.DenseReluDense.wo.weight", s, ff);
+    }
+  }
+  const char* prefix = tensor_file_find(tf, "transformer.wte.weight") ? "transformer." : "";
+  for (int i = 0; i < tf->ntensors && pl->count <= PROBLEMS_SHOWN; i++) {
+    char have[64];
+    const FileTensor* t = &tf->tensors[i];
+    if (t->used || weights_ignorable(tf->format, cfg, prefix, t->name)) continue;
+    shape_text(have, sizeof have, t->ndim, t->shape);
+    problem_add(pl, "unexpected tensor %s (shape %s): model %s has no place for it", t->name, have, cfg->name);
+  }
+  for (int i = 0; i < tf->ntensors; i++) tf->tensors[i].used = 0;
+  int rc = 0;
+  if (pl->count)
+    rc = fail(err, errlen, "--init-from %s does not fit model %s (%s%d problem%s, nothing loaded):%s%s", tf->path, cfg->name,
+              pl->count > PROBLEMS_SHOWN ? "at least " : "", pl->count, pl->count > 1 ? "s" : "", pl->text,
+              pl->count > PROBLEMS_SHOWN ? "\n  ..." : "");
+  free(pl);
+  return rc;
+}
+
 // ---- the model a file holds ------------------------------------------------------------
 
-// The number after "key": in config.json (flat keys; nested ones are never asked for);
-// `otherwise` when the key is absent or null.
-static long cfg_int(const char* text, const char* key, long otherwise) {
-  char pat[80];
-  snprintf(pat, sizeof pat, "\"%s\"", key);
-  const char* p = strstr(text, pat);
-  if (!p) return otherwise;
-  p += strlen(pat);
-  while (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t') p++;
-  if (!strncmp(p, "null", 4)) return otherwise;
-  if (!strncmp(p, "true", 4)) return 1;
-  if (!strncmp(p, "false", 5)) return 0;
-  char* e;
-  long v = strtol(p, &e, 10);
-  return e == p ? otherwise : v;
+// A model dimension of config.json: a whole number in [1, 2^24] (layers/config.c's range).
+// An absent (or null) field takes `otherwise`; otherwise < 0 makes it required.
+static int cfg_dim(const JsonDoc* d, const char* key, long long otherwise, long long* out, char* err, size_t errlen) {
+  int32_t v = json_get(d, 0, key);
+  if (v < 0 || json_type(d, v) == JSON_NULL) {
+    if (otherwise < 0) return fail(err, errlen, "%s has no \"%s\" (a whole number), which the model needs", d->what, key);
+    *out = otherwise;
+    return 0;
+  }
+  return json_int(d, v, key, 1, 1 << 24, out, err, errlen);
 }
-static void cfg_str(const char* text, const char* key, char* out, size_t cap) {
-  char pat[80];
-  snprintf(pat, sizeof pat, "\"%s\"", key);
-  const char* p = strstr(text, pat);
-  out[0] = 0;
-  if (!p) return;
-  p += strlen(pat);
-  while (*p == ' ' || *p == ':' || *p == '\n' || *p == '\t') p++;
-  if (*p == '"') sscanf(p + 1, "%63[^\"]", out);
+static int cfg_bool(const JsonDoc* d, const char* key, int otherwise, int* out, char* err, size_t errlen) {
+  int32_t v = json_get(d, 0, key);
+  if (v < 0) return *out = otherwise, 0;
+  return json_bool(d, v, key, out, err, errlen);
+}
+static int cfg_str(const JsonDoc* d, const char* key, const char* otherwise, char* out, size_t cap, char* err,
+                   size_t errlen) {
+  int32_t v = json_get(d, 0, key);
+  if (v < 0) return snprintf(out, cap, "%s", otherwise), 0;
+  return json_string(d, v, key, out, cap, err, errlen);
+}
+
+// The spec of the model config.json describes ("gpt:L=..", "t5:L=.."), from its top-level
+// fields only (nested objects such as task_specific_params are never read).
+static int config_spec(const JsonDoc* d, WeightsFormat f, char* spec, size_t cap, char* err, size_t errlen) {
+  const char* cpath = d->what;
+  if (f == FMT_HF_GPT2) {
+    long long L, C, H, V, T, inner;
+    int tied;
+    char act[64];
+    if (cfg_dim(d, "n_layer", -1, &L, err, errlen) || cfg_dim(d, "n_embd", -1, &C, err, errlen) ||
+        cfg_dim(d, "n_head", -1, &H, err, errlen) || cfg_dim(d, "vocab_size", -1, &V, err, errlen) ||
+        cfg_dim(d, "n_positions", -1, &T, err, errlen) || cfg_dim(d, "n_inner", 4 * C, &inner, err, errlen) ||
+        cfg_str(d, "activation_function", "gelu_new", act, sizeof act, err, errlen) ||
+        cfg_bool(d, "tie_word_embeddings", 1, &tied, err, errlen))
+      return -1;
+    if (inner != 4 * C) return fail(err, errlen, "%s: n_inner %lld; fsdp.c's GPT has an MLP of 4 x n_embd", cpath, inner);
+    if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+      return fail(err, errlen, "%s: activation_function \"%s\"; fsdp.c's GPT uses the tanh GELU (gelu_new)", cpath, act);
+    if (!tied) return fail(err, errlen, "%s: an untied lm_head; fsdp.c's GPT ties it to wte", cpath);
+    snprintf(spec, cap, "gpt:L=%lld,C=%lld,H=%lld,V=%lld,T=%lld", L, C, H, V, T);
+    return 0;
+  }
+  long long L, M, C, H, D, F, V, buckets, distance;
+  int tied;
+  char ff[64];
+  if (cfg_dim(d, "num_layers", -1, &L, err, errlen) || cfg_dim(d, "num_decoder_layers", L, &M, err, errlen) ||
+      cfg_dim(d, "d_model", -1, &C, err, errlen) || cfg_dim(d, "num_heads", -1, &H, err, errlen) ||
+      cfg_dim(d, "d_kv", -1, &D, err, errlen) || cfg_dim(d, "d_ff", -1, &F, err, errlen) ||
+      cfg_dim(d, "vocab_size", -1, &V, err, errlen) || cfg_str(d, "feed_forward_proj", "relu", ff, sizeof ff, err, errlen) ||
+      cfg_bool(d, "tie_word_embeddings", 1, &tied, err, errlen) ||
+      cfg_dim(d, "relative_attention_num_buckets", 32, &buckets, err, errlen) ||
+      cfg_dim(d, "relative_attention_max_distance", 128, &distance, err, errlen))
+    return -1;
+  int gated = !strcmp(ff, "gated-gelu");
+  if (!gated && strcmp(ff, "relu"))
+    return fail(err, errlen, "%s: feed_forward_proj \"%s\"; fsdp.c's T5 has \"relu\" (v1.0) and \"gated-gelu\" (v1.1)",
+                cpath, ff);
+  if (tied == gated)
+    return fail(err, errlen, "%s: feed_forward_proj \"%s\" with tie_word_embeddings %s; fsdp.c's T5 v1.0 ties the "
+                "lm_head (relu) and v1.1 unties it (gated-gelu)", cpath, ff, tied ? "true" : "false");
+  if (buckets != 32 || distance != 128)
+    return fail(err, errlen, "%s: relative attention with other than 32 buckets and max distance 128", cpath);
+  snprintf(spec, cap, "%s:L=%lld,M=%lld,C=%lld,H=%lld,D=%lld,F=%lld,V=%lld", gated ? "t5v1.1" : "t5", L, M, C, H, D, F, V);
+  return 0;
 }
 
 int weights_model_config(const char* path, ModelConfig* cfg, char* err, size_t errlen) {
   WeightsFormat f;
-  char tensors[4200], spec[256];
+  char tensors[4200], spec[256], perr[1024];
+  TensorFile tf;
   if (weights_locate(path, &f, tensors, sizeof tensors, err, errlen)) return -1;
   if (f == FMT_LLMC) {
-    TensorFile tf;
+    // The header's numbers, checked against the file's size by the table.
     if (tensor_file_open_llmc(tensors, &tf, err, errlen)) return -1;
-    // wpe is [maxT, C], qkvw.0 [3C, C]; the header's numbers were checked against the size.
     int32_t h[256];
     FILE* fp = fopen(tensors, "rb");
     size_t got = fp ? fread(h, sizeof(int32_t), 256, fp) : 0;
@@ -201,53 +351,22 @@ int weights_model_config(const char* path, ModelConfig* cfg, char* err, size_t e
     tensor_file_close(&tf);
     if (got != 256) return fail(err, errlen, "%s: cannot read the header", tensors);
     snprintf(spec, sizeof spec, "gpt:L=%d,C=%d,H=%d,V=%d,T=%d", h[4], h[6], h[5], h[3], h[2]);
-  } else {
-    char dir[4200], cpath[4300];
-    snprintf(dir, sizeof dir, "%s", tensors);
-    char* slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(dir, sizeof dir, ".");
-    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
-    static char text[1 << 16];
-    FILE* fp = fopen(cpath, "r");
-    if (!fp) return fail(err, errlen, "cannot read %s", cpath);
-    size_t n = fread(text, 1, sizeof text - 1, fp);
-    fclose(fp);
-    text[n] = 0;
-    if (f == FMT_HF_GPT2) {
-      long C = cfg_int(text, "n_embd", -1), inner = cfg_int(text, "n_inner", 4 * C);
-      char act[64];
-      cfg_str(text, "activation_function", act, sizeof act);
-      if (inner != 4 * C) return fail(err, errlen, "%s: n_inner %ld; fsdp.c's GPT has an MLP of 4 x n_embd", cpath, inner);
-      if (act[0] && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
-        return fail(err, errlen, "%s: activation_function \"%s\"; fsdp.c's GPT uses the tanh GELU (gelu_new)", cpath, act);
-      if (!cfg_int(text, "tie_word_embeddings", 1))
-        return fail(err, errlen, "%s: an untied lm_head; fsdp.c's GPT ties it to wte", cpath);
-      snprintf(spec, sizeof spec, "gpt:L=%ld,C=%ld,H=%ld,V=%ld,T=%ld", cfg_int(text, "n_layer", -1), C,
-               cfg_int(text, "n_head", -1), cfg_int(text, "vocab_size", -1), cfg_int(text, "n_positions", -1));
-    } else {
-      char ff[64];
-      cfg_str(text, "feed_forward_proj", ff, sizeof ff);
-      int gated = !strcmp(ff, "gated-gelu");
-      if (ff[0] && !gated && strcmp(ff, "relu"))
-        return fail(err, errlen, "%s: feed_forward_proj \"%s\"; fsdp.c's T5 has \"relu\" (v1.0) and \"gated-gelu\" (v1.1)",
-                    cpath, ff);
-      long tied = cfg_int(text, "tie_word_embeddings", 1);
-      if (tied == gated)
-        return fail(err, errlen, "%s: feed_forward_proj \"%s\" with tie_word_embeddings %s; fsdp.c's T5 v1.0 ties the "
-                    "lm_head (relu) and v1.1 unties it (gated-gelu)", cpath, ff, tied ? "true" : "false");
-      if (cfg_int(text, "relative_attention_num_buckets", 32) != 32 ||
-          cfg_int(text, "relative_attention_max_distance", 128) != 128)
-        return fail(err, errlen, "%s: relative attention with other than 32 buckets and max distance 128", cpath);
-      long L = cfg_int(text, "num_layers", -1);
-      snprintf(spec, sizeof spec, "%s:L=%ld,M=%ld,C=%ld,H=%ld,D=%ld,F=%ld,V=%ld", gated ? "t5v1.1" : "t5", L,
-               cfg_int(text, "num_decoder_layers", L), cfg_int(text, "d_model", -1), cfg_int(text, "num_heads", -1),
-               cfg_int(text, "d_kv", -1), cfg_int(text, "d_ff", -1), cfg_int(text, "vocab_size", -1));
-    }
+    if (model_config_parse(spec, cfg, perr, sizeof perr)) return fail(err, errlen, "%s: %s", path, perr);
+    return 0;
   }
-  char perr[1024];
-  if (model_config_parse(spec, cfg, perr, sizeof perr)) return fail(err, errlen, "%s: %s", path, perr);
-  return 0;
+  char cpath[4300];
+  JsonDoc d;
+  if (weights_read_config(tensors, cpath, sizeof cpath, &d, err, errlen)) return -1;
+  int rc = config_spec(&d, f, spec, sizeof spec, err, errlen);
+  json_free(&d);
+  if (rc) return -1;
+  if (model_config_parse(spec, cfg, perr, sizeof perr)) return fail(err, errlen, "%s: %s", cpath, perr);
+  // The tensors must be those of that model before anything of the model's size is allocated:
+  // config.json alone decides the layer count and the sequence length.
+  if (tensor_file_open_safetensors(tensors, f, &tf, err, errlen)) return -1;
+  rc = weights_table_fits(&tf, cfg, err, errlen);
+  tensor_file_close(&tf);
+  return rc;
 }
 
 int weights_config_match(const ModelConfig* given, const ModelConfig* found, char* err, size_t errlen) {

@@ -5,38 +5,40 @@
 #include <sys/stat.h>
 
 #include "fsdp/checkpoint.h"
+#include "infra/dist.h"
+#include "infra/json.h"
 #include "weights/weights.h"
 
 // A checkpoint is a directory with meta.json; its "model" field is the model spec it was
-// trained with.
-static int checkpoint_model(const char* src, char* model, size_t cap) {
+// trained with. 1: src is a checkpoint (model filled), 0: it is not one, -1: its meta.json
+// cannot be read (the reason in err).
+static int checkpoint_model(const char* src, char* model, size_t cap, char* err, size_t errlen) {
   char path[4200];
   snprintf(path, sizeof path, "%s/meta.json", src);
-  FILE* f = fopen(path, "r");
-  if (!f) return -1;
-  char text[4096];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  fclose(f);
-  text[n] = 0;
-  const char* p = strstr(text, "\"model\": \"");
-  if (!p) return -1;
-  p += strlen("\"model\": \"");
-  const char* e = strchr(p, '"');
-  if (!e || (size_t)(e - p) >= cap) return -1;
-  memcpy(model, p, e - p);
-  model[e - p] = 0;
-  return 0;
+  struct stat st;
+  if (stat(path, &st) != 0) return 0;
+  JsonDoc d;
+  if (json_read_file(path, (size_t)64 << 20, &d, err, errlen)) return -1;
+  int rc = 1;
+  if (json_type(&d, 0) != JSON_OBJECT) rc = -1, snprintf(err, errlen, "%.4000s is not a JSON object", path);
+  else if (json_member_string(&d, 0, "model", model, cap, err, errlen)) rc = -1;
+  json_free(&d);
+  return rc;
 }
 
 int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen) {
   char model[256];
-  if (checkpoint_model(src, model, sizeof model) == 0) return model_config_parse(model, cfg, err, errlen);
+  int ck = checkpoint_model(src, model, sizeof model, err, errlen);
+  if (ck < 0) return -1;
+  if (ck) return model_config_parse(model, cfg, err, errlen);
   return weights_model_config(src, cfg, err, errlen);
 }
 
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src) {
-  char model[256];
+  char model[256], err[4096];
   char used[4300];
-  if (checkpoint_model(src, model, sizeof model) == 0) checkpoint_load(fs, src, cfg->name, used, sizeof used, NULL);
+  int ck = checkpoint_model(src, model, sizeof model, err, sizeof err);
+  if (ck < 0) fatal("%s", err);
+  if (ck) checkpoint_load(fs, src, cfg->name, used, sizeof used, NULL);
   else weights_load(fs, cfg, src);
 }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "infra/json.h"
 #include "layers/model.h"
 
 typedef enum { WT_F32, WT_BF16, WT_F16 } WeightDType;
@@ -37,10 +38,15 @@ int weight_dtype_size(WeightDType t);
 // shapes). Returns 0, or -1 with the reason in err (naming the file and the tensor).
 int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t errlen);
 int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen);
+// The table is sorted by name; tensor_file_find looks a name up (NULL when absent).
 void tensor_file_close(TensorFile* tf);
 FileTensor* tensor_file_find(TensorFile* tf, const char* name);
+// config.json of a Hugging Face model, beside its tensors file: a JSON object of at most
+// CONFIG_MAX_BYTES (cpath gets its path). Returns 0, or -1 with the reason.
+#define CONFIG_MAX_BYTES (1 << 20)
+int weights_read_config(const char* tensors_path, char* cpath, size_t cpathlen, JsonDoc* doc, char* err, size_t errlen);
 // Finds model.safetensors (DIR or a file) and the model's format from config.json / the magic.
-// Returns 0, or -1 with the reason in err. For a directory, config_path gets DIR/config.json.
+// Returns 0, or -1 with the reason in err.
 int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, size_t tensors_len, char* err,
                    size_t errlen);
 
@@ -68,4 +74,19 @@ int weights_map_param(WeightsFormat format, const ModelConfig* cfg, const char* 
 int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* prefix, const char* name);
 // The shape the external tensor of a piece has.
 void piece_shape(const Piece* pc, int* ndim, int64_t shape[2]);
+
+// A list of what is wrong with a file, for one message: the first PROBLEMS_SHOWN lines, and
+// how many there are.
+#define PROBLEMS_SHOWN 40
+typedef struct {
+  int count;
+  char text[16384];
+} ProblemList;
+void problem_add(ProblemList* pl, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void shape_text(char* out, size_t cap, int ndim, const int64_t* shape);
+// Whether the tensors of a Hugging Face file are exactly those a model of cfg needs (names
+// and shapes; tensors the format may carry besides, weights_ignorable, are allowed): checked
+// from cfg alone, before anything of the model's size exists. Returns 0, or -1 with every
+// problem (up to PROBLEMS_SHOWN) in err.
+int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t errlen);
 #endif

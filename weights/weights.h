@@ -32,8 +32,15 @@ int weights_config_match(const ModelConfig* given, const ModelConfig* found, cha
 void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
 // Collective: writes a Hugging Face directory (config.json, model.safetensors) for the
 // model's current parameters: rank 0 writes the header, every rank its own byte ranges. Goes
-// through DIR.tmp, renamed when complete.
+// through DIR.tmp (config.json written last), renamed when complete; an earlier export of
+// fsdp.c at DIR is replaced only then. A failure names the file and the system's reason.
 void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
+// At start-up, before anything is written: -1 with the reason when DIR cannot be exported to
+// or would clobber what is not ours: a name that does not fit, a missing or read-only parent,
+// a DIR.tmp or DIR.old already there, or a DIR that is not an earlier export of fsdp.c
+// (exactly config.json and model.safetensors, its header naming fsdp.c as the writer). opt
+// names the option in messages ("--export", or the tool's argument).
+int weights_export_check(const char* opt, const char* dir, char* err, size_t errlen);
 
 // A model source for tools that run a trained model (generate, export_weights): an fsdp.c
 // checkpoint directory (meta.json, written by --save), a Hugging Face directory or an llm.c

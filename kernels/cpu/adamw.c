@@ -36,11 +36,14 @@ void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float*
   adamw_host_loop(p, p_act, g, m, v, n, a);
 }
 
-void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r, int nr,
-                         AdamWArgs a) {
+void adamw_update_ranges(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
+                         const AdamWRange* r, int nr, const AdamWStep* s) {
+  if (!s->update) return;
+  AdamWArgs a = adamw_step_args(s);
   for (int k = 0; k < nr; k++) {
     size_t o = (size_t)r[k].start;
-    adamw_host_loop(p + o, NULL, g + o, m + o, v + o, (size_t)(r[k].end - r[k].start), adamw_range_args(a, &r[k]));
+    adamw_host_loop(p + o, p_act ? p_act + o : NULL, g + o, m + o, v + o, (size_t)(r[k].end - r[k].start),
+                    adamw_range_args(a, &r[k]));
   }
 }
 

@@ -10,10 +10,15 @@
 // Masking: with causal set, query i sees keys j <= i (the layout of self-attention, where
 // Tq == Tk). Masked keys are skipped entirely, so they add nothing to lse or to gradients.
 //
+// Position bias (T5, AttnBias): the bucket of every relative position j - i of the call is
+// computed once (bucket_rows); a score adds table[bucket, h]. Its gradient is summed in three
+// fixed stages: over the batch for each (h, i, j), over the keys j of a row for each bucket
+// (in increasing j), then over the rows i (in increasing i) into dtable.
+//
 // Determinism: every output element is owned by one thread.
 //   forward      one (b, h, i) query row per iteration
-//   backward A   one (h, i) pair per iteration, looping b in order: writes dq rows and is the
-//                only writer of dpos_bias[h, i, :], which sums over b in increasing order
+//   backward A   one (h, i) pair per iteration, looping b in order: writes dq rows and the
+//                row's per-bucket sums of the bias gradient
 //   backward B   one (b, h, j) key row per iteration, looping queries i in order: dk, dv
 // q/k/v (and dq/dk/dv) may be column slices of one fused buffer, so only the columns
 // [h*D, (h+1)*D) of a head's rows are ever read or written.
@@ -40,20 +45,31 @@ static inline size_t lse_idx(AttnShape s, int b, int h, int i) {
   return ((size_t)b * s.H + h) * s.Tq + i;
 }
 
-// score[j] = scale * q.k_j + bias[h, i, j] for the keys query i may see.
-static void scores_row(float* sc, const float* qi, const float* k, const float* pos_bias,
+// The bucket of every relative position r = j - i of the call, at index r + Tq - 1 (r from
+// -(Tq-1) to Tk-1); NULL without a bias table.
+static int* bucket_rows(AttnBias bias, AttnShape s) {
+  if (!bias.table) return NULL;
+  int n = s.Tq + s.Tk - 1;
+  int* bk = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  for (int r = 0; r < n; r++)
+    bk[r] = relative_position_bucket(r - (s.Tq - 1), bias.bidirectional, bias.num_buckets, bias.max_distance);
+  return bk;
+}
+
+// score[j] = scale * q.k_j + pos_bias(h, i, j) for the keys query i may see.
+static void scores_row(float* sc, const float* qi, const float* k, AttnBias bias, const int* bk,
                        AttnShape s, int b, int h, int i, int nk) {
-  const float* brow = pos_bias ? pos_bias + ((size_t)h * s.Tq + i) * s.Tk : NULL;
   for (int j = 0; j < nk; j++) {
     float v = s.scale * dot(qi, kvrow(k, s, b, j, h), s.D);
-    sc[j] = brow ? v + brow[j] : v;
+    sc[j] = bk ? v + bias.table[(size_t)bk[j - i + s.Tq - 1] * s.H + h] : v;
   }
 }
 
 void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k,
-                       const act_t* v, const act_t* pos_bias, AttnShape s) {
+                       const act_t* v, AttnBias bias, AttnShape s) {
   const int C = s.H * s.D;
   const long rows = (long)s.B * s.H * s.Tq;
+  int* bk = bucket_rows(bias, s);
 #pragma omp parallel
   {
     float* sc = malloc(sizeof(float) * (size_t)(s.Tk > 0 ? s.Tk : 1));
@@ -62,7 +78,7 @@ void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, c
     for (long r = 0; r < rows; r++) {
       int i = (int)(r % s.Tq), h = (int)((r / s.Tq) % s.H), b = (int)(r / ((long)s.Tq * s.H));
       int nk = nkeys(s, i);
-      scores_row(sc, qrow(q, s, b, i, h), k, pos_bias, s, b, h, i, nk);
+      scores_row(sc, qrow(q, s, b, i, h), k, bias, bk, s, b, h, i, nk);
       float mx = -INFINITY;
       for (int j = 0; j < nk; j++) mx = sc[j] > mx ? sc[j] : mx;
       float sum = 0.0f;
@@ -81,28 +97,34 @@ void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, c
     free(sc);
     free(acc);
   }
+  free(bk);
 }
 
 // With P = softmax row, dP_ij = dout_i . v_j and D_i = dout_i . out_i (= sum_j P_ij dP_ij):
 //   dS_ij = P_ij (dP_ij - D_i),  dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,
-//   dv_j = sum_i P_ij dout_i,    dpos_bias[h,i,j] += sum_b dS_ij.
-void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dpos_bias,
+//   dv_j = sum_i P_ij dout_i,    dtable[bucket(j - i), h] += sum_b dS_ij.
+void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dtable,
                         const act_t* dout, const act_t* out, const float* lse, const act_t* q,
-                        const act_t* k, const act_t* v, const act_t* pos_bias, AttnShape s) {
+                        const act_t* k, const act_t* v, AttnBias bias, AttnShape s) {
   const int C = s.H * s.D;
   float* Dv = malloc(sizeof(float) * ((size_t)s.B * s.H * s.Tq + 1));
+  int* bk = bucket_rows(bias, s);
+  if (!bk) dtable = NULL;  // no bias, no bias gradient
+  const int NB = dtable ? bias.num_buckets : 0;
+  // rowsum[(h * Tq + i) * NB + bucket]: a row's bias gradient summed per bucket (pass A)
+  float* rowsum = dtable ? calloc((size_t)s.H * s.Tq * NB + 1, sizeof(float)) : NULL;
 
-  // Pass A: dq and dpos_bias, one (h, i) per iteration, batches in order.
+  // Pass A: dq and the bias gradient's row sums, one (h, i) per iteration, batches in order.
   const long hrows = (long)s.H * s.Tq;
 #pragma omp parallel
   {
     float* ds = malloc(sizeof(float) * (size_t)(s.Tk > 0 ? s.Tk : 1));
+    float* dsum = malloc(sizeof(float) * (size_t)(s.Tk > 0 ? s.Tk : 1));  // dS summed over b
     float* acc = malloc(sizeof(float) * (size_t)s.D);
 #pragma omp for schedule(static)
     for (long r = 0; r < hrows; r++) {
       int i = (int)(r % s.Tq), h = (int)(r / s.Tq);
       int nk = nkeys(s, i);
-      float* dbrow = dpos_bias ? dpos_bias + ((size_t)h * s.Tq + i) * s.Tk : NULL;
       for (int b = 0; b < s.B; b++) {
         const float* qi = qrow(q, s, b, i, h);
         const float* doi = dout + ((size_t)b * s.Tq + i) * C + (size_t)h * s.D;
@@ -110,7 +132,7 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
         float Di = dot(doi, oi, s.D);
         float l = lse[lse_idx(s, b, h, i)];
         Dv[lse_idx(s, b, h, i)] = Di;
-        scores_row(ds, qi, k, pos_bias, s, b, h, i, nk);
+        scores_row(ds, qi, k, bias, bk, s, b, h, i, nk);
         for (int d = 0; d < s.D; d++) acc[d] = 0.0f;
         for (int j = 0; j < nk; j++) {
           float p = expf(ds[j] - l);
@@ -122,12 +144,26 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
         }
         float* dqi = dq + ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * s.D;
         for (int d = 0; d < s.D; d++) dqi[d] = s.scale * acc[d];
-        if (dbrow)
-          for (int j = 0; j < nk; j++) dbrow[j] += ds[j];
+        if (rowsum)
+          for (int j = 0; j < nk; j++) dsum[j] = b == 0 ? ds[j] : dsum[j] + ds[j];
+      }
+      if (rowsum) {
+        float* rs = rowsum + ((size_t)h * s.Tq + i) * NB;
+        for (int j = 0; j < nk; j++) rs[bk[j - i + s.Tq - 1]] += dsum[j];
       }
     }
     free(ds);
+    free(dsum);
     free(acc);
+  }
+  if (rowsum) {
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < s.H; h++)
+      for (int n = 0; n < NB; n++) {
+        float t = 0.0f;
+        for (int i = 0; i < s.Tq; i++) t += rowsum[((size_t)h * s.Tq + i) * NB + n];
+        dtable[(size_t)n * s.H + h] += t;
+      }
   }
 
   // Pass B: dk and dv, one key row per iteration, queries in increasing order. It
@@ -147,7 +183,7 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
         const float* qi = qrow(q, s, b, i, h);
         const float* doi = dout + ((size_t)b * s.Tq + i) * C + (size_t)h * s.D;
         float sc = s.scale * dot(qi, kj, s.D);
-        if (pos_bias) sc += pos_bias[((size_t)h * s.Tq + i) * s.Tk + j];
+        if (bk) sc += bias.table[(size_t)bk[j - i + s.Tq - 1] * s.H + h];
         float p = expf(sc - lse[lse_idx(s, b, h, i)]);
         float dp = dot(doi, vj, s.D);
         float g = p * (dp - Dv[lse_idx(s, b, h, i)]);
@@ -167,4 +203,6 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
     free(accv);
   }
   free(Dv);
+  free(bk);
+  free(rowsum);
 }

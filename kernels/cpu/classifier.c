@@ -20,7 +20,8 @@
 #include "kernels/kernels.h"
 
 void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
-                                 const int32_t* targets, int N, int V, int Vp, float dloss) {
+                                 const int32_t* targets, int N, int V, int Vp, const float* dloss_at) {
+  float dloss = dloss_at ? *dloss_at : 0.0f;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     float* row = logits + (size_t)n * Vp;

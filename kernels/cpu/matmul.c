@@ -253,6 +253,12 @@ void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
 }
 
 // GELU after the product, unfused: the same arithmetic as matmul_forward then gelu_forward.
+void matmul_backward_gelu(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout,
+                          const act_t* inp, const act_t* weight, const act_t* pre, int N, int C, int OC) {
+  matmul_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  if (dinp) gelu_backward(ctx, dinp, pre, dinp, (size_t)N * C);
+}
+
 void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, const act_t* weight,
                          const act_t* bias, int N, int C, int OC) {
   matmul_forward(ctx, pre, inp, weight, bias, N, C, OC);

@@ -4,21 +4,6 @@
 #include "kernels/cuda/common.cuh"
 
 #define ACT_THREADS 256
-#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
-#define GELU_A 0.044715f
-
-static __device__ __forceinline__ float gelu(float x) {
-  float u = GELU_K * (x + GELU_A * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-
-// d/dx of 0.5 x (1 + tanh u), u = k (x + a x^3):  0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
-static __device__ __forceinline__ float gelu_grad(float x) {
-  float u = GELU_K * (x + GELU_A * x * x * x);
-  float t = tanhf(u);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-}
-
 #define GRID_STRIDE(i, n) \
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
@@ -28,7 +13,7 @@ __global__ void gelu_forward_kernel(act16* out, const act16* x, size_t n) {
   GRID_STRIDE(p, n / W) {
     ActPack<W> v = load_pack<W>(x + p * W);
 #pragma unroll
-    for (int j = 0; j < W; j++) v.v[j] = f2act(gelu(act2f(v.v[j])));
+    for (int j = 0; j < W; j++) v.v[j] = f2act(gelu_tanh(act2f(v.v[j])));
     store_pack<W>(out + p * W, v);
   }
 }
@@ -38,7 +23,7 @@ __global__ void gelu_backward_kernel(act16* dx, const act16* x, const act16* dou
   GRID_STRIDE(p, n / W) {
     ActPack<W> xv = load_pack<W>(x + p * W), dv = load_pack<W>(dout + p * W);
 #pragma unroll
-    for (int j = 0; j < W; j++) dv.v[j] = f2act(act2f(dv.v[j]) * gelu_grad(act2f(xv.v[j])));
+    for (int j = 0; j < W; j++) dv.v[j] = f2act(act2f(dv.v[j]) * gelu_tanh_grad(act2f(xv.v[j])));
     store_pack<W>(dx + p * W, dv);
   }
 }
@@ -61,7 +46,7 @@ __global__ void geglu_forward_kernel(act16* out, const act16* x, int N, int F) {
   GRID_STRIDE(e, total) {
     size_t n = e / F, i = e % F;
     const act16* row = x + n * 2 * (size_t)F;
-    out[e] = f2act(gelu(act2f(row[i])) * act2f(row[F + i]));
+    out[e] = f2act(gelu_tanh(act2f(row[i])) * act2f(row[F + i]));
   }
 }
 
@@ -74,8 +59,8 @@ __global__ void geglu_backward_kernel(act16* dx, const act16* x, const act16* do
     const act16* row = x + n * 2 * (size_t)F;
     float g = act2f(row[i]), u = act2f(row[F + i]), d = act2f(dout[e]);
     act16* drow = dx + n * 2 * (size_t)F;
-    drow[i] = f2act(d * u * gelu_grad(g));
-    drow[F + i] = f2act(d * gelu(g));
+    drow[i] = f2act(d * u * gelu_tanh_grad(g));
+    drow[F + i] = f2act(d * gelu_tanh(g));
   }
 }
 

@@ -21,7 +21,12 @@ struct AdamConsts {
 // Bias corrections in double, rounded to float once, exactly as kernels/adamw_host.h.
 static AdamConsts adam_consts(AdamWArgs a) {
   AdamConsts c = {a.lr, a.beta1, a.beta2, 1.0f - a.beta1, 1.0f - a.beta2, a.eps, a.grad_scale,
-                  (float)(1.0 - pow((double)a.beta1, a.step)), (float)(1.0 - pow((double)a.beta2, a.step))};
+                  adamw_bias_correction(a.beta1, a.step), adamw_bias_correction(a.beta2, a.step)};
+  return c;
+}
+// The same from a step's scalars in device memory (the host computed the bias corrections).
+static __device__ __forceinline__ AdamConsts adam_consts_at(const AdamWStep* s) {
+  AdamConsts c = {s->lr, s->beta1, s->beta2, 1.0f - s->beta1, 1.0f - s->beta2, s->eps, s->grad_scale, s->bc1, s->bc2};
   return c;
 }
 
@@ -57,7 +62,8 @@ extern "C" void adamw_update(KernelCtx* ctx, float* p, act_t* p_act, const float
 // A unit's ranges in one launch: up to ADAM_MAX_RANGES per launch, passed by value (kernel
 // parameters). Each thread takes 4 consecutive elements from a multiple of 4, finds the range of
 // the first by binary search and steps through the next ones; when all 4 are in ranges and the
-// pointers allow it, they move as 16-byte loads and stores. Elements in gaps are left alone.
+// pointers allow it, they move as 16-byte loads and stores (8-byte for the 16-bit copy). Elements
+// in gaps are left alone.
 #define ADAM_MAX_RANGES 32
 struct AdamRanges {
   int64_t start[ADAM_MAX_RANGES], end[ADAM_MAX_RANGES];
@@ -65,8 +71,11 @@ struct AdamRanges {
   int n;
 };
 
-__global__ void adamw_ranges_kernel(float* p, const float* g, float* m, float* v, AdamRanges R, AdamConsts c, float wd,
-                                    int vec) {
+__global__ void adamw_ranges_kernel(float* p, act16* p_act, const float* g, float* m, float* v, AdamRanges R,
+                                    const AdamWStep* step, int vec) {
+  if (!step->update) return;  // the step was skipped on the device (kernels/step_control.h)
+  const AdamConsts c = adam_consts_at(step);
+  const float wd = step->weight_decay;
   int64_t lo = R.start[0] & ~(int64_t)3, hi = R.end[R.n - 1];
   for (int64_t i0 = lo + 4 * ((int64_t)blockIdx.x * blockDim.x + threadIdx.x); i0 < hi;
        i0 += 4 * (int64_t)gridDim.x * blockDim.x) {
@@ -90,17 +99,26 @@ __global__ void adamw_ranges_kernel(float* p, const float* g, float* m, float* v
       Pack<float, 4> mv = load_pack<4>(m + i0), vv = load_pack<4>(v + i0);
       for (int j = 0; j < 4; j++) pv.v[j] = adam_element(pv.v[j], gv.v[j], &mv.v[j], &vv.v[j], c, wds[j]);
       store_pack<4>(p + i0, pv), store_pack<4>(m + i0, mv), store_pack<4>(v + i0, vv);
+      if (p_act) {
+        ActPack<4> av;
+        for (int j = 0; j < 4; j++) av.v[j] = f2act(pv.v[j]);
+        store_pack<4>(p_act + i0, av);
+      }
     } else {
       for (int j = 0; j < 4; j++)
-        if (in[j]) p[i0 + j] = adam_element(p[i0 + j], g[i0 + j], &m[i0 + j], &v[i0 + j], c, wds[j]);
+        if (in[j]) {
+          float pi = adam_element(p[i0 + j], g[i0 + j], &m[i0 + j], &v[i0 + j], c, wds[j]);
+          p[i0 + j] = pi;
+          if (p_act) p_act[i0 + j] = f2act(pi);
+        }
     }
   }
 }
 
-extern "C" void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, float* m, float* v, const AdamWRange* r,
-                                    int nr, AdamWArgs a) {
-  AdamConsts c = adam_consts(a);
-  int vec = aligned16(p, g, m, v);
+extern "C" void adamw_update_ranges(KernelCtx* ctx, float* p, act_t* p_act, const float* g, float* m, float* v,
+                                    const AdamWRange* r, int nr, const AdamWStep* s) {
+  // 16-byte accesses of the fp32 arrays, 8-byte ones of the 16-bit copy (4 elements a thread).
+  int vec = aligned16(p, g, m, v) && (uintptr_t)p_act % 8 == 0;
   for (int k0 = 0; k0 < nr; k0 += ADAM_MAX_RANGES) {
     AdamRanges R = {};
     R.n = nr - k0 < ADAM_MAX_RANGES ? nr - k0 : ADAM_MAX_RANGES;
@@ -112,8 +130,8 @@ extern "C" void adamw_update_ranges(KernelCtx* ctx, float* p, const float* g, fl
       if (x->decay) R.decay |= 1u << k;
     }
     size_t quads = (size_t)((R.end[R.n - 1] - (R.start[0] & ~(int64_t)3) + 3) / 4);
-    adamw_ranges_kernel<<<grid_for(quads, ADAM_THREADS), ADAM_THREADS, 0, ctx->stream>>>(p, g, m, v, R, c,
-                                                                                        a.weight_decay, vec);
+    adamw_ranges_kernel<<<grid_for(quads, ADAM_THREADS), ADAM_THREADS, 0, ctx->stream>>>(
+        p, p_act ? as_act16(p_act) : NULL, g, m, v, R, s, vec);
     CUDA_LAUNCH_CHECK();
   }
 }

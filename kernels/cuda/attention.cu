@@ -1,125 +1,134 @@
-// attention.cu: fused multi-head attention (forward and backward) on tensor cores, bf16 in,
-// fp32 accumulation, plus an unfused deterministic path used as a test oracle and fallback.
+// attention.cu: fused multi-head attention (forward and backward) on tensor cores, 16-bit in,
+// fp32 accumulation, with T5's relative position bias computed inside the kernels, plus an
+// unfused deterministic path used as a test oracle and fallback.
 //
-// Semantics are those of kernels/cpu/attention.c (see kernels.h, AttnShape): scores =
-// scale * q.k + pos_bias[h,i,j], causal keeps key j iff j <= i (top-left aligned, also for
-// Tq != Tk), lse[B,H,Tq] is the natural-log log-sum-exp of the kept scores, dq/dk/dv are
-// overwritten in their own columns only, dpos_bias[H,Tq,Tk] accumulates the sum over batches.
+// Semantics are those of kernels/cpu/attention.c (see kernels.h, AttnShape, AttnBias): scores =
+// scale * q.k + table[bucket(j - i), h], causal keeps key j iff j <= i (top-left aligned, also
+// for Tq != Tk), lse[B,H,Tq] is the natural-log log-sum-exp of the kept scores, dq/dk/dv are
+// overwritten in their own columns only, dtable[buckets, H] accumulates the bias gradient.
 //
-// Algorithm (FlashAttention-2, Dao 2023, "FlashAttention-2: Faster Attention with Better
-// Parallelism and Work Partitioning": Algorithm 1 / section 3.1 for the forward, Algorithm 2 /
-// section 3.1 for the backward, section 3.2-3.3 for the thread-block and warp partitioning).
-// The Tq x Tk score matrix never goes to memory; it lives in mma accumulator registers, one
-// 16-row slice per warp.
+// Algorithm: FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with Better
+// Parallelism and Work Partitioning"): Algorithm 1 for the forward, Algorithm 2 for the
+// backward, section 3.2-3.3 for the partitioning. The Tq x Tk score matrix never goes to memory.
 //
-// Tensor cores: bf16 mma.sync.m16n8k16 (fp32 accumulate) via inline PTX, operands fetched with
-// ldmatrix (.trans where the operand is stored k-major). PTX mma rather than nvcuda::wmma
-// because the accumulator layout of m16n8k16 is documented: the fp32 accumulators of two
-// neighbouring n8 tiles are, element for element, the A fragment of the next k16 step, so
-// P = softmax(S) (and dS) feed the second matmul straight from registers. With wmma the
-// fragment layout is opaque and P would have to go through shared memory.
+// Tensor cores: mma.sync.m16n8k16 (fp32 accumulate) and ldmatrix (kernels/cuda/ptx.cuh). The
+// fp32 accumulators of two neighbouring n8 tiles are, element for element, the A fragment of the
+// next k16 step, so P = softmax(S) (and dS) feed the next product straight from registers.
 //
-// Head size: one template per padded size DP in {16,32,48,64,80,96,112,128}; D <= 128 runs
-// the fused kernels with D padded up to DP inside the kernel (columns D..DP-1 of every shared
-// tile are zero-filled, so they add nothing to q.k and are never stored). D > 128 goes to the
-// simple path. Loads are 16-byte cp.async when every pointer is 16-byte aligned and D and the
-// row strides are multiples of 8, else element-wise (same kernel, uniform branch), so odd
-// tiny test shapes (D = 8..24) also run the fused code.
+// Head size: one template per padded size DP in {16,32,...,128}; columns D..DP-1 of every shared
+// tile are zero-filled, so they add nothing. D > 128 goes to the simple path. Loads are 16-byte
+// cp.async when every pointer is 16-byte aligned and D and the row strides are multiples of 8,
+// else element-wise (same kernel, uniform branch). Shared tiles are row-major with a row stride
+// of DP + 8 elements (16 bytes of padding: the 8 rows an ldmatrix reads land in distinct banks).
 //
-// Warp layout: 128 threads = 4 warps per CTA. Shared tiles are row-major with a row stride of
-// DP + 8 elements (16 bytes of padding: ldmatrix row addresses land in distinct banks).
-//  forward   CTA = (64 query rows, head, batch); warp w owns query rows 16w..16w+15. Loops
-//            over 64-key tiles, K and V double-buffered with cp.async (smem: Q + 2x(K+V) =
-//            5*64*(DP+8)*2 bytes, 45 KiB at DP=64, 85 KiB at DP=128). Per tile: S = Q K^T
-//            (16x64 per warp, in registers), online softmax in base 2 (exp2 of log2e * score),
-//            O += P V. The output is staged through the warp's own rows of the Q tile so the
-//            global stores are coalesced 16-byte rows.
-//  backward  (1) D_i = rowsum(dout_i * out_i), one warp per (b,i,h), fp32 into the kernel
-//            scratch (ctx->scratch, or ctx->workspace when there is none).
-//            (2) dk/dv kernel: CTA = (64 keys, head, batch), warp w owns keys 16w..16w+15; K
-//            and V stay in shared memory; loops over query tiles of BQ rows (64 for DP <= 64,
-//            32 above, to bound registers) in increasing order, Q, dO, lse, D double-buffered.
-//            Per tile it recomputes S^T = K Q^T and P^T = exp(S^T - lse), then dV += P^T dO,
-//            dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q. dK and dV stay in registers
-//            and are written once: every dk/dv element has one owner, fixed summation order.
-//            (3) dq kernel: CTA = (64 query rows, head, batch), like the forward: loops over key
-//            tiles in increasing order, recomputes P and dS, dQ += dS K in registers, written
-//            once. So dq is deterministic without atomics (FA2's atomicAdd on dq is replaced
-//            by this query-parallel pass; it recomputes S and dP, two matmuls per tile).
-//            When dpos_bias is non-NULL the dq kernel also sums dS over the batches into
-//            dpos_bias[h, rows, :], without atomics: the batches are split into G groups
-//            (enough for about kBiasGradCtas CTAs; G = 1 when the partial sums do not fit the
-//            scratch), and CTA (64 query rows, head, group) loops over its group's batches in
-//            order with plain loads/stores. Group 0 adds into dpos_bias itself, group g > 0
-//            into a partial sum of its own in the kernel scratch, and a last kernel adds the
-//            partials to dpos_bias in group order. Each element has one writer per group and
-//            a fixed order: (((dpos_bias + b0 + b1..) + group 1) + group 2..). Deterministic,
-//            and the grouping depends on the shape only, not on the GPU. (One CTA looping over
-//            every batch, G = 1, left a T5 encoder of 8 heads with 64 CTAs for 132 SMs.)
-//            D needs B*H*Tq floats of that scratch; if it does not fit, the batch is processed
-//            in chunks (one after another, in increasing b); if one batch does not fit
-//            the simple path runs.
-// Causal skip: the forward and dq loops stop at the key tile holding the last query row of
-// the CTA; the dk/dv loop starts at the query tile holding the first key of the CTA; only
-// tiles crossing the diagonal (or the Tk / Tq edge) evaluate the element mask. Query tiles
-// are scheduled last-first in the forward and dq grids so the longest causal rows start first.
-// Partial tiles: rows past Tq / Tk are zero-filled; in the backward their lse is +inf so P=0.
+// Forward (FA2 section 3.3, "work partitioning between warps"): CTA = (128 query rows, head,
+//   batch), 4 warps of 32 rows. A warp's 32 rows are two m16 tiles, so every K or V fragment an
+//   ldmatrix brings feeds two mma (half the shared-memory bytes per mma of 16-row warps). At
+//   DP <= 64 the warp's Q fragments are loaded once and stay in registers for the whole key
+//   loop, and a key tile is 128 keys (64 above). K and V tiles go through a FwdCfg::STAGES-deep
+//   cp.async pipeline: tile j+1 is in flight while tile j computes, one cp.async wait and one
+//   barrier per tile. Inside a tile the online softmax runs in steps of 64 keys (32 above
+//   DP = 64), which bounds the score registers, in base 2 on raw scores: the running max is
+//   kept on q.k (or on scale * q.k + bias), and each probability is one FFMA and one ex2,
+//   exp2(x * c - m * c), so the scale costs no separate multiply. The causal mask and the Tk
+//   edge are applied only on the steps that cross them (a warp-uniform branch), and a warp
+//   stops at the step past its last row. Query tiles are scheduled last-first so the longest
+//   causal rows start first.
+// Backward (FA2 Algorithm 2, its 5 products per tile: S = Q K^T, dV += P^T dO, dP = dO V^T,
+//   dK += dS^T Q, dQ += dS K): CTA = (128 keys, head, batch), 8 warps of 16 keys, looping over
+//   query tiles of 64 rows (Q, dO, lse and D = rowsum(dO * O) two-stage pipelined). Each warp
+//   holds S^T, P^T, dP^T and dS^T of its keys in registers (in two sub-tiles of 32 queries
+//   above DP = 64); dV and dK accumulate in registers and are written once. dS^T goes to
+//   shared memory (16 bits) for the dQ product, where warp w takes 16 query rows (w % 4) and
+//   half the columns (w / 4) over all 128 keys.
+//   dQ is deterministic without floating-point atomics: the key-tile CTAs add their dQ of a
+//   query tile into an fp32 buffer (the kernel scratch) one after another, in decreasing key
+//   tile order, each warp of a CTA waiting on a flag per (query tile, warp) that counts the
+//   adders before it (an acquire load; the adder releases it with a red.release). The first
+//   adder stores, the last (key tile 0) writes dq itself in 16 bits. In a causal attention the
+//   key tile that starts at a query tile's diagonal is its first adder and reaches it first,
+//   so no CTA waits in steady state. CTAs are launched so that every CTA a flag waits for has
+//   a lower block index: blockIdx.x = key tiles - 1 - key tile. GPUs start blocks in index
+//   order, and a flag's releasers are all earlier blocks of the same (head, batch) (at most
+//   64 CTAs at T = 8192), so the waits cannot deadlock; the simulator, which runs blocks one
+//   after another, reports any wait that an earlier block did not release.
+//   The order of every sum depends on the shape only: the same bits on every run and GPU.
+// Position bias (T5): bucket(r) does not change beyond |r| >= max_distance, so a CTA keeps the
+//   bias of head h for r clamped to [-M, M] (M = max_distance) in shared memory, 2M + 1 floats,
+//   computed from the table at its start. Its gradient: each thread first sums its dS^T values
+//   that share a relative position (they lie on the tile's diagonals), stages the sums in
+//   shared memory, and one thread per diagonal of the tile adds them in a fixed order into the
+//   CTA's per-position sums (|r| < M) or its own running sums of the two far ends; at the end
+//   the CTA writes its 2M + 1 sums to the scratch, and attn_bias_grad_kernel adds them per
+//   (position, head) over (batch, key tile) in order, then per bucket over positions in order,
+//   into dtable. No [H, Tq, Tk] tensor anywhere.
+// Launch attributes (opt-in shared memory) are set once, by attention_init at kernels_init.
 //
 // Simple path (static kernels below, also callable as attention_forward_simple /
 // attention_backward_simple, and forced for every call with the environment variable
-// FSDP_ATTN=simple): one CTA per score row, scores materialized in fp32 in the same scratch
-// (Tk floats per CTA in the forward and dq pass, 2*Tq per CTA in the dk/dv pass; the grid is
-// sized to what fits). Every value is summed by one thread in index order (or a fixed
-// block-reduction tree), so it is deterministic; dpos_bias is summed over b in order.
+// FSDP_ATTN=simple, see attention_mode): one CTA per score row, scores materialized in fp32 in
+// the scratch. Every value is summed by one thread in index order (or a fixed block-reduction
+// tree), so it is deterministic.
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
 
+#include "kernels/attention_tiles.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ptx.cuh"
+#include "kernels/position_bucket.h"
 
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kThreads = 128;  // every kernel in this file: 4 warps
-constexpr int kTile = 64;      // query rows per CTA (forward, dq) and keys per tile / per CTA
-// The dq kernel with dpos_bias splits the batches into groups until it has about this many
-// CTAs (two per SM of an H100). A constant, not the device's SM count: the grouping fixes the
-// order of dpos_bias's sum, so it must not change from one GPU to another.
-constexpr int kBiasGradCtas = 256;
+constexpr int kThreads = 128;     // the forward and the simple path's kernels: 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kBwdThreads = 32 * ATTN_BWD_WARPS;  // the backward's: 8 warps (BwdCfg)
+constexpr int kBwdWarps = kBwdThreads / 32;
+// The fused kernels keep the bias per clamped relative position in shared memory: at most
+// 2 * kMaxBiasDistance + 1 floats (T5 uses 128); a larger max_distance takes the simple path.
+constexpr int kMaxBiasDistance = 1024;
+constexpr int kMaxBuckets = 256;
 
 struct AttnArgs {
   const act16* q;
   const act16* k;
   const act16* v;
-  const act16* bias;   // [H, Tq, Tk] or NULL
-  const act16* out;    // backward: forward output, [B*Tq, H*D]
-  const act16* dout;   // backward: [B*Tq, H*D]
+  const act16* out;   // backward: forward output, [B*Tq, H*D]
+  const act16* dout;  // backward: [B*Tq, H*D]
   const float* lse;   // backward: [B, H, Tq]
   const float* Dvec;  // backward: rowsum(dout*out), [B, H, Tq]
-  act16* o;            // forward output
+  act16* o;           // forward output
   float* lse_out;     // forward lse
   act16* dq;
   act16* dk;
   act16* dv;
-  float* dbias;  // [H, Tq, Tk] or NULL, accumulates
-  float* dbias_part;  // dq kernel with dbias: batch groups 1.. write their sums here, [G-1][H][Tq][Tk]
-  int group_batches;  // dq kernel with dbias: batches per CTA (one batch group)
+  // Position bias: table [nbuckets, H] (NULL: none); dtable [nbuckets, H] accumulates.
+  const act16* table;
+  float* dtable;
+  int nbuckets, maxdist, bidir;
+  // Backward work buffers (kernel scratch), for the heads h0 .. h0 + Hc - 1 of a launch: dq
+  // partial sums [B][Tq][Hc][D] fp32, the dQ flags [B][Hc][query tiles][warps], and the bias
+  // gradient per CTA [B][Hc][key tiles][2M + 1].
+  float* dq_acc;
+  int* dq_flag;
+  float* bias_part;
+  int h0, Hc;
   int B, Tq, Tk, H, D, q_stride, kv_stride, causal, vec;
   float scale, scale_log2;
 };
 
-// ---- PTX (kernels/cuda/ptx.cuh) and register helpers -----------------------------------
+// ---- register helpers ------------------------------------------------------------------
 
-// Two floats rounded to bf16 in one b32 register, lo in the lower half (an mma A fragment).
+// Two floats rounded to 16 bits in one b32 register, lo in the lower half (an mma A fragment).
 // Built from the bit patterns, not by punning a __nv_bfloat162 (strict aliasing).
 __device__ __forceinline__ uint32_t pack_act16(float lo, float hi) {
-  return (uint32_t)act16_bits(f2act(lo)) |
-         ((uint32_t)act16_bits(f2act(hi)) << 16);
+  return (uint32_t)act16_bits(f2act(lo)) | ((uint32_t)act16_bits(f2act(hi)) << 16);
 }
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -129,35 +138,82 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
-
-// ---- fragment-level building blocks ----------------------------------------------------
-
-// acc[16 x 8*NT] += A[16 x 16*KS] * B^T, A row-major rows a_rows (stride LD), B stored as
-// [n][k] row-major (n = 8*NT rows, stride LD): the "q.k" form (S = Q K^T, dP = dO V^T).
-template <int KS, int NT, int LD>
-__device__ __forceinline__ void mma_rows_nk(float (&acc)[NT][4], const act16* a_rows,
-                                            const act16* b_nk, int lane) {
+template <int N>
+__device__ __forceinline__ void zero_acc(float (&acc)[N][4]) {
 #pragma unroll
-  for (int kk = 0; kk < KS; ++kk) {
-    uint32_t af[4];
-    ldsm_x4(af, a_rows + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+}
+
+// ---- fragment loads (ldmatrix addressing of an m16n8k16 operand) -----------------------
+
+// A fragment of 16 rows x 16 columns of a row-major tile (row stride LD): rows r0.., cols c0..
+template <int LD>
+__device__ __forceinline__ void load_a(uint32_t (&af)[4], const act16* tile, int r0, int c0, int lane) {
+  ldsm_x4(af, tile + (r0 + (lane & 15)) * LD + c0 + (lane >> 4) * 8);
+}
+// A fragment whose 16 x 16 block is stored transposed (k-major: row = k, column = m).
+template <int LD>
+__device__ __forceinline__ void load_a_t(uint32_t (&af)[4], const act16* tile, int k0, int m0, int lane) {
+  ldsm_x4_t(af, tile + (k0 + (lane & 7) + ((lane >> 4) << 3)) * LD + m0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments of two n8 tiles (16 n rows, 16 k columns) of an [n][k] row-major tile (the "q.k"
+// form): bf[0..1] for rows n0..n0+7, bf[2..3] for n0+8..n0+15.
+template <int LD>
+__device__ __forceinline__ void load_b_nk(uint32_t (&bf)[4], const act16* tile, int n0, int k0, int lane) {
+  ldsm_x4(bf, tile + (n0 + (lane & 7) + ((lane >> 4) << 3)) * LD + k0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments of two n8 tiles of a [k][n] row-major tile (the "P V" form), k0.., n0..n0+15.
+template <int LD>
+__device__ __forceinline__ void load_b_kn(uint32_t (&bf)[4], const act16* tile, int k0, int n0, int lane) {
+  ldsm_x4_t(bf, tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n0 + (lane >> 4) * 8);
+}
+
+// acc[16 x 8*NT] += A[16 x 16*KS] * B^T with A's fragments in registers (af[KS][4]) and B an
+// [n][k] row-major shared tile of 8*NT rows: S = Q K^T, dP = dO V^T and their transposes.
+template <int KS, int NT, int LD>
+__device__ __forceinline__ void mma_frags_nk(float (&acc)[NT][4], const uint32_t (&af)[KS][4], const act16* b_nk,
+                                             int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t bf[4];
-      ldsm_x4(bf, b_nk + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 +
-                      ((lane >> 3) & 1) * 8);
-      mma_act16(acc[2 * np], af, bf[0], bf[1]);
-      mma_act16(acc[2 * np + 1], af, bf[2], bf[3]);
+      load_b_nk<LD>(bf, b_nk, np * 16, kk * 16, lane);
+      mma_act16(acc[2 * np], af[kk], bf[0], bf[1]);
+      mma_act16(acc[2 * np + 1], af[kk], bf[2], bf[3]);
+    }
+}
+
+// The same product for a warp's 16 rows of A: from its fragments in registers (AREG: af[KS]), or
+// loaded from a [rows][k] row-major shared tile at row a_row0 (af unused).
+template <bool AREG, int KS, int NT, int LD>
+__device__ __forceinline__ void mma_warp_nk(float (&acc)[NT][4], const uint32_t (&af)[AREG ? KS : 1][4],
+                                            const act16* a_tile, int a_row0, const act16* b_nk, int lane) {
+  if constexpr (AREG) {
+    mma_frags_nk<KS, NT, LD>(acc, af, b_nk, lane);
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      uint32_t a1[1][4];
+      load_a<LD>(a1[0], a_tile, a_row0, kk * 16, lane);
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t bf[4];
+        load_b_nk<LD>(bf, b_nk, np * 16, kk * 16, lane);
+        mma_act16(acc[2 * np], a1[0], bf[0], bf[1]);
+        mma_act16(acc[2 * np + 1], a1[0], bf[2], bf[3]);
+      }
     }
   }
 }
 
-// acc[16 x DP] += P[16 x 8*NP] * B, P given as fp32 accumulators (converted to bf16 A
-// fragments in registers), B stored [k][n] row-major (k = 8*NP rows, stride LD): the "P V" form
-// (O += P V, dq += dS K, dV += P^T dO, dK += dS^T Q).
+// acc[16 x DP] += P[16 x 8*NP] * B, P as fp32 accumulators (rounded to 16-bit A fragments in
+// registers), B a [k][n] row-major shared tile of 8*NP rows: dV += P^T dO, dK += dS^T Q.
 template <int NP, int DP, int LD>
-__device__ __forceinline__ void mma_regs_kn(float (&acc)[DP / 8][4], const float (&p)[NP][4],
-                                            const act16* b_kn, int lane) {
+__device__ __forceinline__ void mma_regs_kn(float (&acc)[DP / 8][4], const float (&p)[NP][4], const act16* b_kn,
+                                            int lane) {
 #pragma unroll
   for (int kk = 0; kk < NP / 2; ++kk) {
     uint32_t af[4];
@@ -168,30 +224,23 @@ __device__ __forceinline__ void mma_regs_kn(float (&acc)[DP / 8][4], const float
 #pragma unroll
     for (int dp = 0; dp < DP / 16; ++dp) {
       uint32_t bf[4];
-      ldsm_x4_t(bf, b_kn + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
-                        (lane >> 4) * 8);
+      load_b_kn<LD>(bf, b_kn, kk * 16, dp * 16, lane);
       mma_act16(acc[2 * dp], af, bf[0], bf[1]);
       mma_act16(acc[2 * dp + 1], af, bf[2], bf[3]);
     }
   }
 }
 
-template <int N>
-__device__ __forceinline__ void zero_acc(float (&acc)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[i][e] = 0.0f;
-}
+// ---- shared tiles ------------------------------------------------------------------------
 
-// Copies ROWS x DP of a strided bf16 matrix into a shared tile (row stride DP + 8); rows >=
-// nrows and columns >= D are zero-filled. Whole CTA. vec: 16-byte cp.async (caller commits).
-template <int ROWS, int DP>
-__device__ __forceinline__ void load_tile(act16* sm, const act16* g, size_t stride, int nrows,
-                                          int D, int vec) {
+// Copies ROWS x DP of a strided 16-bit matrix into a shared tile (row stride DP + 8); rows >=
+// nrows and columns >= D are zero-filled. Whole CTA of NTH threads. vec: 16-byte cp.async
+// (caller commits).
+template <int ROWS, int DP, int NTH>
+__device__ __forceinline__ void load_tile(act16* sm, const act16* g, size_t stride, int nrows, int D, int vec) {
   constexpr int LD = DP + 8, CH = DP / 8;
   if (vec) {
-    for (int c = threadIdx.x; c < ROWS * CH; c += kThreads) {
+    for (int c = threadIdx.x; c < ROWS * CH; c += NTH) {
       const int r = c / CH, cc = c % CH;
       act16* dst = sm + r * LD + cc * 8;
       if (r < nrows && cc * 8 < D)
@@ -201,219 +250,294 @@ __device__ __forceinline__ void load_tile(act16* sm, const act16* g, size_t stri
     }
   } else {
     const act16 zero = f2act(0.0f);
-    for (int e = threadIdx.x; e < ROWS * DP; e += kThreads) {
+    for (int e = threadIdx.x; e < ROWS * DP; e += NTH) {
       const int r = e / DP, d = e % DP;
       sm[r * LD + d] = (r < nrows && d < D) ? g[(size_t)r * stride + d] : zero;
     }
   }
 }
 
-// Writes a warp's 16 x DP accumulator slice (times mul_lo for row g, mul_hi for row g+8) as
-// bf16 into 16 rows of a shared tile.
+// Writes a warp's 16 x DP accumulator slice times mul as 16-bit values into 16 rows of a shared
+// tile (row stride DP + 8).
 template <int DP>
-__device__ __forceinline__ void stage_acc(act16* sm, const float (&acc)[DP / 8][4], float mul_lo,
-                                          float mul_hi, int lane) {
+__device__ __forceinline__ void stage_acc(act16* sm, const float (&acc)[DP / 8][4], float mul_lo, float mul_hi,
+                                          int lane) {
   constexpr int LD = DP + 8;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < DP / 8; ++nt) {
-    *reinterpret_cast<uint32_t*>(sm + g * LD + nt * 8 + 2 * t) =
-        pack_act16(acc[nt][0] * mul_lo, acc[nt][1] * mul_lo);
+    *reinterpret_cast<uint32_t*>(sm + g * LD + nt * 8 + 2 * t) = pack_act16(acc[nt][0] * mul_lo, acc[nt][1] * mul_lo);
     *reinterpret_cast<uint32_t*>(sm + (g + 8) * LD + nt * 8 + 2 * t) =
         pack_act16(acc[nt][2] * mul_hi, acc[nt][3] * mul_hi);
   }
 }
 
-// One warp stores 16 staged rows (nrows of them valid, D columns) to a strided matrix.
-template <int DP>
-__device__ __forceinline__ void store_rows16(const act16* sm, act16* g, size_t stride, int nrows,
-                                             int D, int vec, int lane) {
+// One warp stores ROWS staged rows (nrows of them valid, D columns) to a strided matrix.
+template <int ROWS, int DP>
+__device__ __forceinline__ void store_rows(const act16* sm, act16* g, size_t stride, int nrows, int D, int vec,
+                                           int lane) {
   constexpr int LD = DP + 8, CH = DP / 8;
   if (vec) {
-    for (int c = lane; c < 16 * CH; c += 32) {
+    for (int c = lane; c < ROWS * CH; c += 32) {
       const int r = c / CH, cc = c % CH;
       if (r < nrows && cc * 8 < D)
-        *reinterpret_cast<uint4*>(g + (size_t)r * stride + cc * 8) =
-            *reinterpret_cast<const uint4*>(sm + r * LD + cc * 8);
+        *reinterpret_cast<uint4*>(g + (size_t)r * stride + cc * 8) = *reinterpret_cast<const uint4*>(sm + r * LD + cc * 8);
     }
   } else {
-    for (int e = lane; e < 16 * DP; e += 32) {
+    for (int e = lane; e < ROWS * DP; e += 32) {
       const int r = e / DP, d = e % DP;
       if (r < nrows && d < D) g[(size_t)r * stride + d] = sm[r * LD + d];
     }
   }
 }
 
-// Scores of a warp's 16 query rows (row0 = row of element c0, row0 + 8 for c2) against keys
-// col0 + 0..8*NT-1, turned into log2 units: x = log2(e) * (scale * q.k + bias); masked -> -inf.
-// Bias reads clamp the row and column into range instead of branching (fewer registers): a
-// clamped column is past Tk and masked; a clamped row is past Tq and never stored.
-template <int NT, bool HAS_BIAS>
-__device__ __forceinline__ void scores_rows(float (&s)[NT][4], const AttnArgs& a,
-                                            const act16* bias, int row0, int col0, int t,
-                                            bool need_mask) {
-  const act16* brow[2];
-  if (HAS_BIAS) {
-    brow[0] = bias + (size_t)min(row0, a.Tq - 1) * a.Tk;
-    brow[1] = bias + (size_t)min(row0 + 8, a.Tq - 1) * a.Tk;
-  }
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row0 + ((e >> 1) << 3);
-      const int col = col0 + nt * 8 + 2 * t + (e & 1);
-      float x = s[nt][e] * a.scale_log2;
-      if (HAS_BIAS) x += act2f(__ldg(brow[e >> 1] + min(col, a.Tk - 1))) * kLog2e;
-      if (need_mask && (col >= a.Tk || (a.causal && col > row))) x = -INFINITY;
-      s[nt][e] = x;
-    }
-}
+// ---- position bias ----------------------------------------------------------------------
 
-// Number of 64-key tiles a query tile starting at q0 with qrows valid rows must visit.
-__device__ __forceinline__ int key_tiles(const AttnArgs& a, int q0, int qrows) {
-  int n = (a.Tk + kTile - 1) / kTile;
-  if (a.causal) n = min(n, (q0 + qrows - 1) / kTile + 1);
-  return n;
+// pb[r + M] = the bias of head h at relative position r = j - i, for r in [-M, M], M =
+// max_distance (beyond it the bucket no longer changes: position_bucket.h). Whole CTA of NTH
+// threads; visible after the next barrier.
+template <int NTH>
+__device__ __forceinline__ void fill_bias(float* pb, const AttnArgs& a, int h) {
+  const int M = a.maxdist;
+  for (int s = threadIdx.x; s <= 2 * M; s += NTH)
+    pb[s] = act2f(a.table[(size_t)position_bucket(s - M, a.bidir, a.nbuckets, M) * a.H + h]);
 }
+// Index into pb (and the gradient's per-position sums) of relative position r.
+__device__ __forceinline__ int bias_slot(int r, int M) { return min(max(r, -M), M) + M; }
 
 // ---- forward ----------------------------------------------------------------------------
 
 template <int DP>
-constexpr size_t fwd_smem() {
-  return (size_t)5 * kTile * (DP + 8) * sizeof(act16);
-}
+struct FwdCfg {
+  static constexpr int BM = ATTN_FWD_ROWS;                // 4 warps x 32 query rows
+  static constexpr int MT = ATTN_FWD_WARP_ROWS / 16;      // m16 tiles per warp
+  static constexpr int BN = ATTN_FWD_KEYS(DP);            // keys per tile (one pipeline stage)
+  static constexpr int SUB = ATTN_FWD_STEP(DP);           // keys per softmax step (S in registers)
+  static constexpr int STAGES = 2;                  // K/V tiles in flight
+  static constexpr bool QREG = DP <= 64;            // Q fragments in registers for the whole loop
+  static constexpr int LD = DP + 8;
+  static constexpr size_t tiles = (size_t)(BM + 2 * STAGES * BN) * LD * sizeof(act16);
+};
 
+// One query tile of 128 rows against every key it may see. HAS_BIAS: T5's position bias.
 template <int DP, bool HAS_BIAS>
 __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
-  constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
+  using Cfg = FwdCfg<DP>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, SUB = Cfg::SUB, MT = Cfg::MT, ST = Cfg::STAGES, LD = Cfg::LD;
+  constexpr int NS = SUB / 8, DT = DP / 8, KS = DP / 16;
+  constexpr bool QREG = Cfg::QREG;
   DYNAMIC_SMEM(smem);
-  act16* Qs = reinterpret_cast<act16*>(smem);
-  act16* Ks = Qs + BM * LD;      // [2][BN][LD]
-  act16* Vs = Ks + 2 * BN * LD;  // [2][BN][LD]
+  act16* Qs = reinterpret_cast<act16*>(smem);  // [BM][LD]; the output is staged here at the end
+  act16* Ks = Qs + BM * LD;                    // [ST][BN][LD]
+  act16* Vs = Ks + ST * BN * LD;               // [ST][BN][LD]
+  float* pb = reinterpret_cast<float*>(Vs + ST * BN * LD);  // HAS_BIAS: [2M + 1]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y, b = blockIdx.z;
-  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D;
+  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D, M = a.maxdist;
   const int qrows = min(BM, Tq - q0);
+  const int wrow0 = q0 + warp * 32;  // the warp's first query row
   const size_t hoff = (size_t)h * a.D;
   const act16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
   const act16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
-  const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
-  const int n_tiles = key_tiles(a, q0, qrows);
+  int n_tiles = (Tk + BN - 1) / BN;
+  if (a.causal) n_tiles = min(n_tiles, (q0 + qrows - 1) / BN + 1);
 
-  auto load_kv = [&](int it, int stage) {
-    const int k0 = it * BN, rows = min(BN, Tk - k0);
-    load_tile<BN, DP>(Ks + stage * BN * LD, kg + (size_t)k0 * a.kv_stride, a.kv_stride, rows,
-                      a.D, a.vec);
-    load_tile<BN, DP>(Vs + stage * BN * LD, vg + (size_t)k0 * a.kv_stride, a.kv_stride, rows,
-                      a.D, a.vec);
+  auto load_kv = [&](int it) {
+    const int k0 = it * BN, rows = min(BN, Tk - k0), stage = it % ST;
+    load_tile<BN, DP, kThreads>(Ks + stage * BN * LD, kg + (size_t)k0 * a.kv_stride, a.kv_stride, rows, a.D, a.vec);
+    load_tile<BN, DP, kThreads>(Vs + stage * BN * LD, vg + (size_t)k0 * a.kv_stride, a.kv_stride, rows, a.D, a.vec);
   };
-  load_tile<BM, DP>(Qs, a.q + ((size_t)b * Tq + q0) * a.q_stride + hoff, a.q_stride, qrows, a.D,
-                    a.vec);
-  if (n_tiles > 0) load_kv(0, 0);
-  cp_async_commit();
+  // Prologue: Q and the first ST - 1 key tiles, one commit group each (Q joins the first).
+  load_tile<BM, DP, kThreads>(Qs, a.q + ((size_t)b * Tq + q0) * a.q_stride + hoff, a.q_stride, qrows, a.D, a.vec);
+#pragma unroll
+  for (int s = 0; s < ST - 1; ++s) {
+    if (s < n_tiles) load_kv(s);
+    cp_async_commit();
+  }
+  if (HAS_BIAS) fill_bias<kThreads>(pb, a, h);
+  cp_async_wait<ST - 2>();  // Q and key tile 0
+  __syncthreads();
 
-  float o[DT][4];
-  zero_acc(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int row0 = q0 + warp * 16 + g;
-  act16* q_warp = Qs + warp * 16 * LD;
+  uint32_t qf[QREG ? MT : 1][KS][4];  // the warp's Q fragments (QREG)
+  if constexpr (QREG) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) load_a<LD>(qf[mi][kk], Qs, warp * 32 + mi * 16, kk * 16, lane);
+  }
+  // x: the score in units where max and exp are taken: q.k (no bias, scale > 0) or
+  // scale * q.k + bias; p = exp2(x * xl2 - m * xl2).
+  const float xl2 = HAS_BIAS ? kLog2e : a.scale_log2;
+  float o[MT][DT][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) zero_acc(o[mi]);
+  float m[MT][2], l[MT][2];  // per row (mi, g / g + 8): running max of x, this thread's partial sum
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) m[mi][0] = m[mi][1] = -INFINITY, l[mi][0] = l[mi][1] = 0.0f;
 
   for (int it = 0; it < n_tiles; ++it) {
-    if (it + 1 < n_tiles) {
-      load_kv(it + 1, (it + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    if (it > 0) {
+      cp_async_wait<ST - 2>();  // key tile it has landed (this thread's copies)
+      __syncthreads();          // ... everyone's; and every warp is done with tile it - 1
     }
-    __syncthreads();
-    const act16* Kt = Ks + (it & 1) * BN * LD;
-    const act16* Vt = Vs + (it & 1) * BN * LD;
-    const int k0 = it * BN;
+    if (it + ST - 1 < n_tiles) load_kv(it + ST - 1);  // into the stage tile it - 1 used
+    cp_async_commit();
+    const act16* Kt = Ks + (it % ST) * BN * LD;
+    const act16* Vt = Vs + (it % ST) * BN * LD;
+#pragma unroll 1
+    for (int sb = 0; sb < BN / SUB; ++sb) {
+      const int c0 = it * BN + sb * SUB;  // the sub-block's first key
+      if (a.causal && c0 > wrow0 + 31) break;  // causal: every key from here is past the warp's rows
 
-    float s[NT][4];
-    zero_acc(s);
-    mma_rows_nk<DP / 16, NT, LD>(s, q_warp, Kt, lane);
-    const bool need_mask = (k0 + BN > Tk) || (a.causal && k0 + BN - 1 > q0 + warp * 16);
-    scores_rows<NT, HAS_BIAS>(s, a, bias, row0, k0, t, need_mask);
-
-    // Online softmax (base 2). Each thread holds 2 rows (g, g+8) x 16 columns; a row's 64
-    // columns are spread over the 4 threads of a quad. l stays a per-thread partial sum.
-    float mx[2] = {-INFINITY, -INFINITY};
+      // S = Q K^T, 32 x SUB per warp: each K fragment feeds both m16 tiles.
+      float s[MT][NS][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int mi = 0; mi < MT; ++mi) zero_acc(s[mi]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-    float base[2], alpha[2];
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t af[MT][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float mn = fmaxf(m[r], quad_max(mx[r]));
-      base[r] = (mn == -INFINITY) ? 0.0f : mn;  // a row with nothing kept yet stays at 0
-      alpha[r] = ex2(m[r] - base[r]);
-      m[r] = mn;
-    }
-    float ls[2] = {0.0f, 0.0f};
+        for (int mi = 0; mi < MT; ++mi) {
+          if constexpr (QREG) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+            for (int e = 0; e < 4; ++e) af[mi][e] = qf[mi][kk][e];
+          } else {
+            load_a<LD>(af[mi], Qs, warp * 32 + mi * 16, kk * 16, lane);
+          }
+        }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = ex2(s[nt][e] - base[e >> 1]);
-        s[nt][e] = p;
-        ls[e >> 1] += p;
+        for (int np = 0; np < NS / 2; ++np) {
+          uint32_t bf[4];
+          load_b_nk<LD>(bf, Kt, sb * SUB + np * 16, kk * 16, lane);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            mma_act16(s[mi][2 * np], af[mi], bf[0], bf[1]);
+            mma_act16(s[mi][2 * np + 1], af[mi], bf[2], bf[3]);
+          }
+        }
       }
-    l[0] = l[0] * alpha[0] + ls[0];
-    l[1] = l[1] * alpha[1] + ls[1];
+      // Element (mi, nt, e) of this thread: row wrow0 + 16 mi + 8 (e >> 1) + g, key c0 + 8 nt +
+      // 2 t + (e & 1), so its relative position is c0 - wrow0 + 2t - g + (e & 1) + 8 u with
+      // u = nt - 2 mi - (e >> 1): one bias load per (u, e & 1), shared by up to four elements.
+      if (HAS_BIAS) {
+        const int base = c0 - wrow0 + 2 * t - g;
 #pragma unroll
-    for (int dt = 0; dt < DT; ++dt) {
-      o[dt][0] *= alpha[0];
-      o[dt][1] *= alpha[0];
-      o[dt][2] *= alpha[1];
-      o[dt][3] *= alpha[1];
-    }
-    mma_regs_kn<NT, DP, LD>(o, s, Vt, lane);
-    __syncthreads();
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // (n_tiles == 0: the Q copies of other threads must land before staging)
+        for (int u = -(2 * MT - 1); u < NS; ++u)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float bias = pb[bias_slot(base + c + 8 * u, M)];
+#pragma unroll
+            for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+              for (int rr = 0; rr < 2; ++rr) {
+                const int nt = u + 2 * mi + rr;
+                if (nt >= 0 && nt < NS) s[mi][nt][2 * rr + c] = fmaf(s[mi][nt][2 * rr + c], a.scale, bias);
+              }
+          }
+      }
+      // Masks only where the sub-block crosses the diagonal or the end of the keys (warp-uniform).
+      if (c0 + SUB > Tk || (a.causal && c0 + SUB - 1 > wrow0)) {
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+          for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int row = wrow0 + mi * 16 + (e >> 1) * 8 + g, col = c0 + nt * 8 + 2 * t + (e & 1);
+              if (col >= Tk || (a.causal && col > row)) s[mi][nt][e] = -INFINITY;
+            }
+      }
 
-  float inv[2];
+      // Online softmax (base 2). A row's SUB columns are spread over the 4 threads of a quad; l
+      // stays a per-thread partial sum until the end.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < NS; ++nt) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * r], s[mi][nt][2 * r + 1]));
+          const float mn = fmaxf(m[mi][r], quad_max(mx));
+          const float base = mn == -INFINITY ? 0.0f : mn * xl2;  // a row with nothing kept yet stays at 0
+          const float alpha = ex2(fmaf(m[mi][r], xl2, -base));
+          m[mi][r] = mn;
+          float ls = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float p = ex2(fmaf(s[mi][nt][2 * r + c], xl2, -base));
+              s[mi][nt][2 * r + c] = p;
+              ls += p;
+            }
+          l[mi][r] = fmaf(l[mi][r], alpha, ls);
+#pragma unroll
+          for (int dt = 0; dt < DT; ++dt) o[mi][dt][2 * r] *= alpha, o[mi][dt][2 * r + 1] *= alpha;
+        }
+
+      // O += P V: each V fragment feeds both m16 tiles.
+#pragma unroll
+      for (int kk = 0; kk < NS / 2; ++kk) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          af[mi][0] = pack_act16(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+          af[mi][1] = pack_act16(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+          af[mi][2] = pack_act16(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+          af[mi][3] = pack_act16(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < DP / 16; ++dp) {
+          uint32_t bf[4];
+          load_b_kn<LD>(bf, Vt, sb * SUB + kk * 16, dp * 16, lane);
+#pragma unroll
+          for (int mi = 0; mi < MT; ++mi) {
+            mma_act16(o[mi][2 * dp], af[mi], bf[0], bf[1]);
+            mma_act16(o[mi][2 * dp + 1], af[mi], bf[2], bf[3]);
+          }
+        }
+      }
+    }
   }
-  stage_acc<DP>(q_warp, o, inv[0], inv[1], lane);
-  __syncwarp();
-  store_rows16<DP>(q_warp, a.o + ((size_t)b * Tq + q0 + warp * 16) * C + hoff, C,
-                   Tq - q0 - warp * 16, a.D, a.vec, lane);
-  if (t == 0) {
+  cp_async_wait<0>();  // the last (empty) groups
+  __syncthreads();     // every warp's reads of Q are done before rows are staged over them
+
+  act16* o_warp = Qs + warp * 32 * LD;
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) {
+    float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 8 * r;
-      if (row < Tq)
-        a.lse_out[((size_t)b * a.H + h) * Tq + row] =
-            l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
+      l[mi][r] = quad_sum(l[mi][r]);
+      inv[r] = l[mi][r] > 0.0f ? 1.0f / l[mi][r] : 0.0f;
     }
+    stage_acc<DP>(o_warp + mi * 16 * LD, o[mi], inv[0], inv[1], lane);
+    if (t == 0)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = wrow0 + mi * 16 + r * 8 + g;
+        if (row < Tq)
+          a.lse_out[((size_t)b * a.H + h) * Tq + row] = l[mi][r] > 0.0f ? (m[mi][r] * xl2 + log2f(l[mi][r])) * kLn2 : -INFINITY;
+      }
   }
+  __syncwarp();
+  store_rows<32, DP>(o_warp, a.o + ((size_t)b * Tq + wrow0) * C + hoff, C, Tq - wrow0, a.D, a.vec, lane);
 }
 
 // ---- backward: D = rowsum(dout * out) ----------------------------------------------------
 
 // One warp per (b, i, h) row of D elements; a fixed shuffle tree, so deterministic.
 __global__ void __launch_bounds__(kThreads)
-    attn_bwd_rowdot_kernel(float* Dvec, const act16* out, const act16* dout, int B, int Tq, int H,
-                           int D) {
+    attn_bwd_rowdot_kernel(float* Dvec, const act16* out, const act16* dout, int B, int Tq, int H, int D) {
   const long rows = (long)B * Tq * H;
-  const long r = (long)blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
+  const long r = (long)blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
   const act16* o = out + (size_t)r * D;  // [B*Tq, H*D] row-major: (b*Tq + i)*H + h = r
   const act16* d = dout + (size_t)r * D;
   float sum = 0.0f;
   for (int c = lane; c < D; c += 32) sum += act2f(o[c]) * act2f(d[c]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  sum = warp_sum(sum);
   if (lane == 0) {
     const int h = (int)(r % H);
     const long bi = r / H;
@@ -422,270 +546,312 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- backward: dk, dv (key-tile parallel) -------------------------------------------------
+// ---- backward: one CTA per key tile, the five products ----------------------------------
 
 template <int DP>
-struct DkdvCfg {
-  static constexpr int BQ = DP <= 64 ? 64 : 32;  // query rows per inner iteration
-  static constexpr size_t smem =
-      (size_t)(2 * kTile + 4 * BQ) * (DP + 8) * sizeof(act16) + (size_t)4 * BQ * sizeof(float);
+struct BwdCfg {
+  static constexpr int BK = ATTN_BWD_KEYS;  // keys per CTA: 8 warps x 16
+  static constexpr int BQ = ATTN_BWD_ROWS;  // query rows per tile
+  static constexpr int STAGES = 2;
+  static constexpr bool KVREG = DP <= 64;  // the warp's K and V fragments in registers
+  // queries per sub-tile of the products with S^T and dP^T in registers
+  static constexpr int QSUB = DP <= 64 ? BQ : BQ / 2;
+  // dQ = dS K: warp w takes query rows 16 (w % 4).. and, of the DP / 16 column groups of 16, the
+  // first HALF (w < 4) or the rest.
+  static constexpr int NCG = DP / 16, HALF = (NCG + 1) / 2;
+  static constexpr int LD = DP + 8, LDS = BQ + 8;
+  static constexpr int U = BQ / 8 + 1;  // a thread's diagonals per tile (per column parity)
+  static constexpr size_t tiles = (size_t)(2 * BK + 2 * STAGES * BQ) * LD * sizeof(act16) +
+                                  (size_t)2 * STAGES * BQ * sizeof(float) + (size_t)BK * LDS * sizeof(act16);
+  // with the bias gradient: each thread's diagonal sums of a tile, [warps][U][2][32], and the
+  // warps' sums of the two far ends, [2][warps]
+  static constexpr size_t diag_stage = (size_t)(kBwdWarps * U * 2 * 32 + 2 * kBwdWarps) * sizeof(float);
 };
 
-template <int DP, bool HAS_BIAS>
-__global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_kernel(const AttnArgs a) {
-  constexpr int BK = kTile, BQ = DkdvCfg<DP>::BQ, LD = DP + 8, NT = BQ / 8, DT = DP / 8;
+// The ordered dQ accumulation's flags (one per query tile and warp; see the top): a warp
+// waits until `value` key tiles have added (an acquire, so their adds are visible to its loads),
+// and after its own adds makes them visible at GPU scope before lane 0 counts its turn.
+__device__ __forceinline__ void dq_turn_wait(const int* flag, int value) { flag_wait_eq(flag, value); }
+__device__ __forceinline__ void dq_turn_done(int* flag, int lane) {
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) flag_release_add(flag, 1);
+}
+
+// BIAS: the position bias is read; BGRAD: its gradient is summed too (into a.bias_part).
+template <int DP, bool BIAS, bool BGRAD>
+__global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a) {
+  using Cfg = BwdCfg<DP>;
+  constexpr int BK = Cfg::BK, BQ = Cfg::BQ, ST = Cfg::STAGES, LD = Cfg::LD, LDS = Cfg::LDS, U = Cfg::U;
+  constexpr int NCG = Cfg::NCG, HALF = Cfg::HALF, QSUB = Cfg::QSUB, NS = QSUB / 8;
+  constexpr int NT = BQ / 8, DT = DP / 8, KS = DP / 16;
+  constexpr bool KVREG = Cfg::KVREG;
   DYNAMIC_SMEM(smem);
-  act16* Ks = reinterpret_cast<act16*>(smem);
-  act16* Vs = Ks + BK * LD;
-  act16* Qs = Vs + BK * LD;       // [2][BQ][LD]
-  act16* dOs = Qs + 2 * BQ * LD;  // [2][BQ][LD]
-  float* Ls = reinterpret_cast<float*>(dOs + 2 * BQ * LD);  // [2][BQ] lse * log2(e)
-  float* Ds = Ls + 2 * BQ;                                  // [2][BQ] D
+  act16* Ks = reinterpret_cast<act16*>(smem);                // [BK][LD]
+  act16* Vs = Ks + BK * LD;                                   // [BK][LD]
+  act16* Qs = Vs + BK * LD;                                   // [ST][BQ][LD]
+  act16* dOs = Qs + ST * BQ * LD;                             // [ST][BQ][LD]
+  act16* dSs = dOs + ST * BQ * LD;                            // [BK][LDS]: dS^T of the tile
+  float* Ls = reinterpret_cast<float*>(dSs + BK * LDS);      // [ST][BQ]: lse * log2(e)
+  float* Ds = Ls + ST * BQ;                                   // [ST][BQ]: D
+  float* pb = Ds + ST * BQ;                                   // BIAS: [2M + 1]
+  float* gsum = pb + (BIAS ? 2 * a.maxdist + 1 : 0);          // BGRAD: [2M + 1] per-position sums
+  float* dstage = gsum + (BGRAD ? 2 * a.maxdist + 1 : 0);     // BGRAD: [warps][U][2][32]
+  float* far = dstage + kBwdWarps * U * 2 * 32;               // BGRAD: [2][warps]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int k0 = blockIdx.x * BK, h = blockIdx.y, b = blockIdx.z;
-  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D;
+  const int nk = gridDim.x, j = nk - 1 - (int)blockIdx.x;  // key tile (launch order: see top)
+  const int k0 = j * BK, hc = blockIdx.y, h = a.h0 + hc, b = blockIdx.z;  // hc: the head in the launch's range
+  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D, M = a.maxdist;
   const size_t hoff = (size_t)h * a.D;
   const act16* qg = a.q + (size_t)b * Tq * a.q_stride + hoff;
   const act16* dog = a.dout + (size_t)b * Tq * C + hoff;
   const float* lse_b = a.lse + ((size_t)b * a.H + h) * Tq;
   const float* D_b = a.Dvec + ((size_t)b * a.H + h) * Tq;
-  const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
-  const int krows = min(BK, Tk - k0);
-
-  load_tile<BK, DP>(Ks, a.k + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, krows,
-                    a.D, a.vec);
-  load_tile<BK, DP>(Vs, a.v + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, krows,
-                    a.D, a.vec);
+  const int nq = (Tq + BQ - 1) / BQ;
   const int it_begin = a.causal ? k0 / BQ : 0;  // first query tile with a row i >= k0
-  const int it_end = (Tq + BQ - 1) / BQ;
-  auto load_q = [&](int it, int stage) {
-    const int qi0 = it * BQ, rows = min(BQ, Tq - qi0);
-    load_tile<BQ, DP>(Qs + stage * BQ * LD, qg + (size_t)qi0 * a.q_stride, a.q_stride, rows,
-                      a.D, a.vec);
-    load_tile<BQ, DP>(dOs + stage * BQ * LD, dog + (size_t)qi0 * C, C, rows, a.D, a.vec);
-    for (int r = threadIdx.x; r < BQ; r += kThreads) {
+  const int kw0 = k0 + warp * 16;               // the warp's first key
+
+  load_tile<BK, DP, kBwdThreads>(Ks, a.k + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
+  load_tile<BK, DP, kBwdThreads>(Vs, a.v + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
+  auto load_q = [&](int it) {
+    const int qi0 = it * BQ, rows = min(BQ, Tq - qi0), stage = it % ST;
+    load_tile<BQ, DP, kBwdThreads>(Qs + stage * BQ * LD, qg + (size_t)qi0 * a.q_stride, a.q_stride, rows, a.D, a.vec);
+    load_tile<BQ, DP, kBwdThreads>(dOs + stage * BQ * LD, dog + (size_t)qi0 * C, C, rows, a.D, a.vec);
+    for (int r = threadIdx.x; r < BQ; r += kBwdThreads) {
       // Rows past Tq: lse = +inf makes P = 0, so they contribute nothing.
       Ls[stage * BQ + r] = r < rows ? lse_b[qi0 + r] * kLog2e : INFINITY;
       Ds[stage * BQ + r] = r < rows ? D_b[qi0 + r] : 0.0f;
     }
   };
-  if (it_begin < it_end) load_q(it_begin, 0);
-  cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < ST - 1; ++s) {
+    if (it_begin + s < nq) load_q(it_begin + s);
+    cp_async_commit();
+  }
+  if (BIAS) fill_bias<kBwdThreads>(pb, a, h);
+  if (BGRAD)
+    for (int s = threadIdx.x; s <= 2 * M; s += kBwdThreads) gsum[s] = 0.0f;
+  cp_async_wait<ST - 2>();
+  __syncthreads();
 
+  uint32_t kf[KVREG ? KS : 1][4], vf[KVREG ? KS : 1][4];  // the warp's 16 keys and values as A fragments
+  if constexpr (KVREG) {
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      load_a<LD>(kf[kk], Ks, warp * 16, kk * 16, lane);
+      load_a<LD>(vf[kk], Vs, warp * 16, kk * 16, lane);
+    }
+  }
   float dk[DT][4], dv[DT][4];
   zero_acc(dk);
   zero_acc(dv);
-  const int krow0 = k0 + warp * 16 + g;  // this thread's keys: krow0, krow0 + 8
-  act16* k_warp = Ks + warp * 16 * LD;
-  act16* v_warp = Vs + warp * 16 * LD;
+  float far_lo = 0.0f, far_hi = 0.0f;  // BGRAD: this thread's sums of positions <= -M and >= M
 
-  for (int it = it_begin; it < it_end; ++it) {
-    const int stage = (it - it_begin) & 1;
-    if (it + 1 < it_end) {
-      load_q(it + 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+  for (int it = it_begin; it < nq; ++it) {
+    if (it > it_begin) {
+      cp_async_wait<ST - 2>();
+      __syncthreads();  // tile it landed; every warp is done with tile it - 1 (its stage, dS, stage sums)
     }
-    __syncthreads();
+    if (it + ST - 1 < nq) load_q(it + ST - 1);
+    cp_async_commit();
+    const int stage = it % ST, qi0 = it * BQ;
     const act16* Qt = Qs + stage * BQ * LD;
     const act16* dOt = dOs + stage * BQ * LD;
     const float* Lt = Ls + stage * BQ;
     const float* Dt = Ds + stage * BQ;
-    const int qi0 = it * BQ;
 
-    // S^T = K Q^T: rows = this warp's 16 keys, columns = the BQ queries of the tile.
-    float s[NT][4];
-    zero_acc(s);
-    mma_rows_nk<DP / 16, NT, LD>(s, k_warp, Qt, lane);
-    const bool need_mask = a.causal && (qi0 < k0 + warp * 16 + 15);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int krow = krow0 + ((e >> 1) << 3);
-        const int ql = nt * 8 + 2 * t + (e & 1);
-        const int qcol = qi0 + ql;
-        float x = s[nt][e] * a.scale_log2;
-        if (HAS_BIAS)  // clamped: out-of-range keys are never stored, queries have P = 0
-          x += act2f(__ldg(bias + (size_t)min(qcol, Tq - 1) * Tk + min(krow, Tk - 1))) *
-               kLog2e;
-        if (need_mask && qcol < krow) x = -INFINITY;
-        s[nt][e] = ex2(x - Lt[ql]);  // P^T
-      }
-    mma_regs_kn<NT, DP, LD>(dv, s, dOt, lane);  // dV += P^T dO
-
-    float dp[NT][4];  // dP^T = V dO^T
-    zero_acc(dp);
-    mma_rows_nk<DP / 16, NT, LD>(dp, v_warp, dOt, lane);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ql = nt * 8 + 2 * t + (e & 1);
-        dp[nt][e] = s[nt][e] * (dp[nt][e] - Dt[ql]);  // dS^T
-      }
-    mma_regs_kn<NT, DP, LD>(dk, dp, Qt, lane);  // dK += dS^T Q
-    __syncthreads();
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-
-  stage_acc<DP>(k_warp, dk, a.scale, a.scale, lane);
-  stage_acc<DP>(v_warp, dv, 1.0f, 1.0f, lane);
-  __syncwarp();
-  const int nrows = Tk - (k0 + warp * 16);
-  const size_t grow = (size_t)b * Tk + k0 + warp * 16;
-  store_rows16<DP>(k_warp, a.dk + grow * a.kv_stride + hoff, a.kv_stride, nrows, a.D, a.vec,
-                   lane);
-  store_rows16<DP>(v_warp, a.dv + grow * a.kv_stride + hoff, a.kv_stride, nrows, a.D, a.vec,
-                   lane);
-}
-
-// ---- backward: dq (and dpos_bias), query-tile parallel ----------------------------------
-
-template <int DP>
-struct DqCfg {
-  static constexpr int ST = DP <= 112 ? 2 : 1;  // K/V pipeline stages (shared memory <= 100 KB)
-  static constexpr size_t smem = (size_t)(2 * kTile + 2 * ST * kTile) * (DP + 8) * sizeof(act16);
-};
-
-// BGRAD: one CTA per (query tile, head, batch group) looping over the group's batches in order,
-// adding dS into dpos_bias (group 0) or into the group's own partial sum (the first batch
-// writes it); otherwise one CTA per (query tile, head, batch). HAS_BIAS: pos_bias is read.
-template <int DP, bool HAS_BIAS, bool BGRAD>
-__global__ void __launch_bounds__(kThreads) attn_bwd_dq_kernel(const AttnArgs a) {
-  constexpr int BM = kTile, BN = kTile, LD = DP + 8, NT = BN / 8, DT = DP / 8;
-  constexpr int ST = DqCfg<DP>::ST;
-  DYNAMIC_SMEM(smem);
-  act16* Qs = reinterpret_cast<act16*>(smem);
-  act16* dOs = Qs + BM * LD;
-  act16* Ks = dOs + BM * LD;      // [ST][BN][LD]
-  act16* Vs = Ks + ST * BN * LD;  // [ST][BN][LD]
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y;
-  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D;
-  const int qrows = min(BM, Tq - q0);
-  const size_t hoff = (size_t)h * a.D;
-  const act16* bias = a.bias ? a.bias + (size_t)h * Tq * Tk : nullptr;
-  const int group = BGRAD ? (int)blockIdx.z : 0;
-  float* dbias = BGRAD ? (group == 0 ? a.dbias : a.dbias_part + (size_t)(group - 1) * a.H * Tq * Tk) +
-                             (size_t)h * Tq * Tk
-                       : nullptr;
-  const int n_tiles = key_tiles(a, q0, qrows);
-  const int row0 = q0 + warp * 16 + g;
-  act16* q_warp = Qs + warp * 16 * LD;
-  act16* do_warp = dOs + warp * 16 * LD;
-  const int b_begin = BGRAD ? group * a.group_batches : (int)blockIdx.z;
-  const int b_end = BGRAD ? min(a.B, b_begin + a.group_batches) : (int)blockIdx.z + 1;
-
-  for (int b = b_begin; b < b_end; ++b) {
-    __syncthreads();  // the previous batch's readers of the shared tiles are done
-    const act16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
-    const act16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
-    auto load_kv = [&](int it, int stage) {
-      const int k0 = it * BN, rows = min(BN, Tk - k0);
-      load_tile<BN, DP>(Ks + stage * BN * LD, kg + (size_t)k0 * a.kv_stride, a.kv_stride, rows,
-                        a.D, a.vec);
-      load_tile<BN, DP>(Vs + stage * BN * LD, vg + (size_t)k0 * a.kv_stride, a.kv_stride, rows,
-                        a.D, a.vec);
-    };
-    load_tile<BM, DP>(Qs, a.q + ((size_t)b * Tq + q0) * a.q_stride + hoff, a.q_stride, qrows,
-                      a.D, a.vec);
-    load_tile<BM, DP>(dOs, a.dout + ((size_t)b * Tq + q0) * C + hoff, C, qrows, a.D, a.vec);
-    if (n_tiles > 0) load_kv(0, 0);
-    cp_async_commit();
-
-    float lse2[2], Dr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 8 * r;
-      const size_t idx = ((size_t)b * a.H + h) * Tq + row;
-      lse2[r] = row < Tq ? a.lse[idx] * kLog2e : INFINITY;
-      Dr[r] = row < Tq ? a.Dvec[idx] : 0.0f;
-    }
-    float dq[DT][4];
-    zero_acc(dq);
-
-    for (int it = 0; it < n_tiles; ++it) {
-      if (ST == 2) {
-        if (it + 1 < n_tiles) {
-          load_kv(it + 1, (it + 1) & 1);
-          cp_async_commit();
-          cp_async_wait<1>();
-        } else {
-          cp_async_wait<0>();
-        }
-      } else {
-        if (it > 0) {
-          load_kv(it, 0);
-          cp_async_commit();
-        }
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      const int stage = ST == 2 ? (it & 1) : 0;
-      const act16* Kt = Ks + stage * BN * LD;
-      const act16* Vt = Vs + stage * BN * LD;
-      const int k0 = it * BN;
-
-      float s[NT][4];
+    // The products over query sub-tiles of QSUB rows (S^T and dP^T of a sub-tile in registers).
+#pragma unroll 1
+    for (int q1 = 0; q1 < BQ; q1 += QSUB) {
+      // S^T = K Q^T: rows = the warp's 16 keys, columns = the sub-tile's queries.
+      float s[NS][4];
       zero_acc(s);
-      mma_rows_nk<DP / 16, NT, LD>(s, q_warp, Kt, lane);
-      const bool need_mask = (k0 + BN > Tk) || (a.causal && k0 + BN - 1 > q0 + warp * 16);
-      scores_rows<NT, HAS_BIAS>(s, a, bias, row0, k0, t, need_mask);
+      mma_warp_nk<KVREG, KS, NS, LD>(s, kf, Ks, warp * 16, Qt + q1 * LD, lane);
+      // Element (nt, e): key kw0 + g + 8 (e >> 1), query qi0 + q1 + 8 nt + 2t + (e & 1): relative
+      // position kw0 - qi0 - q1 + g - 2t - (e & 1) + 8 u, u = (e >> 1) - nt.
+      const int base = kw0 - qi0 - q1 + g - 2 * t;
+      if (BIAS) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+        for (int u = -(NS - 1); u <= 1; ++u)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = ex2(s[nt][e] - lse2[e >> 1]);  // P
-
-      float dp[NT][4];  // dP = dO V^T
-      zero_acc(dp);
-      mma_rows_nk<DP / 16, NT, LD>(dp, do_warp, Vt, lane);
+          for (int c = 0; c < 2; ++c) {
+            const float bias = pb[bias_slot(base - c + 8 * u, M)];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - Dr[e >> 1]);  // dS
-
-      if (BGRAD) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row0 + ((e >> 1) << 3);
-            const int col = k0 + nt * 8 + 2 * t + (e & 1);
-            if (row < Tq && col < Tk && !(a.causal && col > row)) {
-              float* d = dbias + (size_t)row * Tk + col;
-              *d = (group > 0 && b == b_begin) ? dp[nt][e] : *d + dp[nt][e];
+            for (int rr = 0; rr < 2; ++rr) {
+              const int nt = rr - u;
+              if (nt >= 0 && nt < NS) s[nt][2 * rr + c] = fmaf(s[nt][2 * rr + c], a.scale, bias);
             }
           }
       }
-      mma_regs_kn<NT, DP, LD>(dq, dp, Kt, lane);  // dQ += dS K
-      __syncthreads();
-    }
-    cp_async_wait<0>();
-    __syncthreads();
+      // P^T = exp2(x * xl2 - lse2), masked where the sub-tile crosses the diagonal or the key end.
+      const float xl2 = BIAS ? kLog2e : a.scale_log2;
+      const bool need_mask = (a.causal && qi0 + q1 < kw0 + 15) || kw0 + 15 >= Tk;
+#pragma unroll
+      for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int ql = q1 + nt * 8 + 2 * t + (e & 1);
+          float p = ex2(fmaf(s[nt][e], xl2, -Lt[ql]));
+          if (need_mask) {
+            const int key = kw0 + g + (e >> 1) * 8;
+            if (key >= Tk || (a.causal && qi0 + ql < key)) p = 0.0f;
+          }
+          s[nt][e] = p;
+        }
+      mma_regs_kn<NS, DP, LD>(dv, s, dOt + q1 * LD, lane);  // dV += P^T dO
 
-    stage_acc<DP>(q_warp, dq, a.scale, a.scale, lane);
-    __syncwarp();
-    store_rows16<DP>(q_warp, a.dq + ((size_t)b * Tq + q0 + warp * 16) * a.q_stride + hoff,
-                     a.q_stride, Tq - q0 - warp * 16, a.D, a.vec, lane);
+      float dp[NS][4];  // dP^T = V dO^T
+      zero_acc(dp);
+      mma_warp_nk<KVREG, KS, NS, LD>(dp, vf, Vs, warp * 16, dOt + q1 * LD, lane);
+#pragma unroll
+      for (int nt = 0; nt < NS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - Dt[q1 + nt * 8 + 2 * t + (e & 1)]);  // dS^T
+      mma_regs_kn<NS, DP, LD>(dk, dp, Qt + q1 * LD, lane);  // dK += dS^T Q
+
+      // dS^T to shared memory (16 bits) for dQ = dS K, and the bias gradient's diagonal sums.
+      act16* ds_warp = dSs + warp * 16 * LDS + q1;
+#pragma unroll
+      for (int nt = 0; nt < NS; ++nt) {
+        *reinterpret_cast<uint32_t*>(ds_warp + g * LDS + nt * 8 + 2 * t) = pack_act16(dp[nt][0], dp[nt][1]);
+        *reinterpret_cast<uint32_t*>(ds_warp + (g + 8) * LDS + nt * 8 + 2 * t) = pack_act16(dp[nt][2], dp[nt][3]);
+      }
+      if (BGRAD) {
+        // This thread's sums per (u, column parity c) over the tile: relative position
+        // kw0 - qi0 + g - 2t - c + 8 u, u = (e >> 1) - nt - q1 / 8. A sub-tile's u = 1 is the
+        // previous sub-tile's lowest u: that one sum adds, the others are new.
+#pragma unroll
+        for (int u = -(NS - 1); u <= 1; ++u)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+              const int nt = rr - u;
+              if (nt >= 0 && nt < NS) sum += dp[nt][2 * rr + c];
+            }
+            float* slot = dstage + ((warp * U + u - q1 / 8 + NT - 1) * 2 + c) * 32 + lane;
+            *slot = (q1 > 0 && u == 1 ? *slot : 0.0f) + sum;
+          }
+      }
+    }
+    __syncthreads();  // dS^T (and the diagonal sums) of every warp
+
+    if (BGRAD && threadIdx.x < BK + BQ - 1) {
+      // Thread d owns the tile's diagonal d: relative position r = k0 - qi0 - (BQ - 1) + d. Its
+      // terms come from (warp w, lane g*4+t, parity c) with 16 w + 8 u + g - 2t - c = d - (BQ - 1).
+      const int d = threadIdx.x;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kBwdWarps; ++w)
+#pragma unroll
+        for (int tt = 0; tt < 4; ++tt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int x = d - (BQ - 1) - 16 * w + 2 * tt + c;  // = 8 u + g
+            const int u = x >> 3, gg = x & 7;
+            if (u >= -(NT - 1) && u <= 1) sum += dstage[((w * U + u + NT - 1) * 2 + c) * 32 + gg * 4 + tt];
+          }
+      const int r = k0 - qi0 - (BQ - 1) + d;
+      if (r <= -M) far_lo += sum;
+      else if (r >= M) far_hi += sum;
+      else gsum[r + M] += sum;  // each position has one owner per tile; tiles are barrier-separated
+    }
+
+    // dQ = dS K over the CTA's BK keys, for this warp's 16 query rows and column groups (BwdCfg),
+    // added in order: key tiles add in decreasing order, this one after the tiles j' > j that
+    // visit query tile it.
+    const int rg = warp & 3, cg0 = warp < 4 ? 0 : HALF, ncg = warp < 4 ? HALF : NCG - HALF;
+    const int jmax = a.causal ? min(nk - 1, (qi0 + BQ - 1) / BK) : nk - 1;
+    const bool first = j == jmax, last = j == 0;
+    int* flag = a.dq_flag + (((size_t)b * a.Hc + hc) * nq + it) * kBwdWarps + warp;
+    float dq[2 * HALF][4];
+#pragma unroll
+    for (int i = 0; i < 2 * HALF; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      uint32_t af[4];
+      load_a_t<LDS>(af, dSs, kk * 16, rg * 16, lane);
+#pragma unroll
+      for (int cg = 0; cg < HALF; ++cg) {
+        if (cg >= ncg) break;
+        uint32_t bf[4];
+        load_b_kn<LD>(bf, Ks, kk * 16, (cg0 + cg) * 16, lane);
+        mma_act16(dq[2 * cg], af, bf[0], bf[1]);
+        mma_act16(dq[2 * cg + 1], af, bf[2], bf[3]);
+      }
+    }
+    if (ncg > 0) {  // (DP = 16: warps 4-7 have no columns, and no turn)
+      if (!first) dq_turn_wait(flag, jmax - j);
+      const int row0 = qi0 + rg * 16 + g;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        if (row >= Tq) continue;
+        float* acc = a.dq_acc + (((size_t)b * Tq + row) * a.Hc + hc) * a.D;
+        act16* out = a.dq + ((size_t)b * Tq + row) * a.q_stride + hoff;
+#pragma unroll
+        for (int n = 0; n < 2 * HALF; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = cg0 * 16 + n * 8 + 2 * t + c;
+            if (n >= 2 * ncg || col >= a.D) continue;
+            float x = dq[n][2 * r + c];
+            if (!first) x += acc[col];
+            if (last) out[col] = f2act(x * a.scale);
+            else acc[col] = x;
+          }
+      }
+      if (!last) dq_turn_done(flag, lane);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the last tile before K and V are overwritten
+
+  act16* k_warp = Ks + warp * 16 * LD;
+  act16* v_warp = Vs + warp * 16 * LD;
+  stage_acc<DP>(k_warp, dk, a.scale, a.scale, lane);
+  stage_acc<DP>(v_warp, dv, 1.0f, 1.0f, lane);
+  __syncwarp();
+  const size_t grow = (size_t)b * Tk + kw0;
+  store_rows<16, DP>(k_warp, a.dk + grow * a.kv_stride + hoff, a.kv_stride, Tk - kw0, a.D, a.vec, lane);
+  store_rows<16, DP>(v_warp, a.dv + grow * a.kv_stride + hoff, a.kv_stride, Tk - kw0, a.D, a.vec, lane);
+  if (BGRAD) {
+    // The far ends: one fixed tree over the CTA's threads, then the CTA's sums to the scratch.
+    const float lo = warp_sum(far_lo), hi = warp_sum(far_hi);
+    if (lane == 0) far[warp] = lo, far[kBwdWarps + warp] = hi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float x = 0.0f, y = 0.0f;
+      for (int w = 0; w < kBwdWarps; ++w) x += far[w], y += far[kBwdWarps + w];
+      gsum[0] = x, gsum[2 * M] = y;
+    }
+    __syncthreads();
+    float* part = a.bias_part + (((size_t)b * a.Hc + hc) * nk + j) * (2 * M + 1);
+    for (int s2 = threadIdx.x; s2 <= 2 * M; s2 += kBwdThreads) part[s2] = gsum[s2];
   }
 }
 
-// dpos_bias += the partial sums of batch groups 1..groups-1, in group order, over the entries
-// the dq kernel writes (the causal mask's upper triangle is never written, so never read).
-__global__ void attn_bias_groups_kernel(float* dbias, const float* part, int groups, int H, int Tq, int Tk,
-                                        int causal) {
-  const size_t n = (size_t)H * Tq * Tk;
-  const size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (e >= n) return;
-  const int row = (int)(e / Tk % Tq), col = (int)(e % Tk);
-  if (causal && col > row) return;
-  float x = dbias[e];
-  for (int g = 1; g < groups; ++g) x += part[(size_t)(g - 1) * n + e];
-  dbias[e] = x;
+// dtable[bucket, h] += the bias gradient of the CTAs' sums: per relative position over (batch,
+// key tile) in order, then per bucket over positions in increasing order. One block per head of
+// the launch's range h0 .. h0 + Hc - 1 (H: the table's heads).
+__global__ void __launch_bounds__(256) attn_bias_grad_kernel(float* dtable, const float* part, int B, int Hc, int h0,
+                                                             int H, int nk, int M, int nbuckets, int bidir) {
+  __shared__ float pos[2 * kMaxBiasDistance + 1];
+  const int hc = blockIdx.x, h = h0 + hc, P = 2 * M + 1;
+  for (int s = threadIdx.x; s < P; s += blockDim.x) {
+    float x = 0.0f;
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < nk; ++j) x += part[(((size_t)b * Hc + hc) * nk + j) * P + s];
+    pos[s] = x;
+  }
+  __syncthreads();
+  for (int bk = threadIdx.x; bk < nbuckets; bk += blockDim.x) {
+    float x = 0.0f;
+    for (int s = 0; s < P; ++s)
+      if (position_bucket(s - M, bidir, nbuckets, M) == bk) x += pos[s];
+    dtable[(size_t)bk * H + h] += x;
+  }
 }
 
 // ---- simple (unfused) path ----------------------------------------------------------------
@@ -712,9 +878,14 @@ __device__ __forceinline__ float dot_act16(const act16* x, const act16* y, int D
   return s;
 }
 
+// The position bias of (h, i, j), evaluated from the table (0 without one).
+__device__ __forceinline__ float simple_bias(const AttnArgs& a, int h, int i, int j) {
+  if (!a.table) return 0.0f;
+  return act2f(a.table[(size_t)position_bucket(j - i, a.bidir, a.nbuckets, a.maxdist) * a.H + h]);
+}
+
 // One CTA per (b, h, i) row (grid-stride); scores in ws[blockIdx.x * ws_row ..].
-__global__ void __launch_bounds__(kThreads)
-    attn_simple_fwd_kernel(const AttnArgs a, float* ws, size_t ws_row) {
+__global__ void __launch_bounds__(kThreads) attn_simple_fwd_kernel(const AttnArgs a, float* ws, size_t ws_row) {
   __shared__ float red[32];
   float* sc = ws + blockIdx.x * ws_row;
   const long R = (long)a.B * a.H * a.Tq;
@@ -724,11 +895,10 @@ __global__ void __launch_bounds__(kThreads)
     const int nk = (a.causal && i + 1 < a.Tk) ? i + 1 : a.Tk;
     const size_t hoff = (size_t)h * a.D;
     const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
-    const act16* brow = a.bias ? a.bias + ((size_t)h * a.Tq + i) * a.Tk : nullptr;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < nk; j += blockDim.x) {
       const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-      const float x = a.scale * dot_act16(qi, kj, a.D) + (brow ? act2f(brow[j]) : 0.0f);
+      const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
       sc[j] = x;
       mx = fmaxf(mx, x);
     }
@@ -743,63 +913,77 @@ __global__ void __launch_bounds__(kThreads)
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
       float acc = 0.0f;
-      for (int j = 0; j < nk; ++j)
-        acc += sc[j] * act2f(a.v[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
+      for (int j = 0; j < nk; ++j) acc += sc[j] * act2f(a.v[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
       a.o[((size_t)b * a.Tq + i) * C + hoff + c] = f2act(acc * inv);
     }
-    if (threadIdx.x == 0)
-      a.lse_out[((size_t)b * a.H + h) * a.Tq + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+    if (threadIdx.x == 0) a.lse_out[((size_t)b * a.H + h) * a.Tq + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
     __syncthreads();
   }
 }
 
-// Pass A: one CTA per (h, i) row looping over b in order: dq rows and dpos_bias[h, i, :].
+// Pass A: one CTA per (h, i) row looping over b in order: dq rows, and with dtable the row's
+// bias gradient summed over b (dsum) and then per bucket over j in order, into
+// rowsum[(h * Tq + i) * nbuckets + bucket] (kernels/cpu/attention.c's order).
 __global__ void __launch_bounds__(kThreads)
-    attn_simple_bwd_dq_kernel(const AttnArgs a, float* ws, size_t ws_row) {
+    attn_simple_bwd_dq_kernel(const AttnArgs a, float* ws, size_t ws_row, float* rowsum) {
   __shared__ float red[32];
   float* ds = ws + blockIdx.x * ws_row;
+  float* dsum = ds + a.Tk;
   const long R = (long)a.H * a.Tq;
   const int C = a.H * a.D;
   for (long r = blockIdx.x; r < R; r += gridDim.x) {
     const int i = (int)(r % a.Tq), h = (int)(r / a.Tq);
     const int nk = (a.causal && i + 1 < a.Tk) ? i + 1 : a.Tk;
     const size_t hoff = (size_t)h * a.D;
-    const act16* brow = a.bias ? a.bias + ((size_t)h * a.Tq + i) * a.Tk : nullptr;
     for (int b = 0; b < a.B; ++b) {
       const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
       const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
       const act16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
       float part = 0.0f;
-      for (int c = threadIdx.x; c < a.D; c += blockDim.x)
-        part += act2f(doi[c]) * act2f(oi[c]);
+      for (int c = threadIdx.x; c < a.D; c += blockDim.x) part += act2f(doi[c]) * act2f(oi[c]);
       const float Di = block_reduce(part, false, red);
       const float l = a.lse[((size_t)b * a.H + h) * a.Tq + i];
       for (int j = threadIdx.x; j < nk; j += blockDim.x) {
         const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
         const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-        const float x = a.scale * dot_act16(qi, kj, a.D) + (brow ? act2f(brow[j]) : 0.0f);
+        const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
         const float p = expf(x - l);
         ds[j] = p * (dot_act16(doi, vj, a.D) - Di);
+        if (rowsum) dsum[j] = b == 0 ? ds[j] : dsum[j] + ds[j];
       }
       __syncthreads();
       for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < nk; ++j)
-          acc += ds[j] * act2f(a.k[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
+        for (int j = 0; j < nk; ++j) acc += ds[j] * act2f(a.k[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
         a.dq[((size_t)b * a.Tq + i) * a.q_stride + hoff + c] = f2act(a.scale * acc);
       }
-      if (a.dbias)
-        for (int j = threadIdx.x; j < nk; j += blockDim.x)
-          a.dbias[((size_t)h * a.Tq + i) * a.Tk + j] += ds[j];
+      __syncthreads();
+    }
+    if (rowsum) {
+      for (int bk = threadIdx.x; bk < a.nbuckets; bk += blockDim.x) {
+        float x = 0.0f;
+        for (int j = 0; j < nk; ++j)
+          if (position_bucket(j - i, a.bidir, a.nbuckets, a.maxdist) == bk) x += dsum[j];
+        rowsum[((size_t)h * a.Tq + i) * a.nbuckets + bk] = x;
+      }
       __syncthreads();
     }
   }
 }
 
+// dtable[bucket, h] += rowsum over the rows i in increasing order.
+__global__ void attn_simple_bias_grad_kernel(float* dtable, const float* rowsum, int H, int Tq, int nbuckets) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= nbuckets * H) return;
+  const int bk = e / H, h = e % H;
+  float x = 0.0f;
+  for (int i = 0; i < Tq; ++i) x += rowsum[((size_t)h * Tq + i) * nbuckets + bk];
+  dtable[e] += x;
+}
+
 // Pass B: one CTA per (b, h, j) key row: dk, dv over queries i in increasing order.
-__global__ void __launch_bounds__(kThreads)
-    attn_simple_bwd_dkdv_kernel(const AttnArgs a, float* ws, size_t ws_row) {
-  float* pb = ws + blockIdx.x * ws_row;  // [0, Tq): P, [Tq, 2Tq): dS
+__global__ void __launch_bounds__(kThreads) attn_simple_bwd_dkdv_kernel(const AttnArgs a, float* ws, size_t ws_row) {
+  float* pbuf = ws + blockIdx.x * ws_row;  // [0, Tq): P, [Tq, 2Tq): dS
   const long R = (long)a.B * a.H * a.Tk;
   const int C = a.H * a.D;
   for (long r = blockIdx.x; r < R; r += gridDim.x) {
@@ -813,19 +997,17 @@ __global__ void __launch_bounds__(kThreads)
       const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
       const act16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
       const float Di = dot_act16(doi, oi, a.D);
-      float x = a.scale * dot_act16(qi, kj, a.D);
-      if (a.bias) x += act2f(a.bias[((size_t)h * a.Tq + i) * a.Tk + j]);
+      const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
       const float p = expf(x - a.lse[((size_t)b * a.H + h) * a.Tq + i]);
-      pb[i] = p;
-      pb[a.Tq + i] = p * (dot_act16(doi, vj, a.D) - Di);
+      pbuf[i] = p;
+      pbuf[a.Tq + i] = p * (dot_act16(doi, vj, a.D) - Di);
     }
     __syncthreads();
     for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
       float accv = 0.0f, acck = 0.0f;
       for (int i = i0; i < a.Tq; ++i) {
-        accv += pb[i] * act2f(a.dout[((size_t)b * a.Tq + i) * C + hoff + c]);
-        acck += pb[a.Tq + i] *
-                act2f(a.q[((size_t)b * a.Tq + i) * a.q_stride + hoff + c]);
+        accv += pbuf[i] * act2f(a.dout[((size_t)b * a.Tq + i) * C + hoff + c]);
+        acck += pbuf[a.Tq + i] * act2f(a.q[((size_t)b * a.Tq + i) * a.q_stride + hoff + c]);
       }
       const size_t o = ((size_t)b * a.Tk + j) * a.kv_stride + hoff + c;
       a.dk[o] = f2act(a.scale * acck);
@@ -839,28 +1021,40 @@ __global__ void __launch_bounds__(kThreads)
 
 bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
-int padded_head_dim(int D) {
-  if (D <= 0) return 0;
-  if (D > 128) return 0;
-  return (D + 15) / 16 * 16;
-}
 
-bool force_simple() {
+// The environment variable FSDP_ATTN: "simple" runs every call on the simple path; "chunked"
+// runs the fused backward one batch and one head per launch, as it runs where the scratch holds
+// no more (how the tests reach those launches at small shapes).
+int attention_mode() {
   static int v = -1;
   if (v < 0) {
     const char* e = getenv("FSDP_ATTN");
-    v = (e != nullptr && strcmp(e, "simple") == 0) ? 1 : 0;
+    v = e == nullptr ? 0 : !strcmp(e, "simple") ? 1 : !strcmp(e, "chunked") ? 2 : 0;
   }
-  return v == 1;
+  return v;
+}
+bool force_simple() { return attention_mode() == 1; }
+
+// Whether the fused kernels take this call: a padded head size, a positive scale (the running
+// max is kept on raw scores), and a bias table they can hold per clamped position (T5's
+// buckets: max_distance above the exact range, so every position beyond it is the last bucket).
+bool fused_ok(const AttnShape& s, const AttnBias& bias) {
+  if (ATTN_PADDED_HEAD(s.D) == 0 || force_simple()) return false;
+  if (!bias.table) return s.scale > 0.0f && isfinite(s.scale);
+  const int exact = (bias.bidirectional ? bias.num_buckets / 2 : bias.num_buckets) / 2;
+  return bias.num_buckets >= 1 && bias.num_buckets <= kMaxBuckets && bias.max_distance > exact &&
+         bias.max_distance <= kMaxBiasDistance && isfinite(s.scale);
 }
 
-AttnArgs make_args(const AttnShape& s) {
+AttnArgs make_args(const AttnShape& s, const AttnBias& bias) {
   AttnArgs a;
   memset(&a, 0, sizeof a);
   a.B = s.B, a.Tq = s.Tq, a.Tk = s.Tk, a.H = s.H, a.D = s.D;
   a.q_stride = s.q_stride, a.kv_stride = s.kv_stride, a.causal = s.causal ? 1 : 0;
   a.scale = s.scale;
   a.scale_log2 = s.scale * kLog2e;
+  a.table = bias.table ? as_act16(bias.table) : nullptr;
+  a.nbuckets = bias.num_buckets, a.maxdist = bias.max_distance, a.bidir = bias.bidirectional ? 1 : 0;
   return a;
 }
 
@@ -880,10 +1074,51 @@ void dispatch_dp(int DP, F&& f) {
   }
 }
 
-template <class K>
-void set_smem(K kernel, size_t bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+// Dynamic shared memory of the fused kernels for a max_distance M (the bias tables grow with it).
+template <int DP>
+size_t fwd_smem(bool bias, int M) {
+  return FwdCfg<DP>::tiles + (bias ? (size_t)(2 * M + 1) * sizeof(float) : 0);
 }
+template <int DP>
+size_t bwd_smem(bool bias, bool bgrad, int M) {
+  return BwdCfg<DP>::tiles + (bias ? (size_t)(2 * M + 1) * sizeof(float) : 0) +
+         (bgrad ? (size_t)(2 * M + 1) * sizeof(float) + BwdCfg<DP>::diag_stage : 0);
+}
+
+// Every fused kernel with its block size and the most dynamic shared memory it launches with:
+// attention_init opts each in once, and the kernel report reads the table.
+struct FusedKernel {
+  const void* fn;
+  char name[48];
+  int threads;
+  size_t smem;
+};
+template <class K>
+void add_kernel(FusedKernel* out, int* n, K kernel, const char* name, int dp, const char* flags, int threads,
+                size_t smem) {
+  FusedKernel& k = out[(*n)++];
+  k.fn = reinterpret_cast<const void*>(kernel);
+  snprintf(k.name, sizeof k.name, "%s<%d%s>", name, dp, flags);
+  k.threads = threads;
+  k.smem = smem;
+}
+int fused_kernels(FusedKernel* out, int M) {
+  int n = 0;
+  for (int dp = 16; dp <= 128; dp += 16)
+    dispatch_dp(dp, [&](auto dpc) {
+      constexpr int P = decltype(dpc)::value;
+      add_kernel(out, &n, attn_fwd_kernel<P, false>, "attn_fwd_kernel", P, ", false", kThreads, fwd_smem<P>(false, M));
+      add_kernel(out, &n, attn_fwd_kernel<P, true>, "attn_fwd_kernel", P, ", true", kThreads, fwd_smem<P>(true, M));
+      add_kernel(out, &n, attn_bwd_kernel<P, false, false>, "attn_bwd_kernel", P, ", false, false", kBwdThreads,
+                 bwd_smem<P>(false, false, M));
+      add_kernel(out, &n, attn_bwd_kernel<P, true, false>, "attn_bwd_kernel", P, ", true, false", kBwdThreads,
+                 bwd_smem<P>(true, false, M));
+      add_kernel(out, &n, attn_bwd_kernel<P, true, true>, "attn_bwd_kernel", P, ", true, true", kBwdThreads,
+                 bwd_smem<P>(true, true, M));
+    });
+  return n;
+}
+constexpr int kFusedKernels = 8 * 5;
 
 // Preallocated device scratch: the kernel scratch of common.cuh when the context has one, else
 // the cuBLASLt workspace. Both are only used by work on the compute stream, in stream order.
@@ -898,9 +1133,7 @@ void simple_forward(KernelCtx* ctx, const AttnArgs& a) {
   size_t wsf;
   float* ws = scratch_f32(ctx, &wsf);
   const size_t row = a.Tk > 0 ? (size_t)a.Tk : 1;
-  if (wsf < row)
-    cuda_fail("attention simple forward", "scratch smaller than one score row", __FILE__,
-              __LINE__);
+  if (wsf < row) cuda_fail("attention simple forward", "scratch smaller than one score row", __FILE__, __LINE__);
   const size_t R = (size_t)a.B * a.H * a.Tq;
   size_t grid = wsf / row;
   if (grid > R) grid = R;
@@ -912,17 +1145,24 @@ void simple_forward(KernelCtx* ctx, const AttnArgs& a) {
 void simple_backward(KernelCtx* ctx, const AttnArgs& a) {
   size_t wsf;
   float* ws = scratch_f32(ctx, &wsf);
-  const size_t rowA = a.Tk > 0 ? (size_t)a.Tk : 1, rowB = 2 * (size_t)a.Tq;
-  if (wsf < rowA || wsf < rowB)
-    cuda_fail("attention simple backward", "scratch smaller than one score row", __FILE__,
-              __LINE__);
+  // The bias gradient's row sums first, then the rows' workspaces.
+  const size_t nrowsum = a.dtable ? (size_t)a.H * a.Tq * a.nbuckets : 0;
+  const size_t rowA = 2 * (a.Tk > 0 ? (size_t)a.Tk : 1), rowB = 2 * (size_t)a.Tq;
+  if (wsf < nrowsum + rowA || wsf < rowB)
+    cuda_fail("attention simple backward", "scratch smaller than one score row", __FILE__, __LINE__);
+  float* rowsum = a.dtable ? ws : nullptr;
   if (a.Tq > 0) {
     const size_t R = (size_t)a.H * a.Tq;
-    size_t grid = wsf / rowA;
+    size_t grid = (wsf - nrowsum) / rowA;
     if (grid > R) grid = R;
     if (grid > 8192) grid = 8192;
-    attn_simple_bwd_dq_kernel<<<(unsigned)grid, kThreads, 0, ctx->stream>>>(a, ws, rowA);
+    attn_simple_bwd_dq_kernel<<<(unsigned)grid, kThreads, 0, ctx->stream>>>(a, ws + nrowsum, rowA, rowsum);
     CUDA_LAUNCH_CHECK();
+    if (rowsum) {
+      attn_simple_bias_grad_kernel<<<ceil_div((size_t)a.nbuckets * a.H, kThreads), kThreads, 0, ctx->stream>>>(
+          a.dtable, rowsum, a.H, a.Tq, a.nbuckets);
+      CUDA_LAUNCH_CHECK();
+    }
   }
   if (a.Tk > 0) {
     const size_t R = (size_t)a.B * a.H * a.Tk;
@@ -934,123 +1174,127 @@ void simple_backward(KernelCtx* ctx, const AttnArgs& a) {
   }
 }
 
-AttnArgs forward_args(act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v,
-                      const act_t* pos_bias, const AttnShape& s) {
-  AttnArgs a = make_args(s);
+AttnArgs forward_args(act_t* out, float* lse, const act_t* q, const act_t* k, const act_t* v, const AttnBias& bias,
+                      const AttnShape& s) {
+  AttnArgs a = make_args(s, bias);
   a.q = as_act16(q), a.k = as_act16(k), a.v = as_act16(v);
-  a.bias = pos_bias ? as_act16(pos_bias) : nullptr;
   a.o = as_act16(out), a.lse_out = lse;
-  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) &&
-           aligned16(k) && aligned16(v) && aligned16(out))
+  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) && aligned16(k) &&
+           aligned16(v) && aligned16(out))
               ? 1
               : 0;
   return a;
 }
 
-AttnArgs backward_args(act_t* dq, act_t* dk, act_t* dv, float* dpos_bias, const act_t* dout,
-                       const act_t* out, const float* lse, const act_t* q, const act_t* k,
-                       const act_t* v, const act_t* pos_bias, const AttnShape& s) {
-  AttnArgs a = make_args(s);
+AttnArgs backward_args(act_t* dq, act_t* dk, act_t* dv, float* dtable, const act_t* dout, const act_t* out,
+                       const float* lse, const act_t* q, const act_t* k, const act_t* v, const AttnBias& bias,
+                       const AttnShape& s) {
+  AttnArgs a = make_args(s, bias);
   a.q = as_act16(q), a.k = as_act16(k), a.v = as_act16(v);
-  a.bias = pos_bias ? as_act16(pos_bias) : nullptr;
   a.out = as_act16(out), a.dout = as_act16(dout), a.lse = lse;
   a.dq = as_act16(dq), a.dk = as_act16(dk), a.dv = as_act16(dv);
-  a.dbias = dpos_bias;
-  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) &&
-           aligned16(k) && aligned16(v) && aligned16(out) && aligned16(dout) && aligned16(dq) &&
-           aligned16(dk) && aligned16(dv))
+  a.dtable = bias.table ? dtable : nullptr;
+  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) && aligned16(k) &&
+           aligned16(v) && aligned16(out) && aligned16(dout) && aligned16(dq) && aligned16(dk) && aligned16(dv))
               ? 1
               : 0;
   return a;
+}
+
+void check_bias(const AttnBias& bias) {
+  if (bias.table && (bias.num_buckets < 1 || bias.num_buckets > kMaxBuckets || bias.max_distance < 1))
+    cuda_fail("attention", "position bias: num_buckets must be 1..256 and max_distance positive", __FILE__, __LINE__);
 }
 
 }  // namespace
 
 // ---- API ---------------------------------------------------------------------------------
 
-extern "C" void attention_forward_simple(KernelCtx* ctx, act_t* out, float* lse, const act_t* q,
-                                         const act_t* k, const act_t* v, const act_t* pos_bias,
-                                         AttnShape s) {
-  if (s.B <= 0 || s.H <= 0 || s.Tq <= 0 || s.D <= 0) return;
-  simple_forward(ctx, forward_args(out, lse, q, k, v, pos_bias, s));
+// Opts every fused kernel into the shared memory it launches with, once (kernels_init).
+extern "C" void attention_init(void) {
+  FusedKernel k[kFusedKernels];
+  const int n = fused_kernels(k, kMaxBiasDistance);
+  for (int i = 0; i < n; ++i)
+    CUDA_CHECK(cudaFuncSetAttribute(k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k[i].smem));
 }
 
-extern "C" void attention_backward_simple(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv,
-                                          float* dpos_bias, const act_t* dout, const act_t* out,
-                                          const float* lse, const act_t* q, const act_t* k,
-                                          const act_t* v, const act_t* pos_bias, AttnShape s) {
+// The fused kernels' names (as "attn_fwd_kernel<64, true>"), block size and dynamic shared
+// memory at T5's max_distance for the bias variants, for scripts/kernel_report.py.
+extern "C" int attention_kernel_table(char (*names)[48], int* threads, size_t* smem, int max, int max_distance) {
+  FusedKernel k[kFusedKernels];
+  const int n = fused_kernels(k, max_distance);
+  for (int i = 0; i < n && i < max; ++i) {
+    memcpy(names[i], k[i].name, sizeof k[i].name);
+    threads[i] = k[i].threads;
+    smem[i] = k[i].smem;
+  }
+  return n < max ? n : max;
+}
+
+extern "C" void attention_forward_simple(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k,
+                                         const act_t* v, AttnBias bias, AttnShape s) {
+  if (s.B <= 0 || s.H <= 0 || s.Tq <= 0 || s.D <= 0) return;
+  check_bias(bias);
+  simple_forward(ctx, forward_args(out, lse, q, k, v, bias, s));
+}
+
+extern "C" void attention_backward_simple(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dtable,
+                                          const act_t* dout, const act_t* out, const float* lse, const act_t* q,
+                                          const act_t* k, const act_t* v, AttnBias bias, AttnShape s) {
   if (s.B <= 0 || s.H <= 0 || s.D <= 0) return;
-  simple_backward(ctx, backward_args(dq, dk, dv, dpos_bias, dout, out, lse, q, k, v, pos_bias, s));
+  check_bias(bias);
+  simple_backward(ctx, backward_args(dq, dk, dv, dtable, dout, out, lse, q, k, v, bias, s));
 }
 
-extern "C" void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q,
-                                  const act_t* k, const act_t* v, const act_t* pos_bias,
-                                  AttnShape s) {
+extern "C" void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, const act_t* k,
+                                  const act_t* v, AttnBias bias, AttnShape s) {
   if (s.B <= 0 || s.H <= 0 || s.Tq <= 0 || s.D <= 0) return;
-  const AttnArgs a = forward_args(out, lse, q, k, v, pos_bias, s);
-  const int DP = padded_head_dim(s.D);
-  if (DP == 0 || force_simple()) {
+  check_bias(bias);
+  const AttnArgs a = forward_args(out, lse, q, k, v, bias, s);
+  if (!fused_ok(s, bias)) {
     simple_forward(ctx, a);
     return;
   }
-  dispatch_dp(DP, [&](auto dpc) {
+  dispatch_dp(ATTN_PADDED_HEAD(s.D), [&](auto dpc) {
     constexpr int P = decltype(dpc)::value;
-    constexpr size_t smem = fwd_smem<P>();
-    const dim3 grid(ceil_div(a.Tq, kTile), a.H, a.B);
-    if (a.bias) {
-      set_smem(attn_fwd_kernel<P, true>, smem);
-      attn_fwd_kernel<P, true><<<grid, kThreads, smem, ctx->stream>>>(a);
-    } else {
-      set_smem(attn_fwd_kernel<P, false>, smem);
-      attn_fwd_kernel<P, false><<<grid, kThreads, smem, ctx->stream>>>(a);
-    }
+    const dim3 grid(ceil_div(s.Tq, FwdCfg<P>::BM), s.H, s.B);
+    const size_t smem = fwd_smem<P>(a.table != nullptr, a.maxdist);
+    if (a.table) attn_fwd_kernel<P, true><<<grid, kThreads, smem, ctx->stream>>>(a);
+    else attn_fwd_kernel<P, false><<<grid, kThreads, smem, ctx->stream>>>(a);
     CUDA_LAUNCH_CHECK();
   });
 }
 
-extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv,
-                                   float* dpos_bias, const act_t* dout, const act_t* out,
-                                   const float* lse, const act_t* q, const act_t* k,
-                                   const act_t* v, const act_t* pos_bias, AttnShape s) {
+extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dtable,
+                                   const act_t* dout, const act_t* out, const float* lse, const act_t* q,
+                                   const act_t* k, const act_t* v, AttnBias bias, AttnShape s) {
   if (s.B <= 0 || s.H <= 0 || s.D <= 0) return;
-  const AttnArgs a0 = backward_args(dq, dk, dv, dpos_bias, dout, out, lse, q, k, v, pos_bias, s);
-  const int DP = padded_head_dim(s.D);
+  check_bias(bias);
+  const AttnArgs a0 = backward_args(dq, dk, dv, dtable, dout, out, lse, q, k, v, bias, s);
+  // Scratch: D = rowsum(dout * out) of a chunk of batches (every head), and per (batch, head) of
+  // a launch the dq partial sums (when several key tiles add), the flags and the bias gradient's
+  // per-CTA sums. Batches run in chunks that fit, in increasing b; where one batch with every
+  // head does not fit, one batch at a time in chunks of heads, in increasing h.
+  constexpr int BK = ATTN_BWD_KEYS, BQ = ATTN_BWD_ROWS;  // BwdCfg's (the same for every head size)
+  const int nk = (int)ceil_div(s.Tk > 0 ? s.Tk : 1, BK), nq = (int)ceil_div(s.Tq > 0 ? s.Tq : 1, BQ);
+  const size_t npos = a0.dtable ? 2 * (size_t)bias.max_distance + 1 : 0;  // the bias gradient's positions
+  const size_t per_head = (nk > 1 ? (size_t)s.Tq * s.D : 0) + (size_t)nq * kBwdWarps + (size_t)nk * npos;
+  const size_t dvec_batch = (size_t)s.H * s.Tq;
   size_t wsf;
   float* ws = scratch_f32(ctx, &wsf);
-  const size_t per_batch = (size_t)s.H * (s.Tq > 0 ? s.Tq : 1);  // floats of D per batch
-  // (A bias gradient without a bias, never used by the models, also takes the simple path.)
-  if (DP == 0 || force_simple() || wsf < per_batch || (dpos_bias && !pos_bias)) {
+  if (!fused_ok(s, bias) || s.Tk == 0 || s.Tq == 0 || wsf < dvec_batch + per_head) {
     simple_backward(ctx, a0);
     return;
   }
-  // With dpos_bias, G batch groups: the largest G up to kBiasGradCtas CTAs whose G - 1 partial
-  // sums fit in the workspace beside one batch's D vector per group.
-  const size_t htt = (size_t)s.H * s.Tq * s.Tk;
-  int G = 1;
-  if (dpos_bias && s.Tq > 0 && s.Tk > 0) {
-    const int ctas = (int)ceil_div(s.Tq, kTile) * s.H, wanted = (int)ceil_div(kBiasGradCtas, ctas);
-    G = wanted < s.B ? wanted : s.B;
-    while (G > 1 && (size_t)(G - 1) * htt + (size_t)G * per_batch > wsf) --G;
-  }
-  float* part = ws;                              // [G-1][H][Tq][Tk]
-  float* dvec = ws + (size_t)(G - 1) * htt;      // the chunk's D vectors
-  const size_t dvec_floats = wsf - (size_t)(G - 1) * htt;
-  // Batches per chunk: the D vector of a chunk must fit in the workspace. Chunks run in
-  // increasing b, and so do the groups inside a chunk.
-  const int nb = (int)(dvec_floats / per_batch < (size_t)s.B ? dvec_floats / per_batch : (size_t)s.B);
+  const size_t per_batch = dvec_batch + (size_t)s.H * per_head;
+  int nb = wsf >= per_batch ? (int)(wsf / per_batch < (size_t)s.B ? wsf / per_batch : (size_t)s.B) : 1;
+  int nh = wsf >= per_batch ? s.H : (int)((wsf - dvec_batch) / per_head);
+  if (attention_mode() == 2) nb = nh = 1;
   const int C = s.H * s.D;
-  dispatch_dp(DP, [&](auto dpc) {
-    constexpr int P = decltype(dpc)::value;
-    constexpr size_t smem_kv = DkdvCfg<P>::smem, smem_q = DqCfg<P>::smem;
-    const bool bias = a0.bias != nullptr, bgrad = a0.dbias != nullptr;
-    if (bias) {
-      set_smem(attn_bwd_dkdv_kernel<P, true>, smem_kv);
-      if (bgrad) set_smem(attn_bwd_dq_kernel<P, true, true>, smem_q);
-      else set_smem(attn_bwd_dq_kernel<P, true, false>, smem_q);
-    } else {
-      set_smem(attn_bwd_dkdv_kernel<P, false>, smem_kv);
-      set_smem(attn_bwd_dq_kernel<P, false, false>, smem_q);
-    }
+  dispatch_dp(ATTN_PADDED_HEAD(s.D), [&](auto dpc) {
+    constexpr int DP = decltype(dpc)::value;
+    const bool has_bias = a0.table != nullptr, bgrad = a0.dtable != nullptr;
+    const size_t smem = bwd_smem<DP>(has_bias, bgrad, a0.maxdist);
     for (int b0 = 0; b0 < s.B; b0 += nb) {
       AttnArgs a = a0;
       a.B = s.B - b0 < nb ? s.B - b0 : nb;
@@ -1060,33 +1304,29 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
       a.k += kvoff, a.v += kvoff, a.dk += kvoff, a.dv += kvoff;
       a.out += ooff, a.dout += ooff;
       a.lse += loff;
-      a.Dvec = dvec;
-      // This chunk's groups: as many as it has batches, up to G, of equal size but the last.
-      a.group_batches = (int)ceil_div(a.B, G < a.B ? G : a.B);
-      const int groups = (int)ceil_div(a.B, a.group_batches);
-      a.dbias_part = part;
-      if (s.Tq > 0) {
-        const long rows = (long)a.B * s.Tq * s.H;
-        attn_bwd_rowdot_kernel<<<ceil_div(rows, kThreads / 32), kThreads, 0, ctx->stream>>>(
-            dvec, a.out, a.dout, a.B, s.Tq, s.H, s.D);
+      a.Dvec = ws;
+      const long rows = (long)a.B * s.Tq * s.H;
+      attn_bwd_rowdot_kernel<<<ceil_div(rows, kWarps), kThreads, 0, ctx->stream>>>(ws, a.out, a.dout, a.B, s.Tq,
+                                                                                    s.H, s.D);
+      CUDA_LAUNCH_CHECK();
+      for (int h0 = 0; h0 < s.H; h0 += nh) {
+        a.h0 = h0, a.Hc = s.H - h0 < nh ? s.H - h0 : nh;
+        float* w = ws + (size_t)a.B * dvec_batch;
+        a.dq_acc = nk > 1 ? w : nullptr;
+        w += nk > 1 ? (size_t)a.B * a.Hc * s.Tq * s.D : 0;
+        a.dq_flag = reinterpret_cast<int*>(w);
+        const size_t nflags = (size_t)a.B * a.Hc * nq * kBwdWarps;
+        w += nflags;
+        a.bias_part = bgrad ? w : nullptr;
+        CUDA_CHECK(cudaMemsetAsync(a.dq_flag, 0, nflags * sizeof(int), ctx->stream));
+        const dim3 grid(nk, a.Hc, a.B);
+        if (bgrad) attn_bwd_kernel<DP, true, true><<<grid, kBwdThreads, smem, ctx->stream>>>(a);
+        else if (has_bias) attn_bwd_kernel<DP, true, false><<<grid, kBwdThreads, smem, ctx->stream>>>(a);
+        else attn_bwd_kernel<DP, false, false><<<grid, kBwdThreads, smem, ctx->stream>>>(a);
         CUDA_LAUNCH_CHECK();
-      }
-      if (s.Tk > 0) {
-        const dim3 grid(ceil_div(s.Tk, kTile), s.H, a.B);
-        if (bias) attn_bwd_dkdv_kernel<P, true><<<grid, kThreads, smem_kv, ctx->stream>>>(a);
-        else attn_bwd_dkdv_kernel<P, false><<<grid, kThreads, smem_kv, ctx->stream>>>(a);
-        CUDA_LAUNCH_CHECK();
-      }
-      if (s.Tq > 0) {
-        const dim3 grid(ceil_div(s.Tq, kTile), s.H, bgrad ? groups : a.B);  // bgrad: CTA loops b
-        if (bgrad) attn_bwd_dq_kernel<P, true, true><<<grid, kThreads, smem_q, ctx->stream>>>(a);
-        else if (bias)
-          attn_bwd_dq_kernel<P, true, false><<<grid, kThreads, smem_q, ctx->stream>>>(a);
-        else attn_bwd_dq_kernel<P, false, false><<<grid, kThreads, smem_q, ctx->stream>>>(a);
-        CUDA_LAUNCH_CHECK();
-        if (bgrad && groups > 1) {
-          attn_bias_groups_kernel<<<ceil_div(htt, 256), 256, 0, ctx->stream>>>(a.dbias, part, groups, s.H, s.Tq,
-                                                                               s.Tk, s.causal ? 1 : 0);
+        if (bgrad) {
+          attn_bias_grad_kernel<<<a.Hc, 256, 0, ctx->stream>>>(a.dtable, a.bias_part, a.B, a.Hc, h0, s.H, nk, a.maxdist,
+                                                                a.nbuckets, a.bidir);
           CUDA_LAUNCH_CHECK();
         }
       }

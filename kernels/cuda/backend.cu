@@ -1,5 +1,5 @@
 // backend.cu: the CUDA backend's lifecycle: device selection, the compute stream and the two
-// communication streams, the cuBLASLt handle and workspace, the kernel scratch.
+// communication streams, the cuBLASLt handle and workspace, the kernel scratch and counters.
 //
 // Everything is allocated here, once; no kernel of this backend allocates device memory.
 #include <string.h>
@@ -55,7 +55,12 @@ extern "C" KernelCtx* kernels_init(int device) {
   CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
   ctx->scratch_bytes = KERNEL_SCRATCH_BYTES;
   CUDA_CHECK(cudaMalloc(&ctx->scratch, ctx->scratch_bytes));
+  ctx->ncounters = KERNEL_COUNTERS;
+  CUDA_CHECK(cudaMalloc((void**)&ctx->counters, ctx->ncounters * sizeof(unsigned int)));
+  CUDA_CHECK(cudaMemset(ctx->counters, 0, ctx->ncounters * sizeof(unsigned int)));
+  CUDA_CHECK(cudaDeviceSynchronize());  // the zeroes are visible to every stream
   matmul_cache_create(ctx);
+  attention_init();
   // Views of this context that launch on the communication streams (kernels_stream_ctx): the
   // FSDP runtime casts a shard into its slot on the all-gather stream and accumulates a
   // reduced gradient on the reduce-scatter stream. Elementwise kernels run on them, and on the
@@ -69,6 +74,7 @@ extern "C" KernelCtx* kernels_init(int device) {
     v->stream = ctx->comm_streams[i];
     v->workspace = v->scratch = NULL;
     v->workspace_bytes = v->scratch_bytes = 0;
+    v->counters = NULL, v->ncounters = 0;
     v->matmul_cache = NULL;
     if (i == 1) {
       v->scratch_bytes = REDUCE_STREAM_SCRATCH_BYTES;
@@ -95,6 +101,7 @@ extern "C" void kernels_shutdown(KernelCtx* ctx) {
   CUBLAS_CHECK(cublasLtDestroy(ctx->lt));
   CUDA_CHECK(cudaFree(ctx->workspace));
   CUDA_CHECK(cudaFree(ctx->scratch));
+  CUDA_CHECK(cudaFree(ctx->counters));
   CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[2]));
   CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[1]));
   CUDA_CHECK(cudaStreamDestroy(ctx->comm_streams[0]));

@@ -1,14 +1,18 @@
 // classifier.cu: fused softmax + cross-entropy + logit gradient over a padded vocabulary, and
 // the host sampling probabilities.
 //
-// One block per row, and the row is never materialized as probabilities:
-//   1. each thread streams its packs of W columns (ActPack, common.cuh: 16-byte loads when the
-//      padded row allows, W = 8) once, keeping an online (max, sum of exp(x - max)) pair: each
-//      pack's own pair is combined into it, and a new maximum rescales the running sum;
+// One block per row, and each logit is read once and written once (the row's memory floor):
+//   1. each thread loads its packs of W columns (ActPack, common.cuh: 16-byte loads when the
+//      padded row allows, W = 8), keeps them in the block's shared memory, and keeps an online
+//      (max, sum of exp(x - max)) pair: each pack's own pair is combined into it, and a new
+//      maximum rescales the running sum;
 //   2. the pairs are combined across the block in a fixed tree (warp butterfly, then the warps'
 //      results in warp order), giving the row's max M and S = sum exp(x - M), deterministic;
-//   3. loss = M + log(S) - x[target] (fp32), and every column is overwritten in place with
-//      dloss * (exp(x - M) / S - onehot), padding columns V..Vp-1 with 0.
+//   3. loss = M + log(S) - x[target] (fp32), and every column is overwritten in place, from the
+//      shared copy, with dloss * (exp(x - M) / S - onehot), padding columns V..Vp-1 with 0.
+// Shared memory rather than registers: GPT-2's row is 13 packs a thread, which registers hold
+// only by spilling (ptxas). A row beyond the shared memory (Vp > 116,224) is read again for step
+// 3, with the same arithmetic.
 // The logit of the target is read before the block barrier of step 2, and every thread has
 // finished reading its columns at that barrier, so the in-place writes of step 3 never race
 // with a read. Rows with target < 0 get loss 0 and an all-zero gradient.
@@ -69,13 +73,14 @@ static __device__ __forceinline__ void thread_lse(float& m, float& s, const act1
   }
 }
 
-// Overwrite this thread's packs of the row with the logit gradient (0 where j >= V). With
-// t < 0 (an ignored position) every column gets 0.
+// Overwrite this thread's packs of the row with the logit gradient (0 where j >= V), from the
+// logits at src (the row itself, or the block's shared copy of it). With t < 0 (an ignored
+// position) every column gets 0.
 template <int W>
-static __device__ __forceinline__ void write_dlogits(act16* row, int V, int Vp, int t, float M,
+static __device__ __forceinline__ void write_dlogits(act16* row, const act16* src, int V, int Vp, int t, float M,
                                                      float inv, float dloss) {
   for (int j = threadIdx.x * W; j < Vp; j += blockDim.x * W) {
-    ActPack<W> p = load_pack<W>(row + j);
+    ActPack<W> p = load_pack<W>(src + j);
 #pragma unroll
     for (int k = 0; k < W; k++) {
       float g = 0.0f;
@@ -89,25 +94,12 @@ static __device__ __forceinline__ void write_dlogits(act16* row, int V, int Vp, 
   }
 }
 
-// wide: the padded rows allow 16-byte packs (W = 8), else W = 1. (Not a template parameter:
-// the simulator needs the static __shared__ variables of a kernel outside templates.)
-__global__ void classifier_kernel(float* losses, act16* logits, const int32_t* targets, int V, int Vp,
-                                  float dloss, int wide) {
-  __shared__ float sm[32], ss[32];
-  __shared__ float row_m, row_s;
-  int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  act16* row = logits + (size_t)n * Vp;
-  int t = targets[n];
-  if (t < 0) {  // ignored position: no loss, no gradient
-    if (wide) write_dlogits<8>(row, V, Vp, t, 0.0f, 0.0f, 0.0f);
-    else write_dlogits<1>(row, V, Vp, t, 0.0f, 0.0f, 0.0f);
-    if (tid == 0 && losses) losses[n] = 0.0f;
-    return;
-  }
-  float m, s;
-  if (wide) thread_lse<8>(m, s, row, V);
-  else thread_lse<1>(m, s, row, V);
-  float xt = tid == 0 ? act2f(row[t]) : 0.0f;  // read before the barrier below
+// Steps 2 and 3 of a row for every thread of the block: the (max, sum) pairs combined across the
+// block (warp butterfly, then the warps' pairs in warp order), the loss written by thread 0 (xt:
+// the target's logit, which thread 0 read), and the row's max and 1 / sum returned to all.
+static __device__ __forceinline__ void row_lse(float& M, float& inv, float m, float s, float xt, float* losses, int n,
+                                               float* sm, float* ss, float* row) {
+  int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
@@ -116,21 +108,91 @@ __global__ void classifier_kernel(float* losses, act16* logits, const int32_t* t
   if (lane == 0) sm[warp] = m, ss[warp] = s;
   __syncthreads();
   if (tid == 0) {
-    float M = sm[0], S = ss[0];
-    for (int w = 1; w < nwarps; w++) lse_combine(M, S, sm[w], ss[w]);
-    row_m = M, row_s = S;
-    if (losses) losses[n] = xt == M ? logf(S) : M + logf(S) - xt;
+    float Mr = sm[0], Sr = ss[0];
+    for (int w = 1; w < nwarps; w++) lse_combine(Mr, Sr, sm[w], ss[w]);
+    row[0] = Mr, row[1] = Sr;
+    if (losses) losses[n] = xt == Mr ? logf(Sr) : Mr + logf(Sr) - xt;
   }
   __syncthreads();
-  if (wide) write_dlogits<8>(row, V, Vp, t, row_m, 1.0f / row_s, dloss);
-  else write_dlogits<1>(row, V, Vp, t, row_m, 1.0f / row_s, dloss);
+  M = row[0], inv = 1.0f / row[1];
 }
 
+// The row read once: this thread's packs go to the block's shared memory as they are loaded
+// for the (max, sum) pass, and the gradient pass reads them back from there. Each thread reads
+// back only the packs it stored, so no barrier is needed between the two (row_lse has its own).
+template <int W>
+static __device__ __forceinline__ void row_in_smem(float* losses, act16* row, act16* keep, int n, int t, int V, int Vp,
+                                                   float dloss, float* sm, float* ss, float* row_ms) {
+  float m = -INFINITY, s = 0.0f;
+  for (int j = threadIdx.x * W; j < Vp; j += blockDim.x * W) {
+    ActPack<W> p = load_pack<W>(row + j);
+    store_pack<W>(keep + j, p);
+    if (j < V) {
+      float pm, ps;
+      pack_lse<W>(pm, ps, p, j, V);
+      lse_combine(m, s, pm, ps);
+    }
+  }
+  float xt = threadIdx.x == 0 ? act2f(row[t]) : 0.0f;  // read before the barrier in row_lse
+  float M, inv;
+  row_lse(M, inv, m, s, xt, losses, n, sm, ss, row_ms);
+  write_dlogits<W>(row, keep, V, Vp, t, M, inv, dloss);
+}
+
+// A row longer than the shared memory holds (CLS_MAX_SMEM): read twice.
+template <int W>
+static __device__ __forceinline__ void row_read_twice(float* losses, act16* row, int n, int t, int V, int Vp,
+                                                      float dloss, float* sm, float* ss, float* row_ms) {
+  float m, s;
+  thread_lse<W>(m, s, row, V);
+  float xt = threadIdx.x == 0 ? act2f(row[t]) : 0.0f;
+  float M, inv;
+  row_lse(M, inv, m, s, xt, losses, n, sm, ss, row_ms);
+  write_dlogits<W>(row, row, V, Vp, t, M, inv, dloss);
+}
+
+// wide: the padded rows allow 16-byte packs (W = 8), else W = 1. (Not a template parameter:
+// the simulator needs the static __shared__ variables of a kernel outside templates.) keep: the
+// row fits the dynamic shared memory (Vp 16-bit values).
+__global__ void classifier_kernel(float* losses, act16* logits, const int32_t* targets, int V, int Vp,
+                                  const float* dloss_at, int wide, int keep) {
+  __shared__ float sm[32], ss[32];
+  __shared__ float row_ms[2];  // the row's max and sum
+  DYNAMIC_SMEM(smem);
+  act16* kept = reinterpret_cast<act16*>(smem);
+  int n = blockIdx.x;
+  act16* row = logits + (size_t)n * Vp;
+  int t = targets[n];
+  float dloss = dloss_at ? *dloss_at : 0.0f;
+  if (t < 0) {  // ignored position: no loss, no gradient
+    if (wide) write_dlogits<8>(row, row, V, Vp, t, 0.0f, 0.0f, 0.0f);
+    else write_dlogits<1>(row, row, V, Vp, t, 0.0f, 0.0f, 0.0f);
+    if (threadIdx.x == 0 && losses) losses[n] = 0.0f;
+    return;
+  }
+  if (wide && keep) row_in_smem<8>(losses, row, kept, n, t, V, Vp, dloss, sm, ss, row_ms);
+  else if (wide) row_read_twice<8>(losses, row, n, t, V, Vp, dloss, sm, ss, row_ms);
+  else if (keep) row_in_smem<1>(losses, row, kept, n, t, V, Vp, dloss, sm, ss, row_ms);
+  else row_read_twice<1>(losses, row, n, t, V, Vp, dloss, sm, ss, row_ms);
+}
+
+// The largest row kept in shared memory: sm_90's 227 KiB per block (116,224 16-bit logits).
+#define CLS_MAX_SMEM ((size_t)227 * 1024)
+
 extern "C" void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
-                                            const int32_t* targets, int N, int V, int Vp, float dloss) {
+                                            const int32_t* targets, int N, int V, int Vp, const float* dloss) {
   if (N <= 0) return;
   int wide = pack_width(Vp, logits) == 8;
-  classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>(losses, as_act16(logits), targets, V, Vp, dloss, wide);
+  size_t bytes = ((size_t)Vp * sizeof(act16) + 15) / 16 * 16;
+  int keep = bytes <= CLS_MAX_SMEM;
+  if (!keep) bytes = 0;
+  static size_t opted_in = 0;  // the dynamic shared memory this kernel may use, beyond the default 48 KiB
+  if (bytes > 48 * 1024 && bytes > opted_in) {
+    CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    opted_in = bytes;
+  }
+  classifier_kernel<<<N, CLS_THREADS, bytes, ctx->stream>>>(losses, as_act16(logits), targets, V, Vp, dloss, wide,
+                                                             keep);
   CUDA_LAUNCH_CHECK();
 }
 

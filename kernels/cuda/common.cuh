@@ -1,5 +1,5 @@
 // common.cuh: what every CUDA kernel file shares: the context, error checks, the 16-bit
-// activation type (bf16, or fp16 in an fp16 build), warp reductions and the deterministic column-sum helpers of reduce.cu.
+// activation type (bf16, or fp16 in an fp16 build), warp reductions and 16-byte packs.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -14,15 +14,17 @@
 
 // Sizes of the two device buffers kernels_init allocates once (never inside the loop):
 //   the cuBLASLt workspace (split-K and stream-K algorithms use it), and
-//   the kernel scratch: per-chunk partial column sums (norm and bias gradients, reduce.cu),
-//   the sort buffers of the embedding backward and the diagonal sums of the relative
-//   position bias backward. Kernels that use it run on the one compute stream, one after
-//   the other, so they can share it.
+//   the kernel scratch: per-chunk partial column sums (norm and bias gradients,
+//   column_sums.cuh), the sort buffers of the embedding backward and the diagonal sums of the
+//   relative position bias backward. Kernels that use it run on the one compute stream, one
+//   after the other, so they can share it; so do the column sums' arrival counters, which
+//   every kernel leaves at 0.
 // The reduce-scatter stream's view has a small scratch of its own: the gradient norm's exact
 // sum of a shard leaving for host memory (--offload grads) runs there (exact_sum's partials).
 #define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define KERNEL_SCRATCH_BYTES ((size_t)32 << 20)
 #define REDUCE_STREAM_SCRATCH_BYTES ((size_t)64 << 10)
+#define KERNEL_COUNTERS 65536
 
 // The CUDA backend's context: the compute stream every kernel of this API runs on, the
 // cuBLASLt handle with one preallocated workspace, and the matmul plan cache (matmul.cu).
@@ -40,6 +42,8 @@ struct KernelCtx {
   cudaStream_t comm_streams[3];
   void* scratch;  // KERNEL_SCRATCH_BYTES of device memory (the reduce-scatter view's: its own, smaller)
   size_t scratch_bytes;
+  unsigned int* counters;  // KERNEL_COUNTERS zeroed words (column_sums.cuh); NULL in the views
+  size_t ncounters;
   struct KernelCtx* views[2];  // the same context on comm_streams[0] and [1] (kernels_stream_ctx)
 };
 
@@ -111,21 +115,25 @@ static __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// ---- deterministic column sums (reduce.cu) ------------------------------------------
-// A sum over the N rows of a [N, C] matrix is split into `chunks` consecutive row ranges of
-// `rows` rows (the last may be shorter). A first kernel writes one partial sum per (chunk,
-// column), each the plain sequential sum over its rows, into the ctx scratch; finish_column_sums
-// then adds the partials of each column in a fixed order (reduce.cu) to the fp32 output. The
-// split depends only on (N, C, vectors) and the scratch size, never on the GPU or timing, so
-// the bits are the same on every run.
-typedef struct {
-  int chunks, rows;
-} RowChunks;
-// `vectors` is the number of C-long partial vectors needed per chunk (2 for dweight + dbias).
-RowChunks plan_row_chunks(const KernelCtx* ctx, int N, int C, int vectors);
-// out[c] += sum over k = 0..chunks-1 of partials[k*C + c], in that order.
-void finish_column_sums(KernelCtx* ctx, float* out, const float* partials, int chunks, int C);
-// out[c] += sum over rows n of x[n*C + c] (the bias gradient of a linear layer).
+// ---- GELU, tanh form (GPT-2): the one home of its formulas for every kernel ----------------
+// (activation.cu's maps, the matmul fallback's epilogues; kernels/cpu/activation.c has the
+// same arithmetic.)
+#define GELU_K 0.7978845608028654f  // sqrt(2/pi)
+#define GELU_A 0.044715f
+static __device__ __forceinline__ float gelu_tanh(float x) {
+  float u = GELU_K * (x + GELU_A * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+// d/dx of 0.5 x (1 + tanh u), u = k (x + a x^3):  0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
+static __device__ __forceinline__ float gelu_tanh_grad(float x) {
+  float u = GELU_K * (x + GELU_A * x * x * x);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+}
+
+// ---- deterministic column sums (reduce.cu, column_sums.cuh) --------------------------------
+// out[c] += sum over rows n of x[n*C + c] (the bias gradient of a linear layer), in one launch,
+// the same bits on every run.
 void column_sums_accumulate(KernelCtx* ctx, float* out, const act16* x, int N, int C);
 
 // ---- 16-byte loads and stores ---------------------------------------------------------

@@ -20,6 +20,14 @@ void* kernels_cuda_stream(int which);
 // fsdp/device_cuda.c's device_delay, the simulated link's stand-in for a collective.
 void kernels_cuda_delay(int which, double seconds);
 
+// attention.cu: opts the fused attention kernels into the shared memory they launch with
+// (kernels_init calls it once, so no launch sets attributes).
+void attention_init(void);
+// The fused attention kernels as the kernel report lists them: up to `max` entries of name
+// ("attn_fwd_kernel<64, true>", the template arguments as c++filt prints them), threads per
+// block and dynamic shared memory, the bias variants at the given max_distance. No CUDA call.
+int attention_kernel_table(char (*names)[48], int* threads, size_t* smem, int max, int max_distance);
+
 // (matmul_forward_gelu, with GELU in the cuBLASLt epilogue, is in kernels.h.)
 
 #ifdef __cplusplus

@@ -16,8 +16,11 @@
 //   dweight   dW[OC,C] += dout^T @ inp
 //             dW^T (C x OC, ld C, fp32) = (inp as C x N, ld C) . op_T(dout as OC x N, ld OC)
 //             m = C, n = OC, k = N; transa = N, transb = T; beta = 1 (accumulate), C = D
-//   dbias     column sums of dout: a deterministic kernel (reduce.cu), not the BGRAD epilogue,
-//             which overwrites instead of accumulating.
+//   dbias     column sums of dout: a deterministic one-launch kernel (reduce.cu), not the BGRAD
+//             epilogue, which overwrites instead of accumulating.
+//   dinp through a GELU (matmul_backward_gelu): the dinp product with CUBLASLT_EPILOGUE_DGELU,
+//             D = gelu'(aux) * (A.B), aux = the GELU's input (the forward's GELU_AUX output,
+//             laid out like D: C x N, ld C), so the GELU backward is no pass of its own.
 //
 // Plans. Descriptors, the four layouts and the heuristic's algorithm are created once per
 // shape and cached (struct MatmulCache, an open-addressing hash table in the ctx); a call only
@@ -35,7 +38,7 @@
 
 #include "kernels/cuda/common.cuh"
 
-enum { MM_FORWARD = 0, MM_FORWARD_GELU = 1, MM_DINP = 2, MM_DWEIGHT = 3 };
+enum { MM_FORWARD = 0, MM_FORWARD_GELU = 1, MM_DINP = 2, MM_DWEIGHT = 3, MM_DINP_DGELU = 4 };
 
 typedef struct {
   int kind, m, n, k, has_bias;
@@ -116,7 +119,7 @@ static void plan_create(KernelCtx* ctx, MatmulPlan* p, const MatmulKey* k) {
     ar = k->k, ac = k->m, lda = k->k;  // W as C x OC
     br = k->k, bc = k->n, ldb = k->k;  // inp as C x N
     dr = k->m, dc = k->n, ldd = k->m;  // out as OC x N
-  } else if (k->kind == MM_DINP) {  // m=C, n=N, k=OC
+  } else if (k->kind == MM_DINP || k->kind == MM_DINP_DGELU) {  // m=C, n=N, k=OC
     ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     ar = k->m, ac = k->k, lda = k->m;  // W as C x OC
     br = k->k, bc = k->n, ldb = k->k;  // dout as OC x N
@@ -134,12 +137,13 @@ static void plan_create(KernelCtx* ctx, MatmulPlan* p, const MatmulKey* k) {
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (k->kind == MM_FORWARD) epi = k->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (k->kind == MM_FORWARD_GELU) epi = k->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (k->kind == MM_DINP_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
   set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
   if (k->has_bias) {
     cudaDataType_t bt = ACT16_CUDA_TYPE;
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
   }
-  if (k->kind == MM_FORWARD_GELU) {  // the pre-GELU values, laid out like D
+  if (k->kind == MM_FORWARD_GELU || k->kind == MM_DINP_DGELU) {  // the pre-GELU values, laid out like D
     int64_t aux_ld = ldd;
     cudaDataType_t at = ACT16_CUDA_TYPE;
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
@@ -191,14 +195,12 @@ static MatmulPlan* plan_get(KernelCtx* ctx, const MatmulKey* k) {
 // ---- fallback kernel ---------------------------------------------------------------------
 // out(i, j) = sum_k A(i, k) B(k, j) in k order (fp32), with A(i, k) = A[i*sai + k*sak] and
 // B(k, j) = B[k*sbk + j*sbj]; out row-major [M, ldo]. Epilogue: + bias[j]; then either
-// accumulate into fp32 (out_f32 += ...) or store bf16 (with GELU: aux = pre, out = gelu(pre)).
+// accumulate into fp32 (out_f32 += ...) or store bf16, with FB_GELU_AUX: aux = pre,
+// out = gelu(pre); with FB_DGELU: out = (the product) * gelu'(aux), aux read.
 #define FB_TILE 16
-static __device__ __forceinline__ float gelu_tanh(float x) {
-  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
+enum { FB_PLAIN = 0, FB_GELU_AUX = 1, FB_DGELU = 2 };
 
-__global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, act16* aux, const act16* A,
+__global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, act16* aux, int epilogue, const act16* A,
                                        size_t sai, size_t sak, const act16* B, size_t sbk,
                                        size_t sbj, const act16* bias, int M, int Ncol, int K,
                                        size_t ldo) {
@@ -221,15 +223,17 @@ __global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, act16* au
   if (bias) acc += act2f(bias[j]);
   if (out_f32) {
     out_f32[o] += acc;
-  } else if (aux) {
+  } else if (epilogue == FB_GELU_AUX) {
     aux[o] = f2act(acc);
     out_act[o] = f2act(gelu_tanh(acc));
+  } else if (epilogue == FB_DGELU) {
+    out_act[o] = f2act(acc * gelu_tanh_grad(act2f(aux[o])));
   } else {
     out_act[o] = f2act(acc);
   }
 }
 
-static void fallback(KernelCtx* ctx, const MatmulKey* k, act16* out_act, float* out_f32, act16* aux,
+static void fallback(KernelCtx* ctx, const MatmulKey* k, act16* out_act, float* out_f32, act16* aux, int epilogue,
                      const act16* A, size_t sai, size_t sak, const act16* B, size_t sbk, size_t sbj,
                      const act16* bias, int M, int Ncol, int K) {
   struct MatmulCache* mc = ctx->matmul_cache;
@@ -240,15 +244,16 @@ static void fallback(KernelCtx* ctx, const MatmulKey* k, act16* out_act, float* 
   }
   dim3 block(FB_TILE, FB_TILE), grid(ceil_div(Ncol, FB_TILE), ceil_div(M, FB_TILE));
   if (grid.y > 65535) cuda_fail("matmul fallback", "too many rows for the fallback kernel", __FILE__, __LINE__);
-  matmul_fallback_kernel<<<grid, block, 0, ctx->stream>>>(out_act, out_f32, aux, A, sai, sak, B, sbk, sbj,
-                                                          bias, M, Ncol, K, (size_t)Ncol);
+  matmul_fallback_kernel<<<grid, block, 0, ctx->stream>>>(out_act, out_f32, aux, epilogue, A, sai, sak, B, sbk,
+                                                          sbj, bias, M, Ncol, K, (size_t)Ncol);
   CUDA_LAUNCH_CHECK();
 }
 
 static void run_plan(KernelCtx* ctx, MatmulPlan* p, const void* A, const void* B, void* D,
                      const void* bias, void* aux, float beta) {
   if (p->key.has_bias) set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-  if (p->key.kind == MM_FORWARD_GELU) set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+  if (p->key.kind == MM_FORWARD_GELU || p->key.kind == MM_DINP_DGELU)
+    set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
   float alpha = 1.0f;
   CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->c, D, p->d, &p->algo,
                               ctx->workspace, ctx->workspace_bytes, ctx->stream));
@@ -265,8 +270,8 @@ static void forward(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, co
   if (p->has_algo)
     run_plan(ctx, p, weight, inp, out, bias, pre, 0.0f);
   else  // out[n][o] = sum_c inp[n*C + c] * weight[o*C + c]
-    fallback(ctx, &k, as_act16(out), NULL, gelu ? as_act16(pre) : NULL, as_act16(inp), (size_t)C, 1,
-             as_act16(weight), 1, (size_t)C, bias ? as_act16(bias) : NULL, N, OC, C);
+    fallback(ctx, &k, as_act16(out), NULL, gelu ? as_act16(pre) : NULL, gelu ? FB_GELU_AUX : FB_PLAIN,
+             as_act16(inp), (size_t)C, 1, as_act16(weight), 1, (size_t)C, bias ? as_act16(bias) : NULL, N, OC, C);
 }
 
 extern "C" void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight,
@@ -285,18 +290,23 @@ extern "C" void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, cons
   forward(ctx, out, pre, inp, weight, bias, N, C, OC);
 }
 
-extern "C" void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
-                                const act_t* dout, const act_t* inp, const act_t* weight, int N,
-                                int C, int OC) {
+// dinp (through the GELU whose input was `pre`, when pre is not NULL), dweight and dbias.
+static void backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout, const act_t* inp,
+                     const act_t* weight, const act_t* pre, int N, int C, int OC) {
   if (N <= 0 || C <= 0 || OC <= 0) return;
   if (dinp) {
-    MatmulKey k = {MM_DINP, C, N, OC, 0, ptr_align(weight), ptr_align(dout), ptr_align(dinp)};
+    // The epilogue's aux matrix (pre) needs a leading dimension divisible by 8 and 16-byte
+    // alignment; otherwise the plain product and gelu_backward.
+    int dgelu = pre && C % 8 == 0 && (uintptr_t)pre % 16 == 0;
+    MatmulKey k = {dgelu ? MM_DINP_DGELU : MM_DINP, C, N, OC, 0, ptr_align(weight), ptr_align(dout),
+                   dgelu ? min(ptr_align(dinp), ptr_align(pre)) : ptr_align(dinp)};
     MatmulPlan* p = plan_get(ctx, &k);
     if (p->has_algo)
-      run_plan(ctx, p, weight, dout, dinp, NULL, NULL, 0.0f);
-    else  // dinp[n][c] = sum_o dout[n*OC + o] * weight[o*C + c]
-      fallback(ctx, &k, as_act16(dinp), NULL, NULL, as_act16(dout), (size_t)OC, 1, as_act16(weight), (size_t)C, 1,
-               NULL, N, C, OC);
+      run_plan(ctx, p, weight, dout, dinp, NULL, (void*)pre, 0.0f);
+    else  // dinp[n][c] = sum_o dout[n*OC + o] * weight[o*C + c] (* gelu'(pre[n][c]))
+      fallback(ctx, &k, as_act16(dinp), NULL, dgelu ? (act16*)as_act16(pre) : NULL, dgelu ? FB_DGELU : FB_PLAIN,
+               as_act16(dout), (size_t)OC, 1, as_act16(weight), (size_t)C, 1, NULL, N, C, OC);
+    if (pre && !dgelu) gelu_backward(ctx, dinp, pre, dinp, (size_t)N * C);
   }
   {
     MatmulKey k = {MM_DWEIGHT, C, OC, N, 0, ptr_align(inp), ptr_align(dout), ptr_align(dweight)};
@@ -304,8 +314,19 @@ extern "C" void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, flo
     if (p->has_algo)
       run_plan(ctx, p, inp, dout, dweight, NULL, NULL, 1.0f);
     else  // dweight[o][c] += sum_n dout[n*OC + o] * inp[n*C + c]
-      fallback(ctx, &k, NULL, dweight, NULL, as_act16(dout), 1, (size_t)OC, as_act16(inp), (size_t)C, 1, NULL, OC,
-               C, N);
+      fallback(ctx, &k, NULL, dweight, NULL, FB_PLAIN, as_act16(dout), 1, (size_t)OC, as_act16(inp), (size_t)C, 1,
+               NULL, OC, C, N);
   }
   if (dbias) column_sums_accumulate(ctx, dbias, as_act16(dout), N, OC);
+}
+
+extern "C" void matmul_backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias,
+                                const act_t* dout, const act_t* inp, const act_t* weight, int N,
+                                int C, int OC) {
+  backward(ctx, dinp, dweight, dbias, dout, inp, weight, NULL, N, C, OC);
+}
+
+extern "C" void matmul_backward_gelu(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, const act_t* dout,
+                                     const act_t* inp, const act_t* weight, const act_t* pre, int N, int C, int OC) {
+  backward(ctx, dinp, dweight, dbias, dout, inp, weight, pre, N, C, OC);
 }

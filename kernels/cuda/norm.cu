@@ -8,20 +8,18 @@
 // The fused residual variant stores residual = bf16(a + b) and normalizes the ROUNDED
 // residual: the backward reads the stored residual as x, so both passes see the same input.
 //
-// Backward: dx accumulates (dx += ...), one warp per row, the two row means reduced as in the
-// forward. dweight and dbias are column sums over rows: per-chunk partials into the ctx
-// scratch, then a fixed-order sum over chunks (reduce.cu), so they are deterministic without
-// atomics. Both kernels read x and dout; fusing them would save one read (left for tuning).
+// Backward (one launch): dx accumulates (dx += ...), the two row means reduced as in the
+// forward; dweight and dbias, column sums over rows, are summed by the same kernel as it makes
+// dx, per chunk of rows in a fixed order, and finished in the same launch by the tree of
+// column_sums.cuh, so they are deterministic without float atomics.
 //
-// Memory access: lane l of a warp owns the W-wide packs l, l + 32, ... of its row (ActPack,
-// common.cuh): 16-byte loads when the row allows (W = 8), single values otherwise (W = 1). The
-// pointers are __restrict__: the buffers never overlap (kernels.h), and without the promise a
-// store to dx or out forces the next loads to wait for it. On an H100 the backward's dx kernel
-// took 200 us per gpt2-124m call that way, and 30 us with __restrict__ alone.
-#include "kernels/cuda/common.cuh"
+// Memory access: W-wide packs (ActPack, common.cuh): 16-byte loads when the row allows (W = 8),
+// single values otherwise (W = 1); in a row reduction lane l of a warp owns packs l, l + 32, ...
+// The pointers are __restrict__: the buffers never overlap (kernels.h), and without the promise
+// a store to dx or out forces the next loads to wait for it.
+#include "kernels/cuda/column_sums.cuh"
 
-#define ROWS_PER_BLOCK 8  // warps per block in the row kernels
-#define COL_THREADS 256
+#define ROWS_PER_BLOCK 8  // warps per block in the forward
 
 // residual (may be NULL): residual = bf16(a + b) and the row normalized is the residual;
 // otherwise the row is a. rms: RMSNorm (no mean, no bias). mean may be NULL for rms.
@@ -94,64 +92,119 @@ __global__ void norm_forward_kernel(act16* __restrict__ out, float* __restrict__
   }
 }
 
-// dx += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight;
-// for RMSNorm the mean(dnorm) term is absent and norm = x * rstd.
-template <int W>
-__global__ void norm_backward_dx_kernel(act16* __restrict__ dx, const act16* __restrict__ dout,
-                                        const act16* __restrict__ x,
-                                        const act16* __restrict__ weight,
-                                        const float* __restrict__ mean,
-                                        const float* __restrict__ rstd, int N, int C, int rms) {
-  int lane = threadIdx.x & 31;
-  int n = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
-  if (n >= N) return;
-  size_t off = (size_t)n * C;
-  float m = rms ? 0.0f : mean[n], r = rstd[n];
-  float sd = 0.0f, sdn = 0.0f;
-  for (int c = lane * W; c < C; c += 32 * W) {
-    ActPack<W> xv = load_pack<W>(x + off + c), dv = load_pack<W>(dout + off + c), wv = load_pack<W>(weight + c);
+// Backward, one launch: dx += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with
+// dnorm = dout * weight (for RMSNorm the mean(dnorm) term is absent and norm = x * rstd), and
+// the parameter gradients dweight += sum_n dout * norm, dbias += sum_n dout, summed where dx
+// is made (column_sums.cuh). One block per chunk of `rows` consecutive rows:
+//   1. warp w takes rows w, w + 8, ... of the chunk: each lane sums its packs of the row in
+//      order and warp_sum combines the lanes, as the forward does; the two row means go to
+//      shared memory;
+//   2. thread t owns pack p of W columns for the rows of its row group g (rows g, g + G, ... of
+//      the chunk, in order; G groups share the block when a row has fewer packs than the block
+//      has threads): it updates dx there and sums dout * norm and dout for its columns in
+//      registers; the groups' sums are added in group order, giving the chunk's leaf;
+//   3. the chunks meet in column_sums.cuh's tree, and the block that completes it adds the total
+//      to dweight (and dbias).
+// Phase 2 reads the chunk's x and dout a second time, from L2 (a chunk is a few dozen rows).
+#define NB_THREADS 256
+#define NB_MAX_ROWS 1024
+#define NB_MAX_GROUPS 16
+__global__ void __launch_bounds__(NB_THREADS) norm_backward_kernel(
+    act16* __restrict__ dx, float* __restrict__ dweight, float* __restrict__ dbias, float* __restrict__ nodes,
+    unsigned int* counters, const act16* __restrict__ dout, const act16* __restrict__ x,
+    const act16* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
+    int rows, int chunks, int rms, int wide) {
+  __shared__ float row_am[NB_MAX_ROWS], row_bm[NB_MAX_ROWS];
+  __shared__ float group_sums[2][NB_THREADS * 8];  // [vector][group * C + column], when G > 1
+  __shared__ unsigned int flag;
+  const int W = wide ? 8 : 1, V = dbias ? 2 : 1, tid = threadIdx.x;
+  const int chunk = blockIdx.x, n0 = chunk * rows, nrows = min(rows, N - n0);
+  // 1. the row means of dnorm and dnorm * norm
+  int lane = tid & 31, warp = tid >> 5;
+  for (int i = warp; i < nrows; i += NB_THREADS / 32) {
+    size_t off = (size_t)(n0 + i) * C;
+    float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i];
+    float sd = 0.0f, sdn = 0.0f;
+    if (wide) {
+      for (int c = lane * 8; c < C; c += 32 * 8) {
+        ActPack<8> xv = load_pack<8>(x + off + c), dv = load_pack<8>(dout + off + c), wv = load_pack<8>(weight + c);
 #pragma unroll
-    for (int j = 0; j < W; j++) {
-      float norm = (act2f(xv.v[j]) - m) * r;
-      float dnorm = act2f(dv.v[j]) * act2f(wv.v[j]);
-      sd += dnorm;
-      sdn += dnorm * norm;
+        for (int j = 0; j < 8; j++) {
+          float norm = (act2f(xv.v[j]) - m) * r, dnorm = act2f(dv.v[j]) * act2f(wv.v[j]);
+          sd += dnorm;
+          sdn += dnorm * norm;
+        }
+      }
+    } else {
+      for (int c = lane; c < C; c += 32) {
+        float norm = (act2f(x[off + c]) - m) * r, dnorm = act2f(dout[off + c]) * act2f(weight[c]);
+        sd += dnorm;
+        sdn += dnorm * norm;
+      }
+    }
+    float am = rms ? 0.0f : warp_sum(sd) / (float)C, bm = warp_sum(sdn) / (float)C;
+    if (lane == 0) row_am[i] = am, row_bm[i] = bm;
+  }
+  __syncthreads();
+  // 2. dx, and this chunk's sums of dout * norm and dout per column
+  const int P = (C + W - 1) / W;                                   // packs per row
+  const int G = P >= NB_THREADS ? 1 : min(NB_MAX_GROUPS, NB_THREADS / P);  // row groups
+  float* leaf = nodes + (size_t)chunk * V * C;
+  for (int t = tid; t < (G > 1 ? G * P : P); t += NB_THREADS) {
+    const int g = G > 1 ? t / P : 0, p = G > 1 ? t % P : t, c = p * W;
+    float aw[8] = {0, 0, 0, 0, 0, 0, 0, 0}, ab[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (wide) {
+      ActPack<8> wv = load_pack<8>(weight + c);
+      for (int i = g; i < nrows; i += G) {
+        size_t off = (size_t)(n0 + i) * C + c;
+        float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i], am = row_am[i], bm = row_bm[i];
+        ActPack<8> xv = load_pack<8>(x + off), dv = load_pack<8>(dout + off), gv = load_pack<8>(dx + off);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          float d = act2f(dv.v[j]), norm = (act2f(xv.v[j]) - m) * r, dnorm = d * act2f(wv.v[j]);
+          gv.v[j] = f2act(act2f(gv.v[j]) + r * (dnorm - am - norm * bm));
+          aw[j] += d * norm;
+          ab[j] += d;
+        }
+        store_pack<8>(dx + off, gv);
+      }
+    } else {
+      float wc = act2f(weight[c]);
+      for (int i = g; i < nrows; i += G) {
+        size_t off = (size_t)(n0 + i) * C + c;
+        float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i];
+        float d = act2f(dout[off]), norm = (act2f(x[off]) - m) * r, dnorm = d * wc;
+        dx[off] = f2act(act2f(dx[off]) + r * (dnorm - row_am[i] - norm * row_bm[i]));
+        aw[0] += d * norm;
+        ab[0] += d;
+      }
+    }
+    for (int j = 0; j < W && c + j < C; j++) {
+      if (G > 1) {
+        group_sums[0][g * C + c + j] = aw[j];
+        group_sums[1][g * C + c + j] = ab[j];
+      } else {
+        leaf[c + j] = aw[j];
+        if (V == 2) leaf[C + c + j] = ab[j];
+      }
     }
   }
-  float am = rms ? 0.0f : warp_sum(sd) / (float)C;
-  float bm = warp_sum(sdn) / (float)C;
-  for (int c = lane * W; c < C; c += 32 * W) {
-    ActPack<W> xv = load_pack<W>(x + off + c), dv = load_pack<W>(dout + off + c), wv = load_pack<W>(weight + c);
-    ActPack<W> gv = load_pack<W>(dx + off + c);
-#pragma unroll
-    for (int j = 0; j < W; j++) {
-      float norm = (act2f(xv.v[j]) - m) * r;
-      float dnorm = act2f(dv.v[j]) * act2f(wv.v[j]);
-      gv.v[j] = f2act(act2f(gv.v[j]) + r * (dnorm - am - norm * bm));
+  if (G > 1) {  // the groups' sums, added in group order
+    __syncthreads();
+    for (int c = tid; c < C; c += NB_THREADS) {
+      float sw = group_sums[0][c], sb = group_sums[1][c];
+      for (int g = 1; g < G; g++) sw += group_sums[0][g * C + c], sb += group_sums[1][g * C + c];
+      leaf[c] = sw;
+      if (V == 2) leaf[C + c] = sb;
     }
-    store_pack<W>(dx + off + c, gv);
   }
-}
-
-// grid (column tiles, chunks): partial sums of dout * norm (dweight) and dout (dbias) over the
-// chunk's rows, in row order. partials: [chunks, C] for dweight, then [chunks, C] for dbias.
-__global__ void norm_param_partials_kernel(float* partials, const act16* dout, const act16* x,
-                                           const float* mean, const float* rstd, int N, int C,
-                                           int rows, int chunks, int with_bias, int rms) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  int chunk = blockIdx.y;
-  int n0 = chunk * rows, n1 = min(N, n0 + rows);
-  float aw = 0.0f, ab = 0.0f;
-  for (int n = n0; n < n1; n++) {
-    size_t i = (size_t)n * C + c;
-    float d = act2f(dout[i]);
-    float norm = (act2f(x[i]) - (rms ? 0.0f : mean[n])) * rstd[n];
-    aw += d * norm;
-    ab += d;
+  // 3. the tree of chunks; its last block adds the totals
+  const float* root = colsum_arrive(nodes, counters, chunk, chunks, V * C, &flag);
+  if (!root) return;
+  for (int c = tid; c < C; c += NB_THREADS) {
+    dweight[c] += __ldcg(root + c);
+    if (V == 2) dbias[c] += __ldcg(root + C + c);
   }
-  partials[(size_t)chunk * C + c] = aw;
-  if (with_bias) partials[((size_t)chunks + chunk) * C + c] = ab;
 }
 
 static void norm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, act_t* residual,
@@ -175,23 +228,14 @@ static void norm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbia
                           const act_t* dout, const act_t* x, const act_t* weight,
                           const float* mean, const float* rstd, int N, int C, int rms) {
   if (N <= 0 || C <= 0) return;
-  unsigned int blocks = ceil_div(N, ROWS_PER_BLOCK);
-  if (pack_width(C, dx, dout, x, weight) == 8)
-    norm_backward_dx_kernel<8><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-        as_act16(dx), as_act16(dout), as_act16(x), as_act16(weight), mean, rstd, N, C, rms);
-  else
-    norm_backward_dx_kernel<1><<<blocks, 32 * ROWS_PER_BLOCK, 0, ctx->stream>>>(
-        as_act16(dx), as_act16(dout), as_act16(x), as_act16(weight), mean, rstd, N, C, rms);
+  int wide = pack_width(C, dx, dout, x, weight) == 8, V = dbias ? 2 : 1;
+  // About 256 chunks of 8 to 64 rows (more rows only when the partials would not fit the scratch).
+  ColumnSumPlan p = plan_column_sums(ctx, rms ? "rmsnorm_backward" : "layernorm_backward", N, 1, V * C, 8,
+                                     NB_MAX_ROWS, 8, 256);
+  norm_backward_kernel<<<p.chunks, NB_THREADS, 0, ctx->stream>>>(
+      as_act16(dx), dweight, dbias, (float*)ctx->scratch, ctx->counters, as_act16(dout), as_act16(x),
+      as_act16(weight), mean, rstd, N, C, p.rows, p.chunks, rms, wide);
   CUDA_LAUNCH_CHECK();
-  int with_bias = dbias != NULL;
-  RowChunks rc = plan_row_chunks(ctx, N, C, 1 + with_bias);
-  float* partials = (float*)ctx->scratch;
-  dim3 grid(ceil_div(C, COL_THREADS), rc.chunks);
-  norm_param_partials_kernel<<<grid, COL_THREADS, 0, ctx->stream>>>(
-      partials, as_act16(dout), as_act16(x), mean, rstd, N, C, rc.rows, rc.chunks, with_bias, rms);
-  CUDA_LAUNCH_CHECK();
-  finish_column_sums(ctx, dweight, partials, rc.chunks, C);
-  if (with_bias) finish_column_sums(ctx, dbias, partials + (size_t)rc.chunks * C, rc.chunks, C);
 }
 
 extern "C" void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd,

@@ -75,6 +75,25 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// A flag in global memory that one block counts up and a later block waits on (the attention
+// backward's ordered dQ sum). ld with .acquire and red with .release at .gpu scope (9.7.9.8 ld,
+// 9.7.12.6 red; 8. Memory Consistency Model): the waiter's loads after the acquire that reads
+// the value see every write made visible before the release that wrote it.
+// flag_wait_eq: spins until *flag == value.
+__device__ __forceinline__ void flag_wait_eq(const int* flag, int value) {
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+    if (v == value) return;
+    __nanosleep(64);
+  }
+}
+// flag_release_add: *flag += v, ordered after this thread's earlier writes (and those it has
+// synchronized with: the caller's fence and __syncwarp).
+__device__ __forceinline__ void flag_release_add(int* flag, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
+}
+
 // 10.26 %globaltimer: a 64-bit nanosecond timer.
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
   unsigned long long t;

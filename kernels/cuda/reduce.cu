@@ -1,83 +1,90 @@
-// reduce.cu: deterministic column sums over rows, shared by the norm backward (dweight,
-// dbias) and the matmul backward (dbias).
+// reduce.cu: the chunking of the deterministic column sums (column_sums.cuh) and the bias
+// gradient of a linear layer, out[c] += sum over rows of x[n, c], in one launch.
 //
-// No float atomics: the order of atomic adds depends on timing, so their sums would change
-// bits from run to run. Instead the rows are cut into fixed chunks; one thread owns one
-// (chunk, column) and sums its rows in increasing order into the ctx scratch; a second kernel
-// adds the chunk partials of each column in a fixed order (FINISH_GROUPS interleaved runs over
-// the chunks, then the runs in order). The chunking depends only on the shapes (see
-// common.cuh), so every run produces the same bits.
-#include "kernels/cuda/common.cuh"
+// The bias sum reads its input once with 16-byte loads where the row allows (its memory floor:
+// N x C 16-bit values; the partials add 1/rows of that), and finishes in the same launch
+// through column_sums.cuh's tree of arrivals, one tree per column tile.
+#include "kernels/cuda/column_sums.cuh"
 
-#define COL_THREADS 256
-#define MIN_ROWS_PER_CHUNK 32  // partials add at most 1/32 of the input's size in traffic
-#define MAX_CHUNKS 1024        // and the second pass at most 1024 adds per column
-
-RowChunks plan_row_chunks(const KernelCtx* ctx, int N, int C, int vectors) {
-  RowChunks rc = {0, 0};
-  if (N <= 0 || C <= 0) return rc;
-  size_t cap = ctx->scratch_bytes / sizeof(float) / ((size_t)vectors * (size_t)C);
-  if (cap < 1) {
-    char b[128];
-    snprintf(b, sizeof b, "%d columns x %d partial vectors exceed the %zu-byte kernel scratch", C,
-             vectors, ctx->scratch_bytes);
-    cuda_fail("plan_row_chunks", b, __FILE__, __LINE__);
+ColumnSumPlan plan_column_sums(const KernelCtx* ctx, const char* what, int N, int trees, int len, int min_rows,
+                               int max_rows, int multiple, int target_chunks) {
+  ColumnSumPlan p = {0, 0, trees, len};
+  if (N <= 0 || trees <= 0 || len <= 0) return p;
+  char b[256];
+  if (!ctx->counters) {
+    snprintf(b, sizeof b, "%s: column sums need the compute stream's context (its scratch and counters)", what);
+    cuda_fail("plan_column_sums", b, __FILE__, __LINE__);
   }
-  size_t chunks = ((size_t)N + MIN_ROWS_PER_CHUNK - 1) / MIN_ROWS_PER_CHUNK;
-  if (chunks > MAX_CHUNKS) chunks = MAX_CHUNKS;
-  if (chunks > cap) chunks = cap;
-  rc.rows = (int)(((size_t)N + chunks - 1) / chunks);
-  rc.chunks = (int)(((size_t)N + rc.rows - 1) / rc.rows);  // no empty trailing chunk
-  return rc;
-}
-
-// Block (FINISH_COLS, FINISH_GROUPS): thread (x, y) adds the partials of column
-// c = blockIdx.x * FINISH_COLS + x over chunks y, y + FINISH_GROUPS, ... in increasing order;
-// then thread (x, 0) adds the FINISH_GROUPS runs in order y = 0, 1, ... A column's chunks are
-// spread over FINISH_GROUPS threads because a few thousand columns give too few threads to
-// cover memory latency with one dependent add per chunk (one thread per column took 8 us on
-// an H100 for gpt2-124m's 256 chunks of 768 columns). A warp reads 32 consecutive columns.
-#define FINISH_COLS 32
-#define FINISH_GROUPS 16
-__global__ void finish_column_sums_kernel(float* out, const float* partials, int chunks, int C) {
-  __shared__ float runs[FINISH_GROUPS][FINISH_COLS];
-  int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * FINISH_COLS + x;
-  float s = 0.0f;
-  if (c < C)
-    for (int k = y; k < chunks; k += FINISH_GROUPS) s += partials[(size_t)k * C + c];
-  runs[y][x] = s;
-  __syncthreads();
-  if (y == 0 && c < C) {
-    float t = runs[0][x];
-    for (int g = 1; g < FINISH_GROUPS; g++) t += runs[g][x];
-    out[c] += t;
+  int rows = (N + target_chunks - 1) / target_chunks;
+  if (rows < min_rows) rows = min_rows;
+  rows = (rows + multiple - 1) / multiple * multiple;
+  for (;;) {
+    int chunks = (N + rows - 1) / rows;
+    size_t nodes = (size_t)colsum_tree_nodes(chunks) * trees * len, counters = (size_t)colsum_tree_counters(chunks) * trees;
+    if (nodes * sizeof(float) <= ctx->scratch_bytes && counters <= ctx->ncounters) {
+      p.rows = rows, p.chunks = chunks;
+      return p;
+    }
+    if (rows >= max_rows || chunks == 1) {
+      snprintf(b, sizeof b, "%s: %d rows x %d trees of %d partial sums exceed the %zu-byte kernel scratch or its %zu "
+               "counters", what, N, trees, len, ctx->scratch_bytes, ctx->ncounters);
+      cuda_fail("plan_column_sums", b, __FILE__, __LINE__);
+    }
+    rows = rows * 2 < max_rows ? rows * 2 : max_rows;
   }
 }
 
-void finish_column_sums(KernelCtx* ctx, float* out, const float* partials, int chunks, int C) {
-  if (chunks <= 0 || C <= 0) return;
-  dim3 block(FINISH_COLS, FINISH_GROUPS);
-  finish_column_sums_kernel<<<ceil_div(C, FINISH_COLS), block, 0, ctx->stream>>>(out, partials, chunks, C);
-  CUDA_LAUNCH_CHECK();
-}
-
-// grid (column tiles, chunks): thread (c, chunk) sums x[n, c] over the chunk's rows in order.
-__global__ void column_partials_kernel(float* partials, const act16* x, int N, int C, int rows) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  int chunk = blockIdx.y;
+// Block (32, BIAS_ROW_LANES): thread (x, y) sums pack x (W columns) of the block's column tile
+// over rows y, y + BIAS_ROW_LANES, ... of its chunk, in order; the row lanes' sums are then added
+// in order y = 0, 1, ... (a fixed tree), giving the chunk's leaf. Grid (column tiles, chunks);
+// each column tile is one tree of column_sums.cuh.
+#define BIAS_ROW_LANES 8
+#define BIAS_TILE_PACKS 32
+__global__ void bias_sums_kernel(float* __restrict__ out, float* __restrict__ nodes, unsigned int* counters,
+                                 const act16* __restrict__ x, int N, int C, int rows, int chunks, int wide) {
+  __shared__ float lanes[BIAS_ROW_LANES][BIAS_TILE_PACKS * 8];
+  __shared__ unsigned int flag;
+  const int W = wide ? 8 : 1, len = BIAS_TILE_PACKS * W;
+  int px = threadIdx.x, y = threadIdx.y, tid = y * BIAS_TILE_PACKS + px;
+  int tile = blockIdx.x, chunk = blockIdx.y;
+  int c0 = tile * len + px * W;
   int n0 = chunk * rows, n1 = min(N, n0 + rows);
-  float s = 0.0f;
-  for (int n = n0; n < n1; n++) s += act2f(x[(size_t)n * C + c]);
-  partials[(size_t)chunk * C + c] = s;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (c0 < C) {
+    if (wide) {
+      for (int n = n0 + y; n < n1; n += BIAS_ROW_LANES) {
+        ActPack<8> v = load_pack<8>(x + (size_t)n * C + c0);
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] += act2f(v.v[j]);
+      }
+    } else {
+      for (int n = n0 + y; n < n1; n += BIAS_ROW_LANES) acc[0] += act2f(x[(size_t)n * C + c0]);
+    }
+  }
+  for (int j = 0; j < W; j++) lanes[y][px * W + j] = acc[j];
+  __syncthreads();
+  // The chunk's leaf of this tile's tree: the row lanes added in order.
+  float* leaf = nodes + ((size_t)tile * colsum_tree_nodes(chunks) + chunk) * len;
+  for (int i = tid; i < len; i += BIAS_ROW_LANES * BIAS_TILE_PACKS) {
+    float s = lanes[0][i];
+    for (int k = 1; k < BIAS_ROW_LANES; k++) s += lanes[k][i];
+    leaf[i] = s;
+  }
+  const float* root = colsum_arrive(nodes + (size_t)tile * colsum_tree_nodes(chunks) * len,
+                                    counters + (size_t)tile * colsum_tree_counters(chunks), chunk, chunks, len, &flag);
+  if (!root) return;
+  for (int i = tid; i < len; i += BIAS_ROW_LANES * BIAS_TILE_PACKS)
+    if (tile * len + i < C) out[tile * len + i] += __ldcg(root + i);
 }
 
 void column_sums_accumulate(KernelCtx* ctx, float* out, const act16* x, int N, int C) {
-  RowChunks rc = plan_row_chunks(ctx, N, C, 1);
-  if (rc.chunks == 0) return;
-  float* partials = (float*)ctx->scratch;
-  dim3 grid(ceil_div(C, COL_THREADS), rc.chunks);
-  column_partials_kernel<<<grid, COL_THREADS, 0, ctx->stream>>>(partials, x, N, C, rc.rows);
+  if (N <= 0 || C <= 0) return;
+  int wide = pack_width(C, x) == 8;
+  int len = BIAS_TILE_PACKS * (wide ? 8 : 1), tiles = ceil_div(C, len);
+  // About 256 chunks of at least 16 rows: 2 bytes x 16 rows of input per 4-byte partial.
+  ColumnSumPlan p = plan_column_sums(ctx, "bias gradient", N, tiles, len, 16, 1 << 20, BIAS_ROW_LANES, 256);
+  dim3 grid(tiles, p.chunks), block(BIAS_TILE_PACKS, BIAS_ROW_LANES);
+  bias_sums_kernel<<<grid, block, 0, ctx->stream>>>(out, (float*)ctx->scratch, ctx->counters, x, N, C, p.rows,
+                                                     p.chunks, wide);
   CUDA_LAUNCH_CHECK();
-  finish_column_sums(ctx, out, partials, rc.chunks, C);
 }

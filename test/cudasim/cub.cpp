@@ -182,6 +182,7 @@ cudaError_t cudasim::cub_sort_pairs(void* d_temp_storage, size_t* temp_storage_b
   j.key_signed = key_signed;
   j.begin_bit = begin_bit;
   j.end_bit = end_bit;
+  count_library_call(fn);
   stream_op(stream, fn, [j]() { run_sort(j); });
   return cudaSuccess;
 }

@@ -3,7 +3,11 @@
 // op(B) k x n, C and D m x n; bf16 or fp16 A and B, fp32 compute and scale (CUBLAS_COMPUTE_32F,
 // CUDA_R_32F) with the sum over k accumulated in increasing k, C = D in their type or fp32; epilogues
 // DEFAULT, BIAS (bias[i] added to row i of D), GELU_AUX and GELU_AUX_BIAS (the pre-GELU value
-// stored in the aux matrix, D = GELU(pre) with the tanh approximation).
+// stored in the aux matrix, D = GELU(pre) with the tanh approximation), and DGELU, the backward
+// of GELU_AUX: "apply GELU gradient to matmul output", D = GELU'(aux) * (alpha op(A) op(B)), the
+// aux matrix (the GELU's input, as GELU_AUX stored it: m x n, ld = CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD)
+// read, not written; with beta = 0 only, since the documentation does not say whether beta C is
+// added before or after the gradient.
 //
 // Three kinds of outcome besides success:
 //   - something the simulator does not implement (an attribute, a value, a type, an epilogue,
@@ -219,6 +223,12 @@ float lt::gelu_tanh(float x) {
   float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
   return 0.5f * x * (1.0f + tanhf(u));
 }
+// Its derivative, again with the fallback kernel's operations (kernels/cuda/common.cuh).
+float lt::gelu_tanh_grad(float x) {
+  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 // Reports (through check_device_range) when [p, p + bytes) is not inside one live device
 // allocation, and says whether it is, so a bad operand is reported and then left untouched.
@@ -344,10 +354,10 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t ma
       if (!attr_size_ok(fn, name, buf, sizeInBytes, sizeof u32)) return CUBLAS_STATUS_INVALID_VALUE;
       memcpy(&u32, buf, sizeof u32);
       if (u32 != CUBLASLT_EPILOGUE_DEFAULT && u32 != CUBLASLT_EPILOGUE_BIAS && u32 != CUBLASLT_EPILOGUE_GELU_AUX &&
-          u32 != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+          u32 != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && u32 != CUBLASLT_EPILOGUE_DGELU)
         cudasim::fatal("unimplemented",
-                       "%s: %s = %s (%u) is not implemented (DEFAULT, BIAS, GELU_AUX and GELU_AUX_BIAS are)", fn, name,
-                       epilogue_name(u32), u32);
+                       "%s: %s = %s (%u) is not implemented (DEFAULT, BIAS, GELU_AUX, GELU_AUX_BIAS and DGELU are)", fn,
+                       name, epilogue_name(u32), u32);
       d->epilogue = u32;
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:

@@ -56,6 +56,7 @@ bool overlap(const void* p, size_t pn, const void* q, size_t qn);
 float half_to_f32(int t, uint16_t h);
 uint16_t f32_to_half(int t, float f);
 float gelu_tanh(float x);
+float gelu_tanh_grad(float x);
 bool device_range(const void* p, size_t bytes, const char* what);
 
 }  // namespace lt

@@ -29,7 +29,11 @@ struct Problem {
 };
 
 static bool has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
-static bool has_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS; }
+static bool has_aux(uint32_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+// DGELU reads the aux matrix (the GELU's input); the GELU_AUX epilogues write it.
+static bool aux_is_input(uint32_t e) { return e == CUBLASLT_EPILOGUE_DGELU; }
 
 // Stored (rows, cols) of A and B for a problem: op(A) is m x k, op(B) is k x n.
 static uint64_t a_rows(const Problem& p) { return p.transa == CUBLAS_OP_N ? p.m : p.k; }
@@ -305,7 +309,7 @@ static void run_matmul(const MatmulJob& j) {
   if (j.beta != 0.0f) cudasim::order_access(j.c, extent(m, n, p.ldd) * cd, 0);
   cudasim::order_access(j.d, extent(m, n, p.ldd) * cd, 1);
   if (has_bias(p.epilogue)) cudasim::order_access(j.bias, m * 2, 0);
-  if (has_aux(p.epilogue)) cudasim::order_access(j.aux, extent(m, n, p.aux_ld) * 2, 1);
+  if (has_aux(p.epilogue)) cudasim::order_access(j.aux, extent(m, n, p.aux_ld) * 2, !aux_is_input(p.epilogue));
   if (j.workspace_used) cudasim::order_access(j.workspace, j.workspace_used, 1);
   if (j.workspace_used) memset(j.workspace, 0xa5, j.workspace_used);
 
@@ -334,7 +338,9 @@ static void run_matmul(const MatmulJob& j) {
         v += j.beta * cv;
       }
       if (bias) v += half_to_f32(t, bias[i]);
-      if (aux) {
+      if (aux && aux_is_input(p.epilogue)) {
+        v *= gelu_tanh_grad(half_to_f32(t, aux[i + c * (uint64_t)p.aux_ld]));
+      } else if (aux) {
         aux[i + c * (uint64_t)p.aux_ld] = f32_to_half(t, v);
         v = gelu_tanh(v);
       }
@@ -407,6 +413,10 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtM
   j.workspace_bytes = workspaceSizeInBytes;
   j.workspace_used = rec.workspace;
 
+  if (aux_is_input(p.epilogue) && j.beta != 0.0f)
+    cudasim::fatal("unimplemented", "%s: %s with beta = %g is not implemented (beta = 0 is: the documentation does not "
+                   "say whether beta C is added before or after the gradient)", fn, epilogue_name(p.epilogue),
+                   (double)j.beta);
   if (!A || !B || !D || (!C && j.beta != 0.0f)) {
     cudasim::report("cublasLt", "%s: A = %p, B = %p, C = %p (beta = %g), D = %p: a NULL operand", fn, A, B, C,
                     (double)j.beta, (void*)D);
@@ -444,11 +454,17 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtM
     const void* p;
     size_t n;
   };
-  const Range in[4] = {{"A", A, a_bytes}, {"B", B, b_bytes}, {"C", C, c_bytes}, {"the bias", j.bias, bias_bytes}};
-  const Range out[3] = {
-      {"D", D, d_bytes}, {"the aux matrix", j.aux, aux_bytes}, {"the workspace", workspace, rec.workspace}};
+  const int aux_in = aux_is_input(p.epilogue);
+  const Range in[5] = {{"A", A, a_bytes},
+                       {"B", B, b_bytes},
+                       {"C", C, c_bytes},
+                       {"the bias", j.bias, bias_bytes},
+                       {"the aux matrix", j.aux, aux_in ? aux_bytes : 0}};
+  const Range out[3] = {{"D", D, d_bytes},
+                        {"the aux matrix", j.aux, aux_in ? 0 : aux_bytes},
+                        {"the workspace", workspace, rec.workspace}};
   for (int o = 0; o < 3; o++) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
       if (overlap(out[o].p, out[o].n, in[i].p, in[i].n)) {
         cudasim::report("cublasLt", "%s: output %s [%p, +%zu bytes) overlaps input %s [%p, +%zu bytes)", fn,
                         out[o].what, out[o].p, out[o].n, in[i].what, in[i].p, in[i].n);
@@ -462,6 +478,9 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtM
       }
   }
 
+  char call[96];
+  snprintf(call, sizeof call, "cublasLtMatmul %s", epilogue_name(p.epilogue));
+  cudasim::count_library_call(call);
   cudasim::stream_op(stream, "cublasLtMatmul", [j]() { run_matmul(j); });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -2,7 +2,10 @@
 // inside a block every CUDA thread is a fiber (fiber.h) with its own stack, its local memory.
 // A thread runs until it reaches a point where it must wait for others (__syncthreads, a warp
 // collective, __syncwarp) or exits; the scheduler then runs the next runnable thread, in index
-// order or, with CUDASIM_SEED set, in a seeded random order per round. When no thread can run:
+// order or, with CUDASIM_SEED set, in a seeded random order per round. The blocks of a launch
+// run one at a time, in index order (the order GPUs start them in, which the attention
+// backward's ordered dQ sum relies on), or with CUDASIM_BLOCK_SEED in a seeded random order (for
+// kernels whose blocks meet only through a last arriver). When no thread can run:
 // all waiting at a barrier releases it; anything else is a deadlock on a GPU and is reported
 // with where each thread waits.
 //
@@ -15,6 +18,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+
+#include <utility>
+#include <vector>
 
 #include "test/cudasim/sim.h"
 
@@ -102,10 +108,13 @@ static void describe_waits(char* out, size_t n) {
   }
 }
 
-static uint64_t rng = 0;
+static uint64_t rng = 0, block_rng = 0;
+static uint64_t xorshift(uint64_t* x) {
+  *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+  return *x;
+}
 static uint64_t next_rand() {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return rng;
+  return xorshift(&rng);
 }
 
 static void run_block() {
@@ -225,13 +234,15 @@ void launch_kernel(const void* kernel, const char* name, const LaunchConfig& cfg
   if (!seeded) {
     const char* s = getenv("CUDASIM_SEED");
     rng = s && *s ? strtoull(s, nullptr, 0) * 0x9E3779B97F4A7C15ull + 1 : 0;
+    const char* bs = getenv("CUDASIM_BLOCK_SEED");
+    block_rng = bs && *bs ? strtoull(bs, nullptr, 0) * 0x9E3779B97F4A7C15ull + 1 : 0;
     seeded = 1;
   }
   if (!check_config(name, kernel, cfg)) {
     destroy(params);
     return;
   }
-  count_launch();
+  count_launch(name);
   stream_op((cudaStream_t)cfg.stream, name, [=] {
     ex.kernel = name;
     ex.grid = cfg.grid, ex.block = cfg.block;
@@ -242,7 +253,16 @@ void launch_kernel(const void* kernel, const char* name, const LaunchConfig& cfg
     ex.params = (const unsigned char*)params, ex.params_bytes = params_bytes;
     cur_entry = entry, cur_params = params;
     long nblocks = (long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
-    for (long b = 0; b < nblocks; b++) {
+    // Blocks run one at a time, in index order, or with CUDASIM_BLOCK_SEED in a seeded random
+    // order: a GPU promises no order of arrival, so a kernel whose blocks meet through global
+    // memory (the last block to arrive finishing a sum, kernels/cuda/column_sums.cuh) must give
+    // the same bits whichever block comes last.
+    std::vector<long> block_order((size_t)nblocks);
+    for (long b = 0; b < nblocks; b++) block_order[(size_t)b] = b;
+    if (block_rng)
+      for (long i = nblocks - 1; i > 0; i--)
+        std::swap(block_order[(size_t)i], block_order[xorshift(&block_rng) % (uint64_t)(i + 1)]);
+    for (long b : block_order) {
       ex.block_linear = b;
       ex.block_idx = uint3{(unsigned)(b % cfg.grid.x), (unsigned)(b / cfg.grid.x % cfg.grid.y),
                            (unsigned)(b / ((long)cfg.grid.x * cfg.grid.y))};

@@ -48,17 +48,19 @@ static float* dev_f32(size_t n) {
   return d;
 }
 
+// Causal attention over 150 positions: the forward's partial query and key tiles, and two key
+// tiles of the backward, the second adding to the last query tile's dq after the first.
 static void attention(KernelCtx* K, int D) {
-  int B = 1, T = 70, H = 1, C = H * D;
+  int B = 1, T = 150, H = 1, C = H * D;
   AttnShape s = {.B = B, .Tq = T, .Tk = T, .H = H, .D = D, .q_stride = 3 * C, .kv_stride = 3 * C,
                  .scale = 0.125f, .causal = 1};
   act_t* qkv = dev_act((size_t)B * T * 3 * C);
   act_t* out = dev_act((size_t)B * T * C);
   float* lse = dev_f32((size_t)B * H * T);
-  attention_forward(K, out, lse, qkv, qkv + C, qkv + 2 * C, NULL, s);
+  attention_forward(K, out, lse, qkv, qkv + C, qkv + 2 * C, (AttnBias){0}, s);
   act_t* dout = dev_act((size_t)B * T * C);
   act_t* dqkv = dev_act((size_t)B * T * 3 * C);
-  attention_backward(K, dqkv, dqkv + C, dqkv + 2 * C, NULL, dout, out, lse, qkv, qkv + C, qkv + 2 * C, NULL, s);
+  attention_backward(K, dqkv, dqkv + C, dqkv + 2 * C, NULL, dout, out, lse, qkv, qkv + C, qkv + 2 * C, (AttnBias){0}, s);
 }
 
 int main(int argc, char** argv) {
@@ -90,7 +92,9 @@ int main(int argc, char** argv) {
     if (cudaMalloc((void**)&dt, sizeof targets) != cudaSuccess ||
         cudaMemcpy(dt, targets, sizeof targets, cudaMemcpyHostToDevice) != cudaSuccess)
       return 2;
-    classifier_forward_backward(K, dev_f32(N), dev_act((size_t)N * Vp), dt, N, V, Vp, 1.0f / N);
+    float dloss = 1.0f / N, *ddloss = dev_f32(1);
+    if (cudaMemcpy(ddloss, &dloss, sizeof dloss, cudaMemcpyHostToDevice) != cudaSuccess) return 2;
+    classifier_forward_backward(K, dev_f32(N), dev_act((size_t)N * Vp), dt, N, V, Vp, ddloss);
   } else if (!strcmp(c, "stream-race") || !strcmp(c, "stream-ordered")) {
     size_t n = 4096;
     act_t *y = dev_act(n), *x = dev_act(n), *src = dev_act(n);

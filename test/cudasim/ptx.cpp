@@ -130,3 +130,40 @@ extern "C" void cudasim_mma_m16n8k16(int f16, float c[4], const uint32_t a[4], u
 }
 
 extern "C" float cudasim_ex2_approx_ftz(float x) { return ex2_approx_ftz(x); }
+
+// ld.acquire / red.release on a global flag (ptx.cuh flag_wait_eq, flag_release_add). Blocks
+// run one at a time, in launch order, so every block a wait may depend on on a GPU (one started
+// before it) has finished here: the flag already holds its final value for this wait, and any
+// other value is a wait that would hang (a missing release, a wrong count, or a release by a
+// block launched later, which a GPU need not start while this one spins).
+static void flag_access(const int* flag, int is_write, const char* op, const char* file, int line) {
+  SimThread* t = g_cur;
+  if (!t) fatal("api", "%s called from host code", op);
+  char who[256], wd[256];
+  if ((uintptr_t)flag & 3) {
+    describe_thread(who, sizeof who);
+    report("misaligned", "%s at %s:%d: %s gives flag address %p, not 4-byte aligned", op, file, line, who,
+           (const void*)flag);
+  }
+  if (is_shared(flag, 4) || !find_allocation(flag)) {
+    describe_thread(who, sizeof who);
+    describe_address(flag, wd, sizeof wd);
+    report("memcheck", "%s at %s:%d: %s: flag %s is not global memory", op, file, line, who, wd);
+  }
+  device_access(flag, 4, is_write, __builtin_return_address(0));
+}
+
+extern "C" void cudasim_flag_wait_eq(const int* flag, int value, const char* file, int line) {
+  flag_access(flag, 0, "ld.acquire.gpu (flag wait)", file, line);
+  if (*flag == value) return;
+  char who[256];
+  describe_thread(who, sizeof who);
+  report("divergence", "deadlock at %s:%d: %s waits for its flag to reach %d, but it holds %d after every block "
+         "launched before this one has finished (a missing or miscounted release, or one due from a later block)",
+         file, line, who, value, *flag);
+}
+
+extern "C" void cudasim_flag_release_add(int* flag, int v, const char* file, int line) {
+  flag_access(flag, 1, "red.release.gpu (flag release)", file, line);
+  *flag += v;
+}

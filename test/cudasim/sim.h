@@ -49,7 +49,8 @@ void copy_op(cudaStream_t s, const char* what, void* dst, const void* src, size_
 void device_synchronize_all();
 
 // ---- per-step counters (stats.cpp) -----------------------------------------------------------
-void count_launch();
+void count_launch(const char* kernel);
+void count_library_call(const char* call);  // a cuBLASLt product, a cub sort: kernels of their own
 void count_sync(const char* call);   // a host-blocking call
 void count_allocation(int sign);     // +1 cudaMalloc, -1 cudaFree
 void count_collective(const char* kind, size_t bytes);

@@ -1,7 +1,8 @@
 // test_cublaslt.cpp: the CUDA simulator's cuBLASLt (cublaslt.cpp) and CUB radix sort (cub.cpp).
 //
 // cuBLASLt: every product kernels/cuda/matmul.cu issues (forward T/N with and without BIAS,
-// GELU_AUX and GELU_AUX_BIAS with both outputs, dinp N/N, dweight N/T into fp32 with beta = 1),
+// GELU_AUX and GELU_AUX_BIAS with both outputs, dinp N/N plain and with DGELU (the GELU's input
+// in the aux matrix, read only), dweight N/T into fp32 with beta = 1),
 // called with the column-major descriptors of matmul.cu's table and checked against references
 // computed here from the row-major meaning of each product, so the column-major mapping itself
 // is under test. Two references: a double-precision sum with a derived tolerance (the
@@ -9,7 +10,8 @@
 // the order of matmul.cu's fallback kernel, so both paths give the same bits). Then the
 // heuristic: no algorithm for 2-byte aligned operands, for rows that are not a multiple of 16
 // bytes, and for every shape under CUDASIM_LT_NO_ALGO=1. Planted mistakes (a swapped transa, an
-// output off by one bf16 ulp) must fail the checks, so the checks can fail.
+// output off by one bf16 ulp, DGELU with a wrong derivative) must fail the checks, so the checks
+// can fail.
 //
 // CUB: SortPairs on int32 keys as embedding.cu calls it: the size query, stability with
 // duplicate keys, negative keys in numeric order, CUB's bit-range rule for signed keys, and
@@ -121,9 +123,9 @@ static const size_t kWorkspaceBytes = (size_t)1 << 20;
 
 // ---- plans, as matmul.cu builds them ---------------------------------------------------------
 
-enum Kind { FORWARD, FORWARD_GELU, DINP, DWEIGHT };
+enum Kind { FORWARD, FORWARD_GELU, DINP, DWEIGHT, DINP_DGELU };
 static const char* kind_name(int k) {
-  static const char* n[] = {"forward", "forward_gelu", "dinp", "dweight"};
+  static const char* n[] = {"forward", "forward_gelu", "dinp", "dweight", "dinp_dgelu"};
   return n[k];
 }
 
@@ -148,7 +150,7 @@ static void plan_create(Plan* p, int kind, int m, int n, int k, int has_bias, ui
     ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     ar = k, ac = m, lda = k;
     br = k, bc = n, ldb = k;
-  } else if (kind == DINP) {  // m=C, n=N, k=OC
+  } else if (kind == DINP || kind == DINP_DGELU) {  // m=C, n=N, k=OC
     ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     ar = m, ac = k, lda = m;
     br = k, bc = n, ldb = k;
@@ -169,12 +171,13 @@ static void plan_create(Plan* p, int kind, int m, int n, int k, int has_bias, ui
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (kind == FORWARD && has_bias) epi = CUBLASLT_EPILOGUE_BIAS;
   if (kind == FORWARD_GELU) epi = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (kind == DINP_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
   LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (has_bias) {
     cudaDataType_t bt = g_half;
     LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
   }
-  if (kind == FORWARD_GELU) {
+  if (kind == FORWARD_GELU || kind == DINP_DGELU) {
     int64_t aux_ld = ldd;
     cudaDataType_t at = g_half;
     LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
@@ -218,7 +221,7 @@ static void plan_destroy(Plan* p) {
 static void plan_run(Plan* p, int kind, const void* A, const void* B, void* D, const void* bias, void* aux,
                      float beta) {
   if (bias) LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  if (kind == FORWARD_GELU)
+  if (kind == FORWARD_GELU || kind == DINP_DGELU)
     LT_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
   float alpha = 1.0f;
   LT_OK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->c, D, p->d, &p->algo, g_workspace,
@@ -236,6 +239,7 @@ typedef struct {
   std::vector<double> mag;  // sum of |terms|, including bias and the accumulated value
   std::vector<float> f32;   // float sum in increasing t, then the same epilogue arithmetic
   int K;
+  std::vector<float> dgelu_in;  // DGELU: the aux matrix (the GELU's input) per output, row-major
 } Ref;
 
 static float gelu_f(float x) {  // the simulator's and the fallback kernel's float GELU
@@ -244,6 +248,18 @@ static float gelu_f(float x) {  // the simulator's and the fallback kernel's flo
 }
 static double gelu_d(double x) {
   return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+// GELU's derivative: the float one of the simulator and the fallback kernel (the same
+// operations as kernels/cuda/common.cuh), and the exact one in double.
+static float gelu_grad_f(float x) {
+  float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+}
+static double gelu_grad_d(double x) {
+  const double k = sqrt(2.0 / 3.14159265358979323846);
+  double t = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 // out[r][s] = sum_t X[r*xr + t*xt] * Y[s*ys + t*yt] (+ bias[s]) (+ acc[r][s]), R x S row-major.
@@ -297,11 +313,16 @@ static Ref reference(const std::vector<uint16_t>& X, size_t xr, size_t xt, const
 //                    roundings of terms bounded by |x|, tanhf within 2 ulp, and tanh' = sech^2
 //                    damps the error of its argument where that argument is large); then bf16:
 //                    |got - ref| <= 2^-8 |ref| + 1.13 e + 16 u (|x| + 1)
+//   DGELU out:       the product v times GELU'(x) for the aux value x (|x| < 1 here): |GELU'| < 1.13
+//                    carries the product's error e, and the float derivative, a few roundings of
+//                    terms bounded by 1 + |x| with tanhf within 2 ulp, is within 16 u (1 + |x|) of
+//                    the exact one; then bf16:
+//                    |got - ref| <= 2^-8 |ref| + 1.13 e + 16 u (1 + |x|) |v|
 // Any mistake in the mapping (a wrong transpose, a bias per column, a swapped operand) moves
 // results by about the size of the values themselves, far beyond these bounds.
 static const double kU = 1.0 / 16777216.0;
 
-enum Out { OUT_BF16, OUT_FP32, OUT_GELU };
+enum Out { OUT_BF16, OUT_FP32, OUT_GELU, OUT_DGELU };
 
 // Elements of got (R x S row-major, bf16 bits or floats) outside the tolerance; *worst is the
 // largest |error| / tolerance seen.
@@ -318,6 +339,10 @@ static int count_bad(const void* got, Out kind, const Ref& r, double* worst) {
         double x = ref;
         ref = gelu_d(x);
         e = 1.13 * e + 16 * kU * (fabs(x) + 1);
+      } else if (kind == OUT_DGELU) {
+        double x = r.dgelu_in[o], v = ref;
+        ref = v * gelu_grad_d(x);
+        e = 1.13 * e + 16 * kU * (1 + fabs(x)) * fabs(v);
       }
       e += kBf * fabs(ref);
     }
@@ -336,7 +361,7 @@ static int count_bits_differ(const void* got, Out kind, const Ref& r) {
     if (kind == OUT_FP32) {
       bad += memcmp(&((const float*)got)[o], &f, sizeof f) != 0;
     } else {
-      uint16_t want = f2bf(kind == OUT_GELU ? gelu_f(f) : f);
+      uint16_t want = f2bf(kind == OUT_GELU ? gelu_f(f) : kind == OUT_DGELU ? f * gelu_grad_f(r.dgelu_in[o]) : f);
       bad += ((const uint16_t*)got)[o] != want;
     }
   }
@@ -410,6 +435,29 @@ static void test_shape(int N, int C, int OC) {
     EXPECT("dinp: heuristic finds an algorithm", p.has_algo, "none for %s", what);
     plan_destroy(&p);
   }
+  {  // dinp through the GELU: D = GELU'(aux) * (dout @ W), the aux matrix (C x N, ld C) read only
+    Plan p;
+    plan_create(&p, DINP_DGELU, C, N, OC, 0, ptr_align(d_W), ptr_align(d_dout), ptr_align(d_dinp), 0);
+    snprintf(what, sizeof what, "dinp DGELU N=%d C=%d OC=%d", N, C, OC);
+    std::vector<uint16_t> x = rnd_bf16s((size_t)N * C);
+    uint16_t* d_x = upload(x);
+    CUDA_OK(cudaMemcpy(d_dinp, nans.data(), (size_t)N * C * 2, cudaMemcpyHostToDevice));
+    if (p.has_algo) {
+      plan_run(&p, DINP_DGELU, d_W, d_dout, d_dinp, NULL, d_x, 0.0f);
+      CUDA_OK(cudaStreamSynchronize(g_stream));
+      std::vector<uint16_t> dinp = download(d_dinp, (size_t)N * C);
+      Ref r = reference(dout, OC, 1, W, 1, C, NULL, NULL, N, C, OC);
+      r.dgelu_in.resize(x.size());
+      for (size_t i = 0; i < x.size(); i++) r.dgelu_in[i] = bf2f(x[i]);
+      expect_matches(what, dinp.data(), OUT_DGELU, r);
+      char name[200];
+      snprintf(name, sizeof name, "%s: the aux matrix is read, not written%s", what, g_tag);
+      EXPECT(name, download(d_x, x.size()) == x, "it changed");
+    }
+    EXPECT("dinp DGELU: heuristic finds an algorithm", p.has_algo, "none for %s", what);
+    plan_destroy(&p);
+    cudaFree(d_x);
+  }
   {
     Plan p;
     plan_create(&p, DWEIGHT, C, OC, N, 0, ptr_align(d_inp), ptr_align(d_dout), ptr_align(d_dW), 0);
@@ -463,6 +511,31 @@ static void test_planted_mistakes(void) {
   }
   plan_destroy(&p);
   cudaFree(d_inp), cudaFree(d_W), cudaFree(d_out);
+
+  // DGELU against a wrong derivative: the checks must tell GELU' from the derivative with the
+  // tanh' term dropped (0.5 (1 + t)), and from GELU itself in its place.
+  std::vector<uint16_t> dout = rnd_bf16s((size_t)N * OC), x = rnd_bf16s((size_t)N * C);
+  Ref rd = reference(dout, OC, 1, W, 1, C, NULL, NULL, N, C, OC);
+  rd.dgelu_in.resize(x.size());
+  for (size_t i = 0; i < x.size(); i++) rd.dgelu_in[i] = bf2f(x[i]);
+  std::vector<uint16_t> good(x.size()), no_tanh_term(x.size()), gelu_not_grad(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    float v = rd.f32[i], xi = rd.dgelu_in[i];
+    float u = 0.7978845608028654f * (xi + 0.044715f * xi * xi * xi);
+    good[i] = f2bf(v * gelu_grad_f(xi));
+    no_tanh_term[i] = f2bf(v * 0.5f * (1.0f + tanhf(u)));
+    gelu_not_grad[i] = f2bf(v * gelu_f(xi));
+  }
+  double worst;
+  EXPECT("planted: DGELU with the right derivative passes both checks",
+         count_bad(good.data(), OUT_DGELU, rd, &worst) == 0 && count_bits_differ(good.data(), OUT_DGELU, rd) == 0,
+         "it does not (worst %.3g)", worst);
+  int bad1 = count_bad(no_tanh_term.data(), OUT_DGELU, rd, &worst);
+  EXPECT("planted: DGELU without the tanh' term of the derivative fails the tolerance check", bad1 > N * C / 4,
+         "only %d of %d elements outside", bad1, N * C);
+  int bad2 = count_bad(gelu_not_grad.data(), OUT_DGELU, rd, &worst);
+  EXPECT("planted: DGELU with GELU in place of its derivative fails the tolerance check", bad2 > N * C / 2,
+         "only %d of %d elements outside", bad2, N * C);
 }
 
 // The product is queued with the descriptor's values at the call: setting another bias

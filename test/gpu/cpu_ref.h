@@ -52,6 +52,13 @@ void CPU(matmul_backward)(KernelCtx* ctx, float* dinp, float* dweight, float* db
                           const float* dout, const float* inp, const float* weight, int N, int C,
                           int OC);
 
+void CPU(matmul_backward_gelu)(KernelCtx* ctx, float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, const float* pre, int N, int C, int OC);
+
+void CPU(step_prepare)(KernelCtx* ctx, StepControl* c);
+void CPU(grad_norm_words)(KernelCtx* ctx, int64_t* out, int64_t* unit_words, int nunits);
+void CPU(step_decide)(KernelCtx* ctx, StepControl* c, double* loss_sum, int64_t* norm_words, int nunits);
+
 void CPU(gelu_forward)(KernelCtx* ctx, float* out, const float* x, size_t n);
 void CPU(gelu_backward)(KernelCtx* ctx, float* dx, const float* x, const float* dout, size_t n);
 void CPU(relu_forward)(KernelCtx* ctx, float* out, const float* x, size_t n);
@@ -59,21 +66,26 @@ void CPU(relu_backward)(KernelCtx* ctx, float* dx, const float* x, const float* 
 void CPU(geglu_forward)(KernelCtx* ctx, float* out, const float* x, int N, int F);
 void CPU(geglu_backward)(KernelCtx* ctx, float* dx, const float* x, const float* dout, int N, int F);
 
+// kernels.h's AttnBias with act_t = float (the same layout: a table pointer and three ints).
+#ifdef CPU_REF_CHECK
+typedef AttnBias CpuAttnBias;
+#else
+typedef struct {
+  const float* table;
+  int num_buckets, max_distance, bidirectional;
+} CpuAttnBias;
+#endif
 void CPU(attention_forward)(KernelCtx* ctx, float* out, float* lse, const float* q, const float* k,
-                            const float* v, const float* pos_bias, AttnShape s);
-void CPU(attention_backward)(KernelCtx* ctx, float* dq, float* dk, float* dv, float* dpos_bias,
+                            const float* v, CpuAttnBias bias, AttnShape s);
+void CPU(attention_backward)(KernelCtx* ctx, float* dq, float* dk, float* dv, float* dtable,
                              const float* dout, const float* out, const float* lse, const float* q,
-                             const float* k, const float* v, const float* pos_bias, AttnShape s);
+                             const float* k, const float* v, CpuAttnBias bias, AttnShape s);
 
 void CPU(classifier_forward_backward)(KernelCtx* ctx, float* losses, float* logits,
-                                      const int32_t* targets, int N, int V, int Vp, float dloss);
+                                      const int32_t* targets, int N, int V, int Vp, const float* dloss);
 void CPU(softmax_row)(KernelCtx* ctx, float* probs, const float* logits_row, int V, float temperature);
 
 int CPU(relative_position_bucket)(int relative_position, int bidirectional, int num_buckets, int max_distance);
-void CPU(relative_bias_forward)(KernelCtx* ctx, float* bias, const float* table, int H, int Tq, int Tk,
-                                int bidirectional, int num_buckets, int max_distance);
-void CPU(relative_bias_backward)(KernelCtx* ctx, float* dtable, const float* dbias, int H, int Tq, int Tk,
-                                 int bidirectional, int num_buckets, int max_distance);
 
 void CPU(add_inplace)(KernelCtx* ctx, float* y, const float* x, size_t n);
 void CPU(scale_act)(KernelCtx* ctx, float* x, float s, size_t n);

@@ -10,7 +10,7 @@
 #   3. reproducibility: two CUDA runs give bit-identical losses and final parameters (digest)
 #   4. compute-sanitizer memcheck on a 2-step CUDA run, when compute-sanitizer is installed
 #   5. NCCL with several ranks on this one GPU (each process its own NCCL_HOSTID, sockets on
-#      loopback): 2 and 4 ranks with full, grad-op and hybrid:2 track the one-rank run
+#      loopback): 2 and 4 ranks with full, grad-op, hybrid:2 and hpz:2 track the one-rank run
 #   6. the memory plan: the device memory a run takes agrees with --plan within 2%
 # Ends with "N passed, M failed" (the kernel test's checks count one by one).
 #
@@ -158,8 +158,8 @@ launch() {  # launch W OUT args...: mpirun when present, else the environment pa
 for W in 2 4; do
   ./train_gpt $MR --accum $W --log "$TMP/mr_ref$W.json" --dump-params "$TMP/mr_ref$W.bin" > "$TMP/mr_ref$W.out" 2>&1 ||
     bad "NCCL reference run (1 rank, accum $W) failed"
-  for S in full grad-op hybrid:2; do
-    [ "$S" = hybrid:2 ] && [ "$W" = 2 ] && continue
+  for S in full grad-op hybrid:2 hpz:2; do  # hpz:2: node groups {0,1} {2,3} of the 4 ranks
+    case "$S:$W" in hybrid:2:2 | hpz:2:2) continue ;; esac
     name="mr_w${W}_${S/:/}"
     if launch "$W" "$TMP/$name.out" $MR --shard "$S" --log "$TMP/$name.json" --dump-params "$TMP/$name.bin"; then
       r=$(python3 test/compare_params.py "$TMP/$name.bin" "$TMP/mr_ref$W.bin" "$TMP/$name.json" "$TMP/mr_ref$W.json" 5e-3)

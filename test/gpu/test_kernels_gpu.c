@@ -6,7 +6,7 @@
 // the models on a GPU; small runs every test at small and odd shapes that still take every
 // branch the full profile takes, sized for an emulated GPU (about 1000x slower per flop than a
 // CPU): the whole small profile is about 2*10^8 flops, most of them the tensor-core products
-// of attention (the padded 64-row tiles count in full).
+// of attention (the padded tiles count in full).
 //
 // An fp16 build (make PRECISION=fp16: build/test-gpu-fp16, build/sim-fp16) runs the same tests on
 // the fp16 kernels: read fp16 for bf16 below, with u = 2^-11 (fp16 keeps 11 significant bits) in
@@ -56,9 +56,13 @@
 //   cancel in dS, so their fp32 errors are not relative to dS (the first causal row sees one
 //   key, dP = D exactly, and its dS = 0 comes out of fp32 as a rounding residue). F is R with
 //   |dS_ij| replaced by P_ij (|dout_i|.|v_j| + |dout_i|.|out_i|); those errors are at most
-//   D 2^-24 < 2^-16 of it, and 2^-14 is 4x that. dpos_bias sums fp32 dS (nothing rounded to
-//   bf16) onto its random start d0: |gpu - ref| <= 2^-22 |d0| + 2^-10 R + 2^-14 F, with
-//   R = sum_b |dS_ij| and F = sum_b P_ij (...). The unfused path (D > 128) rounds nothing to
+//   D 2^-24 < 2^-16 of it, and 2^-14 is 4x that. dtable (the position bias gradient) sums fp32
+//   dS (nothing rounded to bf16) per (bucket, head) onto its random start d0:
+//   |gpu - ref| <= 2^-22 |d0| + 2^-10 R + 2^-14 F, with R = sum |dS_ij| and F = sum P_ij (...)
+//   over the (b, i, j) of the bucket. Both backends add the same terms in different trees; an
+//   fp32 sum of depth d errs by at most d 2^-24 of R, so 2^-10 R holds while the deepest chain
+//   of additions (the CPU's B + Tk + Tq, the GPU's per-thread, diagonal, query-tile, (batch, key
+//   tile) and position stages) stays below 2^14. The unfused path (D > 128) rounds nothing to
 //   bf16 before its outputs and meets the same bounds with more to spare.
 //   The first two terms bound the rounding errors, the last two twice the fp32 errors. Wrong
 //   kernels exceed it on many elements: a dq/dk scale off by 2^-4 moves each element by 6% of
@@ -75,6 +79,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/step_control.h"
 #include "test/gpu/cpu_ref.h"
 #include "test/test.h"
 
@@ -362,7 +367,7 @@ static void check_true(const char* name, int ok, const char* detail) {
 static void check_close_act(const char* name, const float* gpu, const float* ref, size_t n, double arel) {
   check_close_floor(name, gpu, ref, n, R_ACT, arel, ACT_ETA2);
 }
-// attention (see the top): |gpu - ref| <= u |ref| + (u + ATTN_R) R + ATTN_F F, dpos_bias
+// attention (see the top): |gpu - ref| <= u |ref| + (u + ATTN_R) R + ATTN_F F, dtable
 // ATTN_D0 |d0| + ATTN_R R + ATTN_F F
 #define ATTN_R 0.0009765625          // 2^-10
 #define ATTN_F 0.00006103515625      // 2^-14
@@ -381,6 +386,7 @@ static void test_backend(void) {
 // ---- elementwise ----------------------------------------------------------------------
 
 static void test_elementwise(size_t n) {
+  if (!test_wanted("elementwise")) return;
   char label[160];
   float* y0 = hrand(n, 1.0f, 0.0f);
   float* x = hrand(n, 1.0f, 0.0f);
@@ -486,6 +492,7 @@ typedef void (*CpuFwd)(KernelCtx*, float*, const float*, size_t);
 typedef void (*CpuBwd)(KernelCtx*, float*, const float*, const float*, size_t);
 
 static void test_unary(const char* name, ActFwd fwd, ActBwd bwd, CpuFwd cfwd, CpuBwd cbwd, size_t n) {
+  if (!test_wanted(name)) return;
   char label[160];
   float* x = hrand(n, 3.0f, 0.0f);
   float* dout = hrand(n, 1.0f, 0.0f);
@@ -532,6 +539,7 @@ static void test_unary(const char* name, ActFwd fwd, ActBwd bwd, CpuFwd cfwd, Cp
 }
 
 static void test_geglu(int N, int F) {
+  if (!test_wanted("geglu")) return;
   char label[160];
   size_t nx = (size_t)N * 2 * F, no = (size_t)N * F;
   float* x = hrand(nx, 3.0f, 0.0f);
@@ -569,6 +577,7 @@ static void test_geglu(int N, int F) {
 // ---- normalization --------------------------------------------------------------------
 
 static void test_layernorm(int N, int C, int rms) {
+  if (!test_wanted(rms ? "rmsnorm" : "layernorm")) return;
   const char* nm = rms ? "rmsnorm" : "layernorm";
   char label[160];
   size_t n = (size_t)N * C;
@@ -689,6 +698,7 @@ static void test_layernorm(int N, int C, int rms) {
 // weight_offset: elements by which the weight starts after its allocation (64 elements = 128
 // bytes, the flat layout's alignment of a parameter, less than cuBLASLt's default 256).
 static void test_matmul(int N, int C, int OC, int with_bias, int weight_offset) {
+  if (!test_wanted("matmul")) return;
   char tag[96], label[192];
   snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s%s", N, C, OC, with_bias ? " bias" : "",
            weight_offset ? " weight+128B" : "");
@@ -759,6 +769,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int weight_offset) 
 }
 
 static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
+  if (!test_wanted("matmul_gelu")) return;
   char label[192];
   size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
   float* inp = hrand(ni, 1.0f, 0.0f);
@@ -792,11 +803,68 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
   free(inp), free(w), free(b), free(rpre), free(rout);
 }
 
+// matmul_backward_gelu: the matmul's input is gelu(pre), and dinp is the gradient of pre. Where
+// C % 8 == 0 (and pre is 16-byte aligned) GELU' multiplies the fp32 product in the cuBLASLt
+// epilogue (DGELU); elsewhere dinp is rounded to bf16 first and gelu_backward follows, so the
+// reference rounds the product there too (as test_matmul_gelu's). dweight and dbias as in
+// matmul_backward, from the same (random) starting values.
+static void test_matmul_backward_gelu(int N, int C, int OC) {
+  if (!test_wanted("matmul_backward_gelu")) return;
+  char tag[96], label[192];
+  snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s", N, C, OC, C % 8 ? " (unfused: C % 8 != 0)" : " (DGELU epilogue)");
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float* pre = hrand(ni, 2.0f, 0.0f);  // GELU inputs across its curved part
+  round_act(pre, ni);
+  float* inp = hzero(ni);
+  cpu_gelu_forward(NULL, inp, pre, ni);
+  round_act(inp, ni);
+  float* w = hrand(nw, 0.5f, 0.0f);
+  float* g = hrand(no, 1.0f, 0.0f);
+  float* dw0 = hrand(nw, 1.0f, 0.0f);
+  float* db0 = hrand(OC, 1.0f, 0.0f);
+  act_t *dpre = up_act(pre, ni), *dinp_in = up_act(inp, ni), *dwt = up_act(w, nw), *dg = up_act(g, no);
+  act_t* ddinp = dmalloc(ni * 2);
+  float *ddw = up_f32(dw0, nw), *ddb = up_f32(db0, OC);
+  float *rdinp = hzero(ni), *rdw = hcopy(dw0, nw), *rdb = hcopy(db0, OC);
+  cpu_matmul_backward(NULL, rdinp, rdw, rdb, g, inp, w, N, C, OC);
+  if (C % 8 != 0) round_act(rdinp, ni);
+  cpu_gelu_backward(NULL, rdinp, pre, rdinp, ni);
+  // The CPU's own matmul_backward_gelu is that sequence (without the rounding).
+  float *cdinp = hzero(ni), *cdw = hcopy(dw0, nw), *cdb = hcopy(db0, OC), *plain = hzero(ni);
+  cpu_matmul_backward_gelu(NULL, cdinp, cdw, cdb, g, inp, w, pre, N, C, OC);
+  float* scratch_w = hcopy(dw0, nw);
+  cpu_matmul_backward(NULL, plain, scratch_w, NULL, g, inp, w, N, C, OC);
+  cpu_gelu_backward(NULL, plain, pre, plain, ni);
+  snprintf(label, sizeof label, "cpu matmul_backward_gelu is matmul_backward then gelu_backward %s", tag);
+  check_true(label, !memcmp(cdinp, plain, ni * 4) && !memcmp(cdw, scratch_w, nw * 4), "bits differ");
+  Result gi[2], gw[2], gb[2];
+  for (int rep = 0; rep < 2; rep++) {
+    poison(ddinp, ni * 2);
+    set_f32(ddw, dw0, nw), set_f32(ddb, db0, OC);
+    matmul_backward_gelu(K, ddinp, ddw, ddb, dg, dinp_in, dwt, dpre, N, C, OC);
+    gi[rep] = get_act(ddinp, ni), gw[rep] = get_f32(ddw, nw), gb[rep] = get_f32(ddb, OC);
+  }
+  snprintf(label, sizeof label, "matmul_backward_gelu dinp (gradient of the GELU's input) %s", tag);
+  check_close_act(label, gi[0].f, rdinp, ni, A_PROD);
+  check_same(label, &gi[0], &gi[1]);
+  snprintf(label, sizeof label, "matmul_backward_gelu dweight (accumulated) %s", tag);
+  check_close(label, gw[0].f, rdw, nw, 1e-3, 1e-3);
+  check_same(label, &gw[0], &gw[1]);
+  snprintf(label, sizeof label, "matmul_backward_gelu dbias (accumulated) %s", tag);
+  check_close(label, gb[0].f, rdb, OC, 1e-4, 1e-4);
+  check_same(label, &gb[0], &gb[1]);
+  for (int i = 0; i < 2; i++) free_result(&gi[i]), free_result(&gw[i]), free_result(&gb[i]);
+  dfree(dpre), dfree(dinp_in), dfree(dwt), dfree(dg), dfree(ddinp), dfree(ddw), dfree(ddb);
+  free(pre), free(inp), free(w), free(g), free(dw0), free(db0), free(rdinp), free(rdw), free(rdb);
+  free(cdinp), free(cdw), free(cdb), free(plain), free(scratch_w);
+}
+
 // ---- embeddings -----------------------------------------------------------------------
 
 // token_range: ids are drawn from [0, token_range) (repeats), and every 7th row is id 42 % V
 // (one long segment).
 static void test_embedding(int N, int T, int C, int V, int Vp, int token_range, int with_wpe) {
+  if (!test_wanted("embedding")) return;
   char tag[96], label[192];
   snprintf(tag, sizeof tag, "N=%d T=%d C=%d V=%d%s", N, T, C, V, with_wpe ? "" : " no wpe");
   size_t nte = (size_t)Vp * C, npe = (size_t)T * C, no = (size_t)N * C;
@@ -848,6 +916,7 @@ static void test_embedding(int N, int T, int C, int V, int Vp, int token_range, 
 // ---- classifier -----------------------------------------------------------------------
 
 static void test_classifier(int N, int V, int Vp) {
+  if (!test_wanted("classifier")) return;
   char tag[64], label[192];
   snprintf(tag, sizeof tag, "N=%d V=%d Vp=%d", N, V, Vp);
   size_t nl = (size_t)N * Vp;
@@ -860,12 +929,13 @@ static void test_classifier(int N, int V, int Vp) {
   int32_t* dt = up_i32(tgt, N);
   float* dlosses = dmalloc(N * 4);
   float *rl = hcopy(logits, nl), *rloss = hzero(N);
-  cpu_classifier_forward_backward(NULL, rloss, rl, tgt, N, V, Vp, dloss);
+  cpu_classifier_forward_backward(NULL, rloss, rl, tgt, N, V, Vp, &dloss);
+  float* ddloss = up_f32(&dloss, 1);  // the kernel reads dloss from device memory
   Result g[2], l[2];
   for (int rep = 0; rep < 2; rep++) {
     set_act(dl, logits, nl);
     poison(dlosses, N * 4);
-    classifier_forward_backward(K, dlosses, dl, dt, N, V, Vp, dloss);
+    classifier_forward_backward(K, dlosses, dl, dt, N, V, Vp, ddloss);
     g[rep] = get_act(dl, nl), l[rep] = get_f32(dlosses, N);
   }
   snprintf(label, sizeof label, "classifier_forward_backward losses %s", tag);
@@ -880,7 +950,7 @@ static void test_classifier(int N, int V, int Vp) {
 
   // losses = NULL is allowed (evaluation of gradients only)
   set_act(dl, logits, nl);
-  classifier_forward_backward(K, NULL, dl, dt, N, V, Vp, dloss);
+  classifier_forward_backward(K, NULL, dl, dt, N, V, Vp, ddloss);
   gpu_done();
   check_true("classifier_forward_backward accepts losses = NULL", 1, "");
 
@@ -899,7 +969,7 @@ static void test_classifier(int N, int V, int Vp) {
   snprintf(label, sizeof label, "softmax_row (host row, ctx NULL) V=%d", V);
   check_close(label, probs, rprobs, V, 1e-6, 1e-7);
   free(hrow), free(probs), free(rprobs);
-  dfree(dl), dfree(dt), dfree(dlosses);
+  dfree(dl), dfree(dt), dfree(dlosses), dfree(ddloss);
   free(logits), free(tgt), free(rl), free(rloss);
 }
 
@@ -909,6 +979,7 @@ static void test_classifier(int N, int V, int Vp) {
 // give no NaN. In the "leading -inf" row the first min(600, V/2) logits are -inf: for V >= 1200
 // every one of the kernel's 512 threads of a row meets -inf before any finite logit.
 static void test_classifier_inf(int V, int Vp) {
+  if (!test_wanted("classifier")) return;
   enum { N = 9 };
   char tag[64], label[192];
   snprintf(tag, sizeof tag, "N=%d V=%d Vp=%d", N, V, Vp);
@@ -961,12 +1032,13 @@ static void test_classifier_inf(int V, int Vp) {
   int32_t* dt = up_i32(tgt, N);
   float* dlosses = dmalloc(N * 4);
   float *rl = hcopy(logits, nl), *rloss = hzero(N);
-  cpu_classifier_forward_backward(NULL, rloss, rl, tgt, N, V, Vp, dloss);
+  cpu_classifier_forward_backward(NULL, rloss, rl, tgt, N, V, Vp, &dloss);
+  float* ddloss = up_f32(&dloss, 1);  // the kernel reads dloss from device memory
   Result g[2], l[2];
   for (int rep = 0; rep < 2; rep++) {
     set_act(dl, logits, nl);
     poison(dlosses, N * 4);
-    classifier_forward_backward(K, dlosses, dl, dt, N, V, Vp, dloss);
+    classifier_forward_backward(K, dlosses, dl, dt, N, V, Vp, ddloss);
     g[rep] = get_act(dl, nl), l[rep] = get_f32(dlosses, N);
   }
   size_t nan_ref = 0, nan_gpu = 0;
@@ -997,57 +1069,29 @@ static void test_classifier_inf(int V, int Vp) {
     check_close(label, probs, rprobs, V, 1e-6, 1e-7);
   }
   free(probs), free(rprobs);
-  dfree(dl), dfree(dt), dfree(dlosses);
+  dfree(dl), dfree(dt), dfree(dlosses), dfree(ddloss);
   free(logits), free(rl), free(rloss);
 }
 
 // ---- relative position bias -----------------------------------------------------------
 
-static void test_position(int H, int Tq, int Tk, int bidir, int nb, int maxd) {
+// The device's buckets against the host's (kernels/position_bucket.h compiled for both), and
+// the property the fused attention kernels rely on: beyond max_distance the bucket no longer
+// changes, so they keep one bias per relative position clamped to [-max_distance, max_distance].
+static void test_position(int bidir, int nb, int maxd) {
+  if (!test_wanted("position")) return;
   char tag[96], label[192];
-  snprintf(tag, sizeof tag, "H=%d Tq=%d Tk=%d %s buckets=%d max=%d", H, Tq, Tk, bidir ? "bidirectional" : "causal",
-           nb, maxd);
-  int mism = 0;
+  snprintf(tag, sizeof tag, "%s buckets=%d max=%d", bidir ? "bidirectional" : "one-directional", nb, maxd);
+  int mism = 0, moved = 0;
   for (int r = -1000; r <= 1000; r++)
     if (relative_position_bucket(r, bidir, nb, maxd) != cpu_relative_position_bucket(r, bidir, nb, maxd)) mism++;
   snprintf(label, sizeof label, "relative_position_bucket -1000..1000 equals the CPU's, %s", tag);
   check_true(label, mism == 0, "buckets differ");
-  // table[b, h] = b + 1 + nb*h: exact in bf16 when nb*H <= 256, so every bucket is identifiable
-  size_t nt = (size_t)nb * H, nbias = (size_t)H * Tq * Tk;
-  float* table = malloc(nt * sizeof(float));
-  for (int b = 0; b < nb; b++)
-    for (int h = 0; h < H; h++) table[(size_t)b * H + h] = nt <= 256 ? (float)(b + 1 + nb * h) : rv(1.0f);
-  act_t* dtab = up_act(table, nt);
-  act_t* dbias = dmalloc(nbias * 2);
-  float* ref = hzero(nbias);
-  cpu_relative_bias_forward(NULL, ref, table, H, Tq, Tk, bidir, nb, maxd);
-  Result r[2];
-  for (int rep = 0; rep < 2; rep++) {
-    poison(dbias, nbias * 2);
-    relative_bias_forward(K, dbias, dtab, H, Tq, Tk, bidir, nb, maxd);
-    r[rep] = get_act(dbias, nbias);
-  }
-  snprintf(label, sizeof label, "relative_bias_forward (device buckets) %s", tag);
-  check_act_exact(label, &r[0], ref);
-  check_same(label, &r[0], &r[1]);
-  free_result(&r[0]), free_result(&r[1]);
-
-  float* g = hrand(nbias, 1.0f, 0.0f);
-  float* dt0 = hrand(nt, 1.0f, 0.0f);
-  float *dg = up_f32(g, nbias), *ddt = up_f32(dt0, nt);
-  float* rdt = hcopy(dt0, nt);
-  cpu_relative_bias_backward(NULL, rdt, g, H, Tq, Tk, bidir, nb, maxd);
-  for (int rep = 0; rep < 2; rep++) {
-    set_f32(ddt, dt0, nt);
-    relative_bias_backward(K, ddt, dg, H, Tq, Tk, bidir, nb, maxd);
-    r[rep] = get_f32(ddt, nt);
-  }
-  snprintf(label, sizeof label, "relative_bias_backward (accumulated) %s", tag);
-  check_close(label, r[0].f, rdt, nt, 1e-4, 1e-4);
-  check_same(label, &r[0], &r[1]);
-  free_result(&r[0]), free_result(&r[1]);
-  dfree(dtab), dfree(dbias), dfree(dg), dfree(ddt);
-  free(table), free(ref), free(g), free(dt0), free(rdt);
+  for (int r = maxd; r <= maxd + 5000; r++)
+    moved += cpu_relative_position_bucket(r, bidir, nb, maxd) != cpu_relative_position_bucket(maxd, bidir, nb, maxd) ||
+             cpu_relative_position_bucket(-r, bidir, nb, maxd) != cpu_relative_position_bucket(-maxd, bidir, nb, maxd);
+  snprintf(label, sizeof label, "relative_position_bucket constant beyond +-max_distance (to 5000 past), %s", tag);
+  check_true(label, moved == 0, "a bucket changes past max_distance");
 }
 
 // ---- optimizer ------------------------------------------------------------------------
@@ -1064,6 +1108,7 @@ static AdamWArgs adam_inputs(size_t n, int step, float** p0, float** g, float** 
 }
 
 static void test_adamw(size_t n, int with_act) {
+  if (!test_wanted("adamw")) return;
   char label[160];
   float *p0, *g, *m0, *v0;
   AdamWArgs a = adam_inputs(n, 7, &p0, &g, &m0, &v0);
@@ -1099,7 +1144,67 @@ static void test_adamw(size_t n, int with_act) {
 // sizes (1 element up to several thousand), gaps between some (left alone), the first starting
 // off a multiple of 4, weight decay on some; `shift` elements past an aligned address (1: no
 // 16-byte accesses); more than 32 ranges take more than one launch.
-static void test_adamw_ranges(int nr, int shift) {
+// The step's decision on the device (step_prepare, grad_norm_words, step_decide: one thread
+// each) against the CPU's, over a sequence of steps that takes every branch: finite steps (the
+// dynamic scale doubles after its window), an overflow (a NaN in one unit's words), a NaN loss,
+// the stop at max_bad_steps and a finite step after it. Every field of the StepControl, the
+// zeroed loss sum and the norm's words must be bit-identical (the same double arithmetic).
+static void test_step_control(void) {
+  if (!test_wanted("step_control")) return;
+  const int nunits = 5;
+  StepControl c;
+  memset(&c, 0, sizeof c);
+  c.grad_clip = 1.0f, c.dynamic = 1, c.window = 2, c.max_bad_steps = 2;
+  c.adamw.beta1 = 0.9f, c.adamw.beta2 = 0.95f, c.adamw.eps = 1e-8f, c.adamw.weight_decay = 0.1f;
+  c.scale = 65536.0, c.nonfinite_unit = -1;
+  StepControl* dc = dmalloc(sizeof c);
+  int64_t *dunits = dmalloc(nunits * NORM_WORDS * 8), *dtotal = dmalloc((EXACT_WORDS + nunits) * 8);
+  double* dloss_sum = dmalloc(8);
+  StepControl ref = c;
+  CUDA_T(cudaMemcpy(dc, &c, sizeof c, cudaMemcpyHostToDevice));
+  int64_t units[5 * NORM_WORDS], units_ref[5 * NORM_WORDS], total_ref[EXACT_WORDS + 5], total[EXACT_WORDS + 5];
+  int steps = 7, same = 1;
+  for (int s = 0; s < steps; s++) {
+    // Step s: random sums of squares per unit (about (S x 0.5)^2 over 1000 blocks); a NaN in unit 2
+    // at step 2; a NaN loss at steps 4 and 5 (the stop at the second), a finite step 6 after it.
+    memset(units, 0, sizeof units);
+    for (int u = 0; u < nunits; u++) {
+      for (int b = 0; b < 1000; b++) exact_add(units + u * NORM_WORDS, urand() * ref.scale * ref.scale * 2.5e-4);
+      if (s == 2 && u == 2) units[u * NORM_WORDS + EXACT_WORDS] = 1;
+    }
+    double loss_sum = s == 4 || s == 5 ? NAN : 100.0 * (1.0 + urand());
+    ref.in = (StepInputs){.tokens = 37 + s, .lr = 1e-3f * (s + 1), .bc1 = adamw_bias_correction(0.9f, s + 1),
+                          .bc2 = adamw_bias_correction(0.95f, s + 1), .step = s + 1};
+    memcpy(units_ref, units, sizeof units);
+    double ls_ref = loss_sum;
+    cpu_step_prepare(NULL, &ref);
+    cpu_grad_norm_words(NULL, total_ref, units_ref, nunits);
+    cpu_step_decide(NULL, &ref, &ls_ref, total_ref, nunits);
+    CUDA_T(cudaMemcpy(&dc->in, &ref.in, sizeof ref.in, cudaMemcpyHostToDevice));
+    CUDA_T(cudaMemcpy(dunits, units, sizeof units, cudaMemcpyHostToDevice));
+    CUDA_T(cudaMemcpy(dloss_sum, &loss_sum, 8, cudaMemcpyHostToDevice));
+    step_prepare(K, dc);
+    grad_norm_words(K, dtotal, dunits, nunits);
+    step_decide(K, dc, dloss_sum, dtotal, nunits);
+    StepControl got;
+    double ls_got;
+    CUDA_T(cudaMemcpy(&got, dc, sizeof got, cudaMemcpyDeviceToHost));
+    CUDA_T(cudaMemcpy(&ls_got, dloss_sum, 8, cudaMemcpyDeviceToHost));
+    CUDA_T(cudaMemcpy(total, dtotal, sizeof total, cudaMemcpyDeviceToHost));
+    int ok = !memcmp(&got, &ref, sizeof got) && !memcmp(&ls_got, &ls_ref, 8) && !memcmp(total, total_ref, sizeof total);
+    if (!ok && same) printf("     step %d differs: device update %d scale %g bad_steps %d, CPU update %d scale %g bad_steps %d\n",
+                            s + 1, got.adamw.update, got.scale, got.bad_steps, ref.adamw.update, ref.scale, ref.bad_steps);
+    same &= ok;
+  }
+  check_true("step_prepare, grad_norm_words and step_decide on the device: every field bit-identical to the CPU's over "
+             "7 steps (updates, a scale doubling, an overflow, NaN losses, the stop, a step after it)",
+             same && ref.stopped && ref.bad_steps == 2 && !ref.adamw.update, "they differ");
+  dfree(dc), dfree(dunits), dfree(dtotal), dfree(dloss_sum);
+}
+
+static void test_adamw_ranges(int nr, int shift, int with_act) {
+  if (!test_wanted("adamw")) return;
+  char label[160];
   static const int sizes[] = {1, 3, 768, 7, 2304, 13, 2, 4096, 5, 33};
   AdamWRange* r = malloc((size_t)nr * sizeof(AdamWRange));
   int64_t at = 5;
@@ -1117,14 +1222,40 @@ static void test_adamw_ranges(int nr, int shift) {
     cpu_adamw_update(NULL, rp + o, NULL, g + o, rm + o, rv_ + o, (size_t)(r[k].end - r[k].start),
                      adamw_range_args(a, &r[k]));
   }
+  // The 16-bit working copy (with_act): the updated values rounded at the same indices, the gaps
+  // (random starting values) untouched.
+  float* pact0 = hrand(n, 1.0f, 0.0f);
+  round_act(pact0, n);
+  float* rpact = hcopy(pact0, n);
+  for (int k = 0; k < nr; k++)
+    for (int64_t i = r[k].start + shift; i < r[k].end + shift; i++) rpact[i] = rp[i];
   float *dp = up_f32(p0, n), *dg = up_f32(g, n), *dm = up_f32(m0, n), *dv = up_f32(v0, n);
-  Result P[2], M[2], Vv[2];
+  act_t* dpact = up_act(pact0, n);
+  // The step's scalars in device memory, as the step's decision leaves them.
+  AdamWStep st = adamw_step_of(a), *dst = dmalloc(sizeof st);
+  CUDA_T(cudaMemcpy(dst, &st, sizeof st, cudaMemcpyHostToDevice));
+  Result P[2], M[2], Vv[2], PA[2];
   for (int rep = 0; rep < 2; rep++) {
-    set_f32(dp, p0, n), set_f32(dm, m0, n), set_f32(dv, v0, n);
-    adamw_update_ranges(K, dp + shift, dg + shift, dm + shift, dv + shift, r, nr, a);
-    P[rep] = get_f32(dp, n), M[rep] = get_f32(dm, n), Vv[rep] = get_f32(dv, n);
+    set_f32(dp, p0, n), set_f32(dm, m0, n), set_f32(dv, v0, n), set_act(dpact, pact0, n);
+    adamw_update_ranges(K, dp + shift, with_act ? dpact + shift : NULL, dg + shift, dm + shift, dv + shift, r, nr, dst);
+    P[rep] = get_f32(dp, n), M[rep] = get_f32(dm, n), Vv[rep] = get_f32(dv, n), PA[rep] = get_act(dpact, n);
   }
-  char label[160];
+  // A skipped step (update = 0, decided on the device): nothing is written.
+  st.update = 0;
+  CUDA_T(cudaMemcpy(dst, &st, sizeof st, cudaMemcpyHostToDevice));
+  set_f32(dp, p0, n), set_f32(dm, m0, n), set_f32(dv, v0, n), set_act(dpact, pact0, n);
+  adamw_update_ranges(K, dp + shift, with_act ? dpact + shift : NULL, dg + shift, dm + shift, dv + shift, r, nr, dst);
+  Result sp = get_f32(dp, n), sm = get_f32(dm, n), sv = get_f32(dv, n);
+  snprintf(label, sizeof label, "adamw_update_ranges with update = 0 leaves p, m and v as they were, %d ranges%s", nr,
+           shift ? ", unaligned" : "");
+  check_true(label, !memcmp(sp.f, p0, n * 4) && !memcmp(sm.f, m0, n * 4) && !memcmp(sv.f, v0, n * 4), "they changed");
+  free_result(&sp), free_result(&sm), free_result(&sv);
+  dfree(dst);
+  if (with_act) {
+    snprintf(label, sizeof label, "adamw_update_ranges 16-bit working copy, %d ranges%s (gaps untouched)", nr,
+             shift ? ", unaligned" : "");
+    check_act_exact(label, &PA[0], rpact);
+  }
   snprintf(label, sizeof label, "adamw_update_ranges p, %d ranges over %zu%s (gaps untouched)", nr, n,
            shift ? ", unaligned" : "");
   check_f32_exact(label, P[0].f, rp, n);
@@ -1132,12 +1263,13 @@ static void test_adamw_ranges(int nr, int shift) {
   snprintf(label, sizeof label, "adamw_update_ranges m and v, %d ranges%s", nr, shift ? ", unaligned" : "");
   check_f32_exact(label, M[0].f, rm, n);
   check_f32_exact(label, Vv[0].f, rv_, n);
-  for (int i = 0; i < 2; i++) free_result(&P[i]), free_result(&M[i]), free_result(&Vv[i]);
-  dfree(dp), dfree(dg), dfree(dm), dfree(dv);
-  free(p0), free(g), free(m0), free(v0), free(rp), free(rm), free(rv_), free(r);
+  for (int i = 0; i < 2; i++) free_result(&P[i]), free_result(&M[i]), free_result(&Vv[i]), free_result(&PA[i]);
+  dfree(dp), dfree(dg), dfree(dm), dfree(dv), dfree(dpact);
+  free(p0), free(g), free(m0), free(v0), free(rp), free(rm), free(rv_), free(r), free(pact0), free(rpact);
 }
 
 static void test_block_sumsq(size_t nblocks) {
+  if (!test_wanted("block_sumsq")) return;
   char label[160];
   size_t n = nblocks * NORM_BLOCK;
   float* g = hrand(n, 1.0f, 0.0f);
@@ -1174,6 +1306,7 @@ static void test_block_sumsq(size_t nblocks) {
 // of the same per-value limbs, however the values are split among threads), on block sums with
 // exponents over 140 binades, a zero, NaN, inf and one value past the range (2^97).
 static void test_exact_sum(size_t n) {
+  if (!test_wanted("exact_sum")) return;
   char label[160];
   double* x = malloc((n ? n : 1) * sizeof(double));
   for (size_t i = 0; i < n; i++) x[i] = ldexp(0.5 + urand() * 0.5, (int)(urand() * 140) - 100);
@@ -1210,15 +1343,16 @@ static void test_exact_sum(size_t n) {
 //   R, the terms whose left factor the fused kernels round to bf16:
 //     out_id: sum_j P_ij |v_jd|         dq_id: scale sum_j |dS_ij| |k_jd|
 //     dv_jd:  sum_i P_ij |dout_id|      dk_jd: scale sum_i |dS_ij| |q_id|
-//     dpos_bias_hij: sum_b |dS_ij|
-//   F, the size of dP and D: R with |dS_ij| replaced by P_ij M_ij (dq, dk, dpos_bias only).
+//     dtable_bh: sum over (b, i, j) in bucket bk of |dS_ij|
+//   F, the size of dP and D: R with |dS_ij| replaced by P_ij M_ij (dq, dk, dtable only).
 //   G, the right factors alone: R with the rounded left factor replaced by 1 (out, dq, dk, dv):
 //     an operand rounded below the normal range errs by up to ACT_ETA2 absolutely, not u
 //     relatively, so G ACT_ETA2 bounds what that adds (fp16 only; nil for bf16).
 // Each array is laid out as the output it bounds: rq/fq, rk/fk and rv as dq, dk and dv (rows of
 // q_stride and kv_stride elements, so in a fused buffer they interleave as the gradients do),
-// rout as out, rdb/fdb as dpos_bias (NULL without a bias). They must start at zero. The loops
-// follow the CPU reference: every element has one owner, so they run in parallel.
+// rout as out, rdb/fdb as dtable (NULL without a bias). They must start at zero. The loops
+// follow the CPU reference: every element has one owner, so they run in parallel (the bias
+// gradient's terms per (h, i, j) first, folded into buckets after).
 typedef struct {
   double *rout, *rq, *fq, *rk, *fk, *rv, *rdb, *fdb;
   double *gout, *gq, *gk, *gv;  // G, laid out as rout, rq, rk, rv
@@ -1235,9 +1369,18 @@ static double dot_abs(const float* a, const float* b, int n) {
   return s;
 }
 
-static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k, const float* v, const float* bias,
+// The position bias of (h, i, j) from a table, as the CPU reference computes it.
+static double table_bias(CpuAttnBias bias, AttnShape s, int h, int i, int j) {
+  if (!bias.table) return 0.0;
+  return bias.table[(size_t)cpu_relative_position_bucket(j - i, bias.bidirectional, bias.num_buckets, bias.max_distance) *
+                        s.H + h];
+}
+
+static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k, const float* v, CpuAttnBias bias,
                                  const float* dout, const float* out, const float* lse, AttnShape s) {
   const int C = s.H * s.D, D = s.D;
+  const size_t nhij = z.rdb ? (size_t)s.H * s.Tq * s.Tk : 1;
+  double *rhij = calloc(nhij, sizeof(double)), *fhij = calloc(nhij, sizeof(double));
   const long nrows = (long)s.B * s.H * s.Tq;
   double* Dd = malloc((nrows ? nrows : 1) * sizeof(double));  // D_i, indexed as lse
   double* Da = malloc((nrows ? nrows : 1) * sizeof(double));  // |dout_i|.|out_i|
@@ -1251,7 +1394,7 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
     Dd[r] = dot_d(OROW(dout, b, i, h), OROW(out, b, i, h), D);
     Da[r] = dot_abs(OROW(dout, b, i, h), OROW(out, b, i, h), D);
   }
-  // out, dq and dpos_bias: one (h, i) per iteration, looping b (dpos_bias sums over b).
+  // out, dq and the bias terms: one (h, i) per iteration, looping b.
 #pragma omp parallel for schedule(static)
   for (long r = 0; r < (long)s.H * s.Tq; r++) {
     int i = (int)(r % s.Tq), h = (int)(r / s.Tq);
@@ -1263,7 +1406,7 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
       size_t qo = ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * D;
       for (int j = 0; j < nk; j++) {
         const float *kj = KVROW(k, b, j, h), *vj = KVROW(v, b, j, h);
-        double sc = s.scale * dot_d(qi, kj, D) + (bias ? bias[((size_t)h * s.Tq + i) * s.Tk + j] : 0.0);
+        double sc = s.scale * dot_d(qi, kj, D) + table_bias(bias, s, h, i, j);
         double p = exp(sc - l);
         double ds = fabs(p * (dot_d(doi, vj, D) - Di)), pm = p * (dot_abs(doi, vj, D) + Dai);
         for (int d = 0; d < D; d++) {
@@ -1274,8 +1417,8 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
           z.fq[qo + d] += s.scale * pm * fabs(kj[d]);
         }
         if (z.rdb) {
-          z.rdb[((size_t)h * s.Tq + i) * s.Tk + j] += ds;
-          z.fdb[((size_t)h * s.Tq + i) * s.Tk + j] += pm;
+          rhij[((size_t)h * s.Tq + i) * s.Tk + j] += ds;
+          fhij[((size_t)h * s.Tq + i) * s.Tk + j] += pm;
         }
       }
     }
@@ -1288,7 +1431,7 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
     size_t ko = ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)h * D;
     for (int i = s.causal ? j : 0; i < s.Tq; i++) {
       const float *qi = QROW(b, i, h), *doi = OROW(dout, b, i, h);
-      double sc = s.scale * dot_d(qi, kj, D) + (bias ? bias[((size_t)h * s.Tq + i) * s.Tk + j] : 0.0);
+      double sc = s.scale * dot_d(qi, kj, D) + table_bias(bias, s, h, i, j);
       double p = exp(sc - lse[LIDX(b, h, i)]);
       double ds = fabs(p * (dot_d(doi, vj, D) - Dd[LIDX(b, h, i)]));
       double pm = p * (dot_abs(doi, vj, D) + Da[LIDX(b, h, i)]);
@@ -1305,7 +1448,16 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
 #undef KVROW
 #undef OROW
 #undef LIDX
-  free(Dd), free(Da);
+  if (z.rdb)
+    for (int h = 0; h < s.H; h++)
+      for (int i = 0; i < s.Tq; i++)
+        for (int j = 0; j < s.Tk; j++) {
+          size_t e = (size_t)cpu_relative_position_bucket(j - i, bias.bidirectional, bias.num_buckets, bias.max_distance) *
+                         s.H + h;
+          z.rdb[e] += rhij[((size_t)h * s.Tq + i) * s.Tk + j];
+          z.fdb[e] += fhij[((size_t)h * s.Tq + i) * s.Tk + j];
+        }
+  free(Dd), free(Da), free(rhij), free(fhij);
 }
 
 static double* dzero(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
@@ -1319,26 +1471,32 @@ static double* attn_bound(const float* ref, const double* R, const double* F, co
 }
 
 // fused: q, k, v interleaved in one buffer of rows 3*H*D (GPT, T5 self-attention); otherwise
-// q has rows H*D and k, v share one buffer of rows 2*H*D (cross-attention).
-static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal, int with_bias,
+// q has rows H*D and k, v share one buffer of rows 2*H*D (cross-attention). buckets > 0: a
+// position-bias table of that many buckets and max_distance maxd (bidirectional unless causal).
+static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal, int buckets, int maxd,
                            int fused, float scale) {
-  char tag[160], label[256];
-  snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d D=%d%s%s)", name, B, Tq, Tk, H, D, causal ? " causal" : "",
-           with_bias ? " bias" : "");
+  if (!test_wanted("attention")) return;
+  char tag[192], label[288];
+  if (buckets)
+    snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d D=%d%s bias %d/%d)", name, B, Tq, Tk, H, D,
+             causal ? " causal" : "", buckets, maxd);
+  else
+    snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d D=%d%s)", name, B, Tq, Tk, H, D, causal ? " causal" : "");
   int C = H * D;
   AttnShape s = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .D = D, .q_stride = fused ? 3 * C : C,
                  .kv_stride = fused ? 3 * C : 2 * C, .scale = scale, .causal = causal};
   size_t nq = (size_t)B * Tq * s.q_stride, nkv = fused ? 0 : (size_t)B * Tk * s.kv_stride;
-  size_t no = (size_t)B * Tq * C, nl = (size_t)B * H * Tq, nb = (size_t)H * Tq * Tk;
+  size_t no = (size_t)B * Tq * C, nl = (size_t)B * H * Tq, nt = buckets ? (size_t)buckets * H : 1;
   float* qbuf = hrand(nq, 1.0f, 0.0f);
   float* kvbuf = fused ? NULL : hrand(nkv, 1.0f, 0.0f);
-  float* bias = hrand(nb, 1.0f, 0.0f);
+  float* table = hrand(nt, 1.0f, 0.0f);
   act_t* dq_in = up_act(qbuf, nq);
   act_t* dkv_in = fused ? NULL : up_act(kvbuf, nkv);
-  act_t* dbias = up_act(bias, nb);
+  act_t* dtab = up_act(table, nt);
   const float *q = qbuf, *k = fused ? qbuf + C : kvbuf, *v = fused ? qbuf + 2 * C : kvbuf + C;
   const act_t *gq = dq_in, *gk = fused ? dq_in + C : dkv_in, *gv = fused ? dq_in + 2 * C : dkv_in + C;
-  const float* pb = with_bias ? bias : NULL;
+  CpuAttnBias pb = {buckets ? table : NULL, buckets, maxd, !causal};
+  AttnBias gpb = {buckets ? dtab : NULL, buckets, maxd, !causal};
   float *rout = hzero(no), *rlse = hzero(nl);
   cpu_attention_forward(NULL, rout, rlse, q, k, v, pb, s);
 
@@ -1350,9 +1508,9 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   act_t* dfo = up_act(routb, no);  // routb is now bf16-rounded: the CPU backward uses it too
   float* dfl = up_f32(rlse, nl);
   double *Rout = dzero(no), *Rq = dzero(nq), *Fq = dzero(nq), *Rkv = dzero(nkv), *Fkv = dzero(nkv);
-  double *Rdb = dzero(nb), *Fdb = dzero(nb), *Gout = dzero(no), *Gq = dzero(nq), *Gkv = dzero(nkv);
+  double *Rdb = dzero(nt), *Fdb = dzero(nt), *Gout = dzero(no), *Gq = dzero(nq), *Gkv = dzero(nkv);
   AttnTermSizes z = {.rout = Rout, .rq = Rq, .fq = Fq, .rk = fused ? Rq + C : Rkv, .fk = fused ? Fq + C : Fkv,
-                     .rv = fused ? Rq + 2 * C : Rkv + C, .rdb = with_bias ? Rdb : NULL, .fdb = with_bias ? Fdb : NULL,
+                     .rv = fused ? Rq + 2 * C : Rkv + C, .rdb = buckets ? Rdb : NULL, .fdb = buckets ? Fdb : NULL,
                      .gout = Gout, .gq = Gq, .gk = fused ? Gq + C : Gkv, .gv = fused ? Gq + 2 * C : Gkv + C};
   attention_term_sizes(z, q, k, v, pb, g, routb, rlse, s);
 
@@ -1361,7 +1519,7 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   Result o[2], l[2];
   for (int rep = 0; rep < 2; rep++) {
     poison(dout, no * 2), poison(dlse, nl * 4);
-    attention_forward(K, dout, dlse, gq, gk, gv, with_bias ? dbias : NULL, s);
+    attention_forward(K, dout, dlse, gq, gk, gv, gpb, s);
     o[rep] = get_act(dout, no), l[rep] = get_f32(dlse, nl);
   }
   double* bound = attn_bound(rout, Rout, NULL, Gout, no);
@@ -1374,26 +1532,26 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   check_same(label, &l[0], &l[1]);
   for (int i = 0; i < 2; i++) free_result(&o[i]), free_result(&l[i]);
 
-  // dq/dk/dv are poisoned; dpos_bias accumulates from random.
-  float* db0 = hrand(nb, 1.0f, 0.0f);
-  float* ddb = up_f32(db0, nb);
+  // dq/dk/dv are poisoned; dtable accumulates from random.
+  float* db0 = hrand(nt, 1.0f, 0.0f);
+  float* ddb = up_f32(db0, nt);
   act_t* ddq = dmalloc(nq * 2);
   act_t* ddkv = fused ? NULL : dmalloc(nkv * 2);
   float* rdq = hzero(nq);
   float* rdkv = fused ? NULL : hzero(nkv);
-  float* rdb = hcopy(db0, nb);
+  float* rdb = hcopy(db0, nt);
   float *cdq = rdq, *cdk = fused ? rdq + C : rdkv, *cdv = fused ? rdq + 2 * C : rdkv + C;
-  cpu_attention_backward(NULL, cdq, cdk, cdv, with_bias ? rdb : NULL, g, routb, rlse, q, k, v, pb, s);
+  cpu_attention_backward(NULL, cdq, cdk, cdv, buckets ? rdb : NULL, g, routb, rlse, q, k, v, pb, s);
   act_t *gdq = ddq, *gdk = fused ? ddq + C : ddkv, *gdv = fused ? ddq + 2 * C : ddkv + C;
   Result gq_[2], gkv[2], gb[2];
   for (int rep = 0; rep < 2; rep++) {
     poison(ddq, nq * 2);
     if (!fused) poison(ddkv, nkv * 2);
-    set_f32(ddb, db0, nb);
-    attention_backward(K, gdq, gdk, gdv, with_bias ? ddb : NULL, dg, dfo, dfl, gq, gk, gv, with_bias ? dbias : NULL, s);
+    set_f32(ddb, db0, nt);
+    attention_backward(K, gdq, gdk, gdv, buckets ? ddb : NULL, dg, dfo, dfl, gq, gk, gv, gpb, s);
     gq_[rep] = get_act(ddq, nq);
     if (!fused) gkv[rep] = get_act(ddkv, nkv);
-    gb[rep] = get_f32(ddb, nb);
+    gb[rep] = get_f32(ddb, nt);
   }
   bound = attn_bound(rdq, Rq, Fq, Gq, nq);
   snprintf(label, sizeof label, "attention_backward %s %s", fused ? "dq/dk/dv (fused buffer)" : "dq", tag);
@@ -1407,11 +1565,11 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     check_same(label, &gkv[0], &gkv[1]);
     free(bound);
   }
-  if (with_bias) {
-    bound = malloc(nb * sizeof(double));
-    for (size_t e = 0; e < nb; e++) bound[e] = ATTN_D0 * fabs((double)db0[e]) + ATTN_R * Rdb[e] + ATTN_F * Fdb[e];
-    snprintf(label, sizeof label, "attention_backward dpos_bias (accumulated) %s", tag);
-    check_bounded(label, gb[0].f, rdb, bound, nb);
+  if (buckets) {
+    bound = malloc(nt * sizeof(double));
+    for (size_t e = 0; e < nt; e++) bound[e] = ATTN_D0 * fabs((double)db0[e]) + ATTN_R * Rdb[e] + ATTN_F * Fdb[e];
+    snprintf(label, sizeof label, "attention_backward dtable (accumulated) %s", tag);
+    check_bounded(label, gb[0].f, rdb, bound, nt);
     check_same(label, &gb[0], &gb[1]);
     free(bound);
   }
@@ -1419,15 +1577,26 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     free_result(&gq_[i]), free_result(&gb[i]);
     if (!fused) free_result(&gkv[i]);
   }
-  dfree(dq_in), dfree(dbias), dfree(dout), dfree(dlse), dfree(dg), dfree(dfo), dfree(dfl), dfree(ddb), dfree(ddq);
+  dfree(dq_in), dfree(dtab), dfree(dout), dfree(dlse), dfree(dg), dfree(dfo), dfree(dfl), dfree(ddb), dfree(ddq);
   if (!fused) dfree(dkv_in), dfree(ddkv);
-  free(qbuf), free(kvbuf), free(bias), free(rout), free(routb), free(rlse), free(g), free(db0), free(rdq), free(rdkv);
+  free(qbuf), free(kvbuf), free(table), free(rout), free(routb), free(rlse), free(g), free(db0), free(rdq), free(rdkv);
   free(rdb), free(Rout), free(Rq), free(Fq), free(Rkv), free(Fkv), free(Rdb), free(Fdb), free(Gout), free(Gq), free(Gkv);
 }
 
 static void usage(const char* prog) {
-  fprintf(stderr, "usage: %s [--profile full|small]\n", prog);
+  fprintf(stderr, "usage: %s [--profile full|small] | --launch-table MAX_DISTANCE\n", prog);
   exit(2);
+}
+
+// --launch-table: the fused attention kernels' block sizes and dynamic shared memory (the bias
+// variants at max_distance M), for scripts/kernel_report.py; no GPU, no kernel runs.
+static int launch_table(int M) {
+  char names[64][48];
+  int threads[64];
+  size_t smem[64];
+  int n = attention_kernel_table(names, threads, smem, 64, M);
+  for (int i = 0; i < n; i++) printf("launch %s threads %d smem %zu\n", names[i], threads[i], smem[i]);
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -1435,6 +1604,7 @@ int main(int argc, char** argv) {
   // full: the real sizes of GPT-2 124M and T5 (for a GPU). small: every test at small and odd
   // shapes that still take each branch of the full profile (for an emulated GPU).
   int small = 0;
+  if (argc == 3 && !strcmp(argv[1], "--launch-table")) return launch_table(atoi(argv[2]));
   if (argc == 3 && !strcmp(argv[1], "--profile") && !strcmp(argv[2], "small")) small = 1;
   else if (!(argc == 1 || (argc == 3 && !strcmp(argv[1], "--profile") && !strcmp(argv[2], "full")))) usage(argv[0]);
   printf("     profile: %s\n", small ? "small" : "full");
@@ -1471,6 +1641,8 @@ int main(int argc, char** argv) {
     test_matmul_gelu(4096, 768, 3072, 1);
     test_matmul_gelu(64, 96, 64, 0);
     test_matmul_gelu(7, 13, 5, 1);  // OC % 8 != 0: the unfused path
+    test_matmul_backward_gelu(4096, 3072, 768);  // GPT-2 124M's MLP projection
+    test_matmul_backward_gelu(7, 13, 5);         // C % 8 != 0: the unfused path
 
     test_embedding(4096, 1024, 768, 50257, 50304, 2000, 1);
     test_embedding(7, 3, 13, 5, 8, 5, 1);
@@ -1479,34 +1651,36 @@ int main(int argc, char** argv) {
     test_classifier(1024, 50257, 50304);
     test_classifier(7, 13, 16);
     test_classifier(7, 13, 14);  // Vp % 8 != 0: one value per access instead of 16-byte packs
+    test_classifier(3, 117001, 117056);  // beyond the shared memory: the row is read twice
     test_classifier_inf(50257, 50304);
     test_classifier_inf(13, 16);
 
-    test_position(8, 512, 512, 1, 32, 128);  // T5 encoder
-    test_position(8, 114, 114, 0, 32, 128);  // T5 decoder
-    test_position(3, 7, 13, 1, 32, 128);
-    test_position(2, 300, 300, 1, 64, 256);
+    test_position(1, 32, 128);  // T5 encoder
+    test_position(0, 32, 128);  // T5 decoder
+    test_position(1, 64, 256);
 
     test_adamw(1000003, 1);
     test_adamw(4097, 0);
-    test_adamw_ranges(12, 0);
-    test_adamw_ranges(70, 0);
-    test_adamw_ranges(12, 1);
+    test_adamw_ranges(12, 0, 0);
+    test_adamw_ranges(70, 0, 1);
+    test_adamw_ranges(12, 1, 1);
+    test_step_control();
     test_block_sumsq(10007);
     test_block_sumsq(1);
     test_exact_sum(1000003);
     test_exact_sum(1);
 
-    test_attention("GPT-2 124M", 4, 1024, 1024, 12, 64, 1, 0, 1, 0.125f);
-    test_attention("odd sizes", 3, 37, 37, 3, 24, 1, 0, 1, 1.0f / sqrtf(24.0f));
-    test_attention("T5 encoder", 2, 133, 133, 4, 64, 0, 1, 1, 1.0f);
-    test_attention("T5 decoder", 2, 23, 23, 4, 64, 1, 1, 1, 1.0f);
-    test_attention("cross-attention", 2, 23, 133, 4, 64, 0, 0, 0, 1.0f);
-    test_attention("head size 128", 1, 257, 257, 2, 128, 1, 0, 1, 1.0f / sqrtf(128.0f));
+    test_attention("GPT-2 124M", 4, 1024, 1024, 12, 64, 1, 0, 0, 1, 0.125f);
+    test_attention("odd sizes", 3, 37, 37, 3, 24, 1, 0, 0, 1, 1.0f / sqrtf(24.0f));
+    test_attention("T5 encoder", 2, 512, 512, 4, 64, 0, 32, 128, 1, 1.0f);
+    test_attention("T5 decoder", 2, 114, 114, 4, 64, 1, 32, 128, 1, 1.0f);
+    test_attention("cross-attention", 2, 114, 512, 4, 64, 0, 0, 0, 0, 1.0f);
+    test_attention("head size 128", 1, 1024, 1024, 4, 128, 1, 0, 0, 1, 1.0f / sqrtf(128.0f));
+    test_attention("head size 128, bias", 2, 257, 257, 2, 128, 0, 32, 128, 1, 1.0f);
     // D % 8 != 0: the fused kernels' element-wise loads and stores (every shape above is 16-byte)
-    test_attention("head size 20", 2, 45, 45, 3, 20, 1, 1, 1, 1.0f / sqrtf(20.0f));
+    test_attention("head size 20", 2, 45, 45, 3, 20, 1, 8, 10, 1, 1.0f / sqrtf(20.0f));
     // D > 128: the unfused path (attention_forward_simple / attention_backward_simple)
-    test_attention("head size 160", 2, 50, 50, 2, 160, 1, 1, 1, 1.0f / sqrtf(160.0f));
+    test_attention("head size 160", 2, 50, 50, 2, 160, 1, 8, 10, 1, 1.0f / sqrtf(160.0f));
   } else {
     // Elementwise maps: ~10^4-10^5 elements, one odd length and one shorter than a warp.
     test_elementwise(65536 + 13);
@@ -1524,11 +1698,16 @@ int main(int argc, char** argv) {
     // Rows not a multiple of the 8 warps of a block, C not a multiple of 32 (lanes with fewer
     // channels), C > 1024, and N > 32 rows: more than one chunk of the column sums (reduce.cu);
     // N = 600: 19 chunks, more than the 16 runs the second pass spreads a column's chunks over.
+    // The backward's column sums (column_sums.cuh): N = 96 is 12 chunks of 8 rows (one level),
+    // N = 600 is 75 (a tree of two levels, the last group of 16 short); C = 40 puts 6 row groups
+    // in a block, C = 1100 (one value per access) and C = 2056 (16-byte packs) more packs than
+    // threads, so a thread loops over packs.
     for (int rms = 0; rms < 2; rms++) {
       test_layernorm(96, 200, rms);
       test_layernorm(7, 13, rms);
       test_layernorm(37, 1100, rms);
       test_layernorm(600, 40, rms);
+      test_layernorm(9, 2056, rms);
     }
 
     // N <= 64, C, OC <= 96, the weight at 128 bytes (not 256) and at 2 bytes, odd sizes
@@ -1540,6 +1719,13 @@ int main(int argc, char** argv) {
     test_matmul_gelu(64, 96, 64, 1);
     test_matmul_gelu(64, 96, 64, 0);
     test_matmul_gelu(7, 13, 5, 1);   // OC % 8 != 0: the unfused path
+    // The bias gradient's tree (column_sums.cuh): 38 chunks of 16 rows (two levels) in one
+    // column tile, and 33 chunks in each of two tiles of 256 columns (the second 8 wide).
+    test_matmul(600, 24, 40, 1, 0);
+    test_matmul(520, 16, 264, 1, 0);
+    test_matmul_backward_gelu(64, 96, 64);   // the DGELU epilogue
+    test_matmul_backward_gelu(33, 40, 24);   // an odd N
+    test_matmul_backward_gelu(7, 13, 5);     // C % 8 != 0: the unfused path
 
     // V and C not multiples of anything, C > 256 (threads loop over channels), repeated ids
     // (sorted segments: id 42 is every 7th row), with and without wpe
@@ -1553,41 +1739,53 @@ int main(int argc, char** argv) {
     test_classifier(128, 1999, 2048);
     test_classifier(7, 13, 16);
     test_classifier(7, 13, 14);  // Vp % 8 != 0: one value per access instead of 16-byte packs
+    // Each row read once and kept in shared memory: 3 packs of 8 a thread, and 3 single values,
+    // above the default 48 KiB of shared memory (the opt-in); a row beyond the 227 KiB (16-byte
+    // packs and single values) is read twice.
+    test_classifier(5, 12001, 12224);
+    test_classifier(5, 1501, 1502);
+    test_classifier(2, 30001, 30016);
+    test_classifier(2, 117001, 117056);
+    test_classifier(2, 116301, 116302);
     test_classifier_inf(1999, 2048);
     test_classifier_inf(13, 16);
 
-    test_position(2, 70, 70, 1, 32, 128);    // T5 encoder
-    test_position(3, 45, 45, 0, 32, 128);    // T5 decoder
-    test_position(3, 7, 13, 1, 32, 128);
-    test_position(2, 100, 100, 1, 16, 40);   // distances past max_distance (the last bucket)
+    test_position(1, 32, 128);  // T5 encoder
+    test_position(0, 32, 128);  // T5 decoder
+    test_position(1, 8, 12);    // the short tables of the attention tests below
+    test_position(0, 8, 10);
 
     test_adamw(65537, 1);
     test_adamw(4097, 0);
-    test_adamw_ranges(12, 0);
-    test_adamw_ranges(70, 0);
-    test_adamw_ranges(12, 1);
+    test_adamw_ranges(12, 0, 0);
+    test_adamw_ranges(70, 0, 1);
+    test_adamw_ranges(12, 1, 1);
+    test_step_control();
     test_block_sumsq(523);
     test_block_sumsq(1);
     test_exact_sum(64 * 256 + 13);  // past one stride of the partials' grid
     test_exact_sum(0);
 
-    // Every branch of the fused kernels: Tk not a multiple of 64 and more than one 64-key tile
-    // (70: two, 130: three, so a K/V buffer is reused), causal and not, with a bias, Tq != Tk,
-    // the fused qkv buffer and separate q and kv, head sizes padded to 16/32/64/128 (the dk/dv
-    // kernel's BQ = 64 up to 64, 32 above: 40 queries are two tiles), D % 8 != 0 (element-wise
-    // loads), D > 128 (the unfused path).
-    test_attention("causal, two key tiles", 1, 70, 70, 1, 64, 1, 0, 1, 0.125f);
-    test_attention("odd sizes", 1, 37, 37, 3, 24, 1, 0, 1, 1.0f / sqrtf(24.0f));
-    test_attention("T5 encoder, three key tiles", 2, 130, 130, 1, 16, 0, 1, 1, 1.0f);
-    test_attention("T5 decoder", 2, 23, 23, 2, 32, 1, 1, 1, 1.0f);
-    test_attention("cross-attention", 2, 23, 70, 2, 16, 0, 0, 0, 1.0f);
-    test_attention("head size 128", 1, 40, 40, 1, 128, 1, 0, 1, 1.0f / sqrtf(128.0f));
-    test_attention("head size 20", 2, 45, 45, 2, 20, 1, 1, 1, 1.0f / sqrtf(20.0f));
-    test_attention("head size 160", 2, 33, 33, 2, 160, 1, 1, 1, 1.0f / sqrtf(160.0f));
-    // dpos_bias in batch groups of more than one batch: 86 heads of one query tile make 86
-    // CTAs, so the dq kernel splits 5 batches into 3 groups of 2, 2 and 1 (kBiasGradCtas).
-    test_attention("T5 decoder, batch groups", 5, 23, 23, 86, 16, 1, 1, 1, 1.0f);
-    test_attention("T5 encoder, batch groups", 5, 23, 23, 86, 16, 0, 1, 1, 1.0f);
+    // Every branch of the fused kernels at the smallest shapes that reach it. Forward: 128-row
+    // query tiles, 128-key tiles (64 above DP = 64) of 64-key softmax steps (32), so T = 150 has
+    // a partial query tile, two key tiles, a partial one, and two steps in a tile. Backward:
+    // 128-key CTAs over 64-row query tiles (two 32-row sub-tiles above DP = 64), so 140-150 keys
+    // are two CTAs adding to a query tile's dq in order (causal: from the diagonal, so the first
+    // query tiles have one adder; bidirectional and cross-attention: both). Causal and not, the
+    // position bias at T5's buckets (positions past 128) and at short tables (most positions past
+    // max_distance), an odd batch and several heads, Tq != Tk, the fused qkv buffer and separate
+    // q and kv, padded head sizes (16, 32, 128), D % 8 != 0 (element-wise loads), D > 128 (the
+    // unfused path).
+    test_attention("causal, partial tiles", 1, 150, 150, 1, 64, 1, 0, 0, 1, 0.125f);
+    test_attention("odd sizes", 1, 37, 37, 3, 24, 1, 0, 0, 1, 1.0f / sqrtf(24.0f));
+    test_attention("T5 encoder, T5's buckets", 2, 140, 140, 1, 16, 0, 32, 128, 1, 1.0f);
+    test_attention("T5 encoder, odd batch", 3, 70, 70, 2, 32, 0, 8, 12, 1, 1.0f);
+    test_attention("T5 decoder", 2, 150, 150, 1, 32, 1, 8, 10, 1, 1.0f);
+    test_attention("cross-attention", 2, 23, 150, 2, 16, 0, 0, 0, 0, 1.0f);
+    test_attention("head size 128", 1, 140, 140, 1, 128, 1, 0, 0, 1, 1.0f / sqrtf(128.0f));
+    test_attention("head size 128, bias", 1, 130, 130, 1, 128, 0, 8, 12, 1, 1.0f);
+    test_attention("head size 20", 2, 45, 45, 2, 20, 1, 8, 10, 1, 1.0f / sqrtf(20.0f));
+    test_attention("head size 160", 2, 33, 33, 2, 160, 1, 8, 10, 1, 1.0f / sqrtf(160.0f));
   }
 
   kernels_shutdown(K);

@@ -154,13 +154,16 @@ static TimelineOp unshard_span(const Prediction* p, int k) {
 }
 
 // Does any compute-stream op of the measured step overlap op c?
-static int any_compute_overlap(const Prediction* p, const TimelineOp* c) {
+static int any_compute_overlap_from(const Prediction* p, const TimelineOp* c, const TimelineOp* from) {
+  int started = from == NULL;
   for (int i = p->first_op; i < timeline_nops(); i++) {
     const TimelineOp* op = timeline_op(i);
-    if (op->stream == STREAM_COMPUTE && op->end > op->start && overlaps(op, c)) return 1;
+    if (op == from) started = 1;
+    if (started && op->stream == STREAM_COMPUTE && op->end > op->start && overlaps(op, c)) return 1;
   }
   return 0;
 }
+static int any_compute_overlap(const Prediction* p, const TimelineOp* c) { return any_compute_overlap_from(p, c, NULL); }
 
 // The toy GPT (2 blocks, C=64), full shard over 8 ranks on 2 nodes of 4, drawn by hand:
 //
@@ -201,7 +204,9 @@ static void test_toy_timeline(void) {
   // 1/2 x 100352/40e9 = 1.2544 us; + 1 step across nodes (10 us) + 6 inside them (1 us).
   expect_time("toy: block.0's all-gather takes the hand-computed ring time", ag[1]->end - ag[1]->start,
               0.5 * 100352 / 40e9 + 10e-6 + 6e-6);
-  EXPECT("toy: root's all-gather overlaps no kernel (compute waits for it)", !any_compute_overlap(&p, ag[0]), "it does");
+  EXPECT("toy: root's all-gather overlaps no kernel of the forward (compute waits for it; only the step's own "
+         "preparation runs beside it: its inputs summed over the ranks, the micro-batch's upload)",
+         !any_compute_overlap_from(&p, ag[0], embed[0]), "it does");
   TimelineOp u1 = unshard_span(&p, 1), u2 = unshard_span(&p, 2);
   EXPECT("toy: block.0's unshard (cast + all-gather) overlaps the embedding", overlaps(&u1, embed[0]), "it does not");
   EXPECT("toy: block.1's unshard overlaps block.0's first layernorm", overlaps(&u2, ln[0]), "it does not");
@@ -269,17 +274,73 @@ static void test_toy_timeline(void) {
   o = options("--accum 2");
   predict_run(&o, &c, &cfg, NULL, &p);
   const TimelineOp* ops[16];
-  int tokens_in = find(&p, STREAM_COMPUTE, "copy to device", ops, 16);
+  int tokens_in = find(&p, STREAM_COMPUTE, "host copy", ops, 16);
   o = options("--offload grads --accum 2");
   predict_run(&o, &c, &cfg, NULL, &p);
   int copies_rs = find(&p, STREAM_REDUCE_SCATTER, "host copy", ops, 16);
   int sums_rs = find(&p, STREAM_REDUCE_SCATTER, "block_sumsq", ops, 16);
   int sums_c = find(&p, STREAM_COMPUTE, "block_sumsq", ops, 16);
-  int in_c = find(&p, STREAM_COMPUTE, "copy to device", ops, 16);
-  EXPECT("toy, --offload grads: 12 shard copies and 3 sums on the reduce-scatter stream; on compute no sum, only the tokens in",
+  int in_c = find(&p, STREAM_COMPUTE, "host copy", ops, 16);
+  EXPECT("toy, --offload grads: 12 shard copies and 3 sums on the reduce-scatter stream; on compute no sum, only the "
+         "step's own copies (its inputs, tokens, outcome)",
          copies_rs == 12 && sums_rs == 3 && sums_c == 0 && in_c == tokens_in && tokens_in > 0,
          "%d copies, %d sums there; %d sums, %d copies in on compute (%d without offload)", copies_rs, sums_rs, sums_c, in_c,
          tokens_in);
+}
+
+// The same toy step with --shard hpz:4, node groups of 4 = the two nodes, drawn by hand: the
+// forward's three all-gathers span the world as full sharding's (block.0's: 1.2544 us + 16 us);
+// backward gathers block.1 and block.0 inside the node, NVLink only: 3/4 x 100352/100e9 + 3 x
+// 1 us = 3.75264 us each. Each block's slice, 100352/4 = 25088 bytes, is copied out of the slot
+// after its forward gather and back before its backward one: 4 device copies on the all-gather
+// stream, reading and writing 25088 bytes at 1 TB/s, 50.176 ns each. The plan holds the two
+// slices beside full sharding's.
+static void test_toy_hpz(void) {
+  ModelConfig cfg;
+  char err[256];
+  Options o = options("");
+  if (model_config_parse(o.model, &cfg, err, sizeof err)) return;
+  Cluster c = toy_cluster(8);
+  Prediction full, p;
+  predict_run(&o, &c, &cfg, NULL, &full);
+  o = options("--shard hpz:4");
+  predict_run(&o, &c, &cfg, NULL, &p);
+  const TimelineOp *ag[8], *copies[8];
+  int nag = find(&p, STREAM_ALL_GATHER, "all-gather", ag, 8), ncp = find(&p, STREAM_ALL_GATHER, "device copy", copies, 8);
+  EXPECT("toy hpz:4: 5 all-gathers and 4 device copies on the all-gather stream", nag == 5 && ncp == 4,
+         "%d all-gathers, %d copies", nag, ncp);
+  if (nag != 5 || ncp != 4) return;
+  expect_time("toy hpz:4: block.0's forward all-gather spans both nodes, as full sharding's", ag[1]->end - ag[1]->start,
+              0.5 * 100352 / 40e9 + 10e-6 + 6e-6);
+  expect_time("toy hpz:4: block.1's backward all-gather stays inside the node", ag[3]->end - ag[3]->start,
+              0.75 * 100352 / 100e9 + 3e-6);
+  expect_time("toy hpz:4: so does block.0's", ag[4]->end - ag[4]->start, 0.75 * 100352 / 100e9 + 3e-6);
+  expect_time("toy hpz:4: a slice's copy reads and writes it once", copies[0]->end - copies[0]->start, 2 * 25088 / 1e12);
+  EXPECT("toy hpz:4: each forward copy follows its block's all-gather, each backward one precedes it",
+         copies[0]->start >= ag[1]->end && copies[1]->start >= ag[2]->end && copies[2]->end <= ag[3]->start &&
+             copies[3]->end <= ag[4]->start, "copies at %g %g %g %g", copies[0]->start, copies[1]->start, copies[2]->start,
+         copies[3]->start);
+  EXPECT("toy hpz:4: the plan holds 2 x 25088 bytes of secondary shards more", p.plan_bytes - full.plan_bytes == 2 * 25088,
+         "%.0f bytes more", p.plan_bytes - full.plan_bytes);
+  EXPECT("toy hpz:4: the step is shorter than full sharding's", p.step_s < full.step_s, "%g s against %g s", p.step_s,
+         full.step_s);
+}
+
+// --predict-sweep's strategies: hpz at the node size, and hybrid at multiples of it, only where
+// there are several nodes.
+static void test_sweep_strategies(void) {
+  FSDPOptions run, s[PREDICT_MAX_STRATEGIES];
+  memset(&run, 0, sizeof run);
+  int n = predict_sweep_strategies(&run, 64, 8, s), hpz = 0, hybrid = 0, fixed = 0;
+  for (int i = 0; i < n; i++) {
+    hpz += s[i].strategy == SHARD_HPZ && s[i].hpz_factor == 8;
+    hybrid += s[i].strategy == SHARD_HYBRID && s[i].hybrid_factor % 8 == 0 && s[i].hybrid_factor < 64;
+    fixed += s[i].strategy == SHARD_FULL || s[i].strategy == SHARD_GRAD_OP || s[i].strategy == SHARD_NONE;
+  }
+  EXPECT("sweep on 64 GPUs, 8 per node: full, grad-op, none, hybrid:8,16,32 and hpz:8",
+         n == 7 && hpz == 1 && hybrid == 3 && fixed == 3, "%d strategies: %d hpz:8, %d hybrid, %d others", n, hpz, hybrid, fixed);
+  n = predict_sweep_strategies(&run, 8, 8, s);
+  EXPECT("sweep on one node of 8: full, grad-op and none only (hpz would gather over the world)", n == 3, "%d strategies", n);
 }
 
 // The time attention_forward or attention_backward adds to the compute stream, from a fresh clock.
@@ -287,11 +348,11 @@ static double attention_seconds(const Cluster* c, int backward, int with_bias, A
   timeline_configure(c);
   timeline_reset();
   KernelCtx* k = kernels_init(0);
+  AttnBias bias = {.table = with_bias ? (const act_t*)1 : NULL, .num_buckets = 32, .max_distance = 128, .bidirectional = 1};
   if (backward)
-    attention_backward(k, NULL, NULL, NULL, with_bias ? (float*)1 : NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                       with_bias ? (const act_t*)1 : NULL, s);
+    attention_backward(k, NULL, NULL, NULL, with_bias ? (float*)1 : NULL, NULL, NULL, NULL, NULL, NULL, NULL, bias, s);
   else
-    attention_forward(k, NULL, NULL, NULL, NULL, NULL, with_bias ? (const act_t*)1 : NULL, s);
+    attention_forward(k, NULL, NULL, NULL, NULL, NULL, bias, s);
   *nops = timeline_nops();
   return timeline_stream_clock(STREAM_COMPUTE);
 }
@@ -339,6 +400,8 @@ int main(void) {
   test_catalogue();
   test_sm_contention();
   test_toy_timeline();
+  test_toy_hpz();
+  test_sweep_strategies();
   test_eager_attention();
   return test_summary();
 }

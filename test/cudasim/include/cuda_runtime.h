@@ -81,6 +81,28 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 
+// ---- global-memory atomics and fences -------------------------------------------------------
+// Blocks run one at a time and the threads of a block are fibers of one host thread that
+// switch only at barriers and warp collectives, so a read-modify-write here is atomic as it
+// stands; it is still an instrumented access of the kernel file (memcheck sees it). A fence
+// orders nothing more than program order already does. __ldcg (a load through L2, past L1:
+// what a block reads of another block's stores after a fence) is a plain load.
+static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
+  unsigned int old = *p;
+  *p = old + v;
+  return old;
+}
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  unsigned long long old = *p;
+  *p = old + v;
+  return old;
+}
+// One memory, and one block at a time: every write is visible to every later access already;
+// only the compiler must not move accesses across the fence.
+static inline void __threadfence() { __asm__ __volatile__("" ::: "memory"); }
+template <class T>
+static inline T __ldcg(const T* p) { return *p; }
+
 // ---- warp intrinsics: exchanges among the lanes of `mask` ----------------------------------
 template <class T>
 static inline T cudasim_shfl_(unsigned mask, T v, int src, int width, const char* op, const char* file, int line) {

@@ -12,6 +12,8 @@ void cudasim_ldmatrix_x4(uint32_t r[4], const void* row_address, int trans, cons
 void cudasim_mma_m16n8k16(int f16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const char* file,
                           int line);
 float cudasim_ex2_approx_ftz(float x);
+void cudasim_flag_wait_eq(const int* flag, int value, const char* file, int line);
+void cudasim_flag_release_add(int* flag, int v, const char* file, int line);
 }
 
 static inline void cp_async16(void* dst, const void* src, const char* file = __builtin_FILE(),
@@ -41,4 +43,14 @@ static inline void mma_act16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
 #endif
 }
 static inline float ex2(float x) { return cudasim_ex2_approx_ftz(x); }
+// Blocks run one after another here, so a flag never changes while a block waits on it: the
+// wait checks it once, and a value not yet reached is a deadlock (ptx.cpp).
+static inline void flag_wait_eq(const int* flag, int value, const char* file = __builtin_FILE(),
+                                int line = __builtin_LINE()) {
+  cudasim_flag_wait_eq(flag, value, file, line);
+}
+static inline void flag_release_add(int* flag, int v, const char* file = __builtin_FILE(),
+                                    int line = __builtin_LINE()) {
+  cudasim_flag_release_add(flag, v, file, line);
+}
 static inline unsigned long long globaltimer_ns() { return cudasim_globaltimer(); }

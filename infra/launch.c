@@ -1,6 +1,6 @@
 // launch.c: rank and world size from a launcher's environment, the run id, and the NCCL id
 // handed from rank 0 to the other ranks through a file in a shared directory. See launch.h.
-#include "fsdp/launch.h"
+#include "infra/launch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "infra/files.h"
 
 // Writes the message into err (when there is one) and returns -1.
 __attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt,
@@ -322,6 +324,14 @@ static int check_args(const char* dir, const char* run_id, int rank, const unsig
                 dir, strerror(errno), rank);
   if (!S_ISDIR(st.st_mode))
     return fail(err, errlen, "--init-dir %s is not a directory (rank %d)", dir, rank);
+  // Only this user may create files there: anyone else could plant an id file the ranks would
+  // take, or a link at the name rank 0 writes.
+  if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return fail(err, errlen,
+                "--init-dir %s (rank %d) is %s: another user could plant an id file or a link there. Give "
+                "a directory of your own that only you can write, e.g. mkdir -m 700 ~/fsdp-init on a file "
+                "system every node sees",
+                dir, rank, st.st_uid != geteuid() ? "owned by another user" : "writable by other users");
   if (launch_id_path(path, pathlen, dir, run_id))
     return fail(err, errlen, "--init-dir %s: path too long", dir);
   return 0;
@@ -330,7 +340,7 @@ static int check_args(const char* dir, const char* run_id, int rank, const unsig
 static int write_id(const char* dir, const char* run_id, const char* path,
                     const unsigned char* id, size_t idlen, char* err, size_t errlen) {
   struct stat st;
-  if (stat(path, &st) == 0)
+  if (lstat(path, &st) == 0)
     return fail(err, errlen,
                 "NCCL id file %s already exists: a launch with the same run id '%s' left it (or "
                 "is running), and other ranks may have read its stale id. Remove the file, and "
@@ -347,12 +357,15 @@ static int write_id(const char* dir, const char* run_id, const char* path,
                    idlen, (unsigned long long)fnv1a64(id, idlen));
   memcpy(buf + h, id, idlen);
 
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL | O_NOFOLLOW: a file or link already at this name is refused, never written
+  // through; 0600: the id lets a process join the job, so only this user reads it.
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     int e = errno;
     free(buf);
-    return fail(err, errlen, "cannot create %s for the NCCL id: %s (is --init-dir %s writable?)",
-                tmp, strerror(e), dir);
+    return fail(err, errlen, "cannot create %s for the NCCL id: %s (%s)", tmp, strerror(e),
+                e == EEXIST ? "something is already at that name; it is not touched: remove it"
+                            : "is --init-dir writable?");
   }
   const char* step = "write";
   int bad = write_all(fd, buf, (size_t)h + idlen);
@@ -362,7 +375,7 @@ static int write_id(const char* dir, const char* run_id, const char* path,
   free(buf);
   if (!bad) {
     step = "rename";
-    if (rename(tmp, path) != 0) bad = -1, e = errno;
+    if (rename_noreplace(tmp, path) != 0) bad = -1, e = errno;
   }
   if (bad) {
     unlink(tmp);
@@ -379,13 +392,35 @@ static int write_id(const char* dir, const char* run_id, const char* path,
 }
 
 // One look at the file. 1: the id for run_id was read into id. 0: not there yet, or it holds
-// another run id (copied into other). -1: an error (message in err).
+// another run id (copied into other). -1: an error (message in err). Only a regular file of
+// this user, written after `oldest` (wall-clock seconds), is read: a link, another user's
+// file or a file older than this launch is refused.
 static int try_read(const char* path, const char* run_id, unsigned char* id, size_t idlen,
-                    char* other, size_t otherlen, char* err, size_t errlen) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+                    double oldest, char* other, size_t otherlen, char* err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return 0;
-    return fail(err, errlen, "cannot open the NCCL id file %s: %s", path, strerror(errno));
+    return fail(err, errlen, "cannot open the NCCL id file %s: %s%s", path, strerror(errno),
+                errno == ELOOP ? " (a symbolic link is there, not an id file rank 0 wrote: remove it)" : "");
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    int regular = S_ISREG(st.st_mode);
+    close(fd);
+    if (!regular)
+      return fail(err, errlen, "the NCCL id file %s is not a regular file: remove it", path);
+    return fail(err, errlen,
+                "the NCCL id file %s is owned by uid %ld, not by this user (uid %ld): rank 0 of this "
+                "launch did not write it. Remove it, and give --init-dir a directory only you can write",
+                path, (long)st.st_uid, (long)geteuid());
+  }
+  if ((double)st.st_mtime < oldest) {
+    close(fd);
+    return fail(err, errlen,
+                "the NCCL id file %s is stale: it was written %.0f s before this rank started, by an "
+                "earlier launch with the same run id '%s'. Remove it, and give every launch its own "
+                "run id (FSDP_RUN_ID)",
+                path, oldest - (double)st.st_mtime + LAUNCH_STALE_S, run_id);
   }
   size_t cap = ID_HEADER_MAX + idlen + 1;  // one more byte: a longer file shows as such
   unsigned char* buf = malloc(cap);
@@ -475,10 +510,13 @@ int launch_exchange_id(const char* dir, const char* run_id, int rank, unsigned c
 
   const double t0 = now_s();
   const double deadline = t0 + (timeout_s > 0 ? timeout_s : 0);
+  // Rank 0 writes the file at most about as long before this rank starts as the launch's ranks
+  // start apart; a file written LAUNCH_STALE_S before this rank started is another launch's.
+  const double oldest = (double)time(NULL) - LAUNCH_STALE_S;
   double delay = 0.010;
   char other[LAUNCH_RUN_ID_MAX + 2] = "";
   for (;;) {
-    int r = try_read(path, run_id, id, idlen, other, sizeof other, err, errlen);
+    int r = try_read(path, run_id, id, idlen, oldest, other, sizeof other, err, errlen);
     if (r == 1) return 0;
     if (r < 0) return -1;
     double left = deadline - now_s();

@@ -1,9 +1,11 @@
 // checkpoint_format.c: meta.json, the completion marker and the chunk checksums (see
-// checkpoint_format.h). Every reader here validates: a field that is missing, not a whole
+// checkpoint_format.h). Every reader here validates, through the strict JSON reader
+// (infra/json.h): a file that is not JSON, or a field that is missing, twice, not a whole
 // number, out of range or inconsistent is refused with the file, the field and the reason.
-#include "fsdp/checkpoint_format.h"
+#include "infra/checkpoint_format.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,7 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fsdp/dist.h"
+#include "infra/dist.h"
+#include "infra/json.h"
+
+#define ERR_CAP 4096
 
 const char* const CKPT_ARRAY_NAMES[CKPT_ARRAYS] = {"params.bin", "adam_m.bin", "adam_v.bin"};
 
@@ -80,21 +85,7 @@ void ckpt_sums_combine(CkptSums* s, Comm* world) {
 
 // ---- small files ----------------------------------------------------------------------------
 
-int ckpt_read_text(const char* path, char* buf, size_t cap) {
-  FILE* f = fopen(path, "r");
-  if (!f) return -1;
-  size_t n = fread(buf, 1, cap - 1, f);
-  int bad = ferror(f) || n == cap - 1;  // too long for any file we write
-  fclose(f);
-  buf[n] = 0;
-  if (bad) {
-    errno = EFBIG;
-    return -1;
-  }
-  return 0;
-}
-
-// Writes text to path through path.tmp, fsynced, then renamed: a reader sees all or nothing.
+// Writes text to path through path.part, fsynced, then renamed: a reader sees all or nothing.
 static int write_file_atomic(const char* path, const char* text, char* err, size_t errlen) {
   char tmp[4400];
   snprintf(tmp, sizeof tmp, "%s.part", path);
@@ -124,45 +115,13 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
   return 0;
 }
 
-// The text after "key": in our own JSON, or NULL.
-static const char* json_value(const char* text, const char* key) {
-  char pat[96];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char* p = strstr(text, pat);
-  if (!p) return NULL;
-  p += strlen(pat);
-  while (*p == ' ') p++;
-  return p;
-}
-
-int ckpt_json_int(const char* text, const char* file, const char* key, long long lo, long long hi,
-                  long long* out, char* err, size_t errlen) {
-  const char* v = json_value(text, key);
-  if (!v) return fail(err, errlen, "%s has no \"%s\" field", file, key);
-  const char* p = v;
-  if (*p == '-') p++;
-  int digits = 0;
-  while (p[digits] >= '0' && p[digits] <= '9') digits++;
-  const char* end = p + digits;
-  char shown[32];
-  snprintf(shown, sizeof shown, "%.*s", (int)strcspn(v, ",}\n"), v);
-  if (!digits || (*end != ',' && *end != '}' && *end != '\n' && *end != ' '))
-    return fail(err, errlen, "%s: \"%s\" is %s, not a whole number", file, key, shown);
-  if (digits > 18) return fail(err, errlen, "%s: \"%s\" is %s, out of range [%lld, %lld]", file, key, shown, lo, hi);
-  long long x = strtoll(v, NULL, 10);
-  if (x < lo || x > hi) return fail(err, errlen, "%s: \"%s\" is %lld, out of range [%lld, %lld]", file, key, x, lo, hi);
-  *out = x;
-  return 0;
-}
-
-// A quoted string field into out; -1 when missing, unterminated or too long.
-static int json_string(const char* text, const char* file, const char* key, char* out, size_t cap, char* err, size_t errlen) {
-  const char* v = json_value(text, key);
-  if (!v || *v != '"') return fail(err, errlen, "%s has no \"%s\" string", file, key);
-  const char* close = strchr(v + 1, '"');
-  if (!close || (size_t)(close - v - 1) >= cap) return fail(err, errlen, "%s: \"%s\" is unterminated or too long", file, key);
-  memcpy(out, v + 1, (size_t)(close - v - 1));
-  out[close - v - 1] = 0;
+// The root object of a checkpoint's JSON file, or -1 with the reason.
+static int read_object(const char* path, size_t max_bytes, JsonDoc* d, char* err, size_t errlen) {
+  if (json_read_file(path, max_bytes, d, err, errlen)) return -1;
+  if (json_type(d, 0) != JSON_OBJECT) {
+    json_free(d);
+    return fail(err, errlen, "%s is not a JSON object", path);
+  }
   return 0;
 }
 
@@ -198,57 +157,96 @@ int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step
   return rc;
 }
 
-int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta* m, char* err, size_t errlen) {
-  char path[4300];
-  snprintf(path, sizeof path, "%s/meta.json", dir);
-  static char text[1 << 20];
-  if (ckpt_read_text(path, text, sizeof text) != 0)
-    return fail(err, errlen, "%s is not readable (%s); is %s a checkpoint written by --save?", path, strerror(errno), dir);
-  char format[64];
-  if (json_string(text, path, "format", format, sizeof format, err, errlen)) return -1;
-  if (strcmp(format, CKPT_FORMAT))
-    return fail(err, errlen, "%s: format \"%s\" is not \"%s\"%s", path, format, CKPT_FORMAT,
-                strcmp(format, "fsdp.c checkpoint 1") ? "" : " (an older checkpoint without checksums: it cannot be verified)");
-  long long step, seed, elements, world;
-  if (json_string(text, path, "model", m->model, sizeof m->model, err, errlen) ||
-      ckpt_json_int(text, path, "step", 0, CKPT_MAX_STEP, &step, err, errlen) ||
-      ckpt_json_int(text, path, "seed", 0, 0x7fffffffffffffffLL, &seed, err, errlen) ||
-      ckpt_json_int(text, path, "elements", 0, 0x7fffffffffffffffLL, &elements, err, errlen) ||
-      ckpt_json_int(text, path, "saved_by_world_size", 1, 1 << 24, &world, err, errlen))
-    return -1;
-  m->step = (int)step, m->seed = (uint64_t)seed, m->elements = elements, m->saved_by_world_size = (int)world;
-  // The scaler's state is there only when the saving run scaled dynamically.
-  memset(&m->scaler, 0, sizeof m->scaler);
-  if (strstr(text, "\"loss_scale\"")) {
-    long long scale, good;
-    if (ckpt_json_int(text, path, "loss_scale", (long long)LOSS_SCALE_MIN, (long long)LOSS_SCALE_MAX, &scale, err, errlen) ||
-        ckpt_json_int(text, path, "loss_scale_good", 0, 1 << 30, &good, err, errlen))
-      return -1;
-    if (scale & (scale - 1))
-      return fail(err, errlen, "%s: \"loss_scale\" is %lld, not a power of two (a dynamic scale only halves and doubles)",
-                  path, scale);
-    m->scaler = (LossScaler){.scale = (double)scale, .dynamic = 1, .good = (int)good};
-  }
-  if (strcmp(m->model, model))
-    return fail(err, errlen, "%s holds model '%s' but this run is --model %s; resume with the same model", dir, m->model, model);
-  // Every parameter's name and size must match this run's table, in order.
-  const char* q = strstr(text, "\"units\"");
-  int64_t total = 0;
+// The parameters of meta.json's unit list, flattened in order: [name, live elements] pairs.
+// The list is compared with this run's table parameter by parameter, not unit by unit, so a
+// checkpoint moves between wrapping policies (the same parameters, grouped differently).
+static int check_param_table(const FSDP* fs, const JsonDoc* d, const char* path, char* err, size_t errlen) {
+  int32_t units = json_get(d, 0, "units");
+  if (units < 0 || json_type(d, units) != JSON_ARRAY) return fail(err, errlen, "%s has no \"units\" list", path);
+  int32_t unit = d->nodes[units].child, param = -1;
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) {
       const ParamInfo* p = &fs->units[u].params[i];
-      total += p->live;
-      char name[FSDP_NAME_LEN + 8];
-      snprintf(name, sizeof name, "[\"%s\", ", p->name);
-      q = q ? strstr(q, name) : NULL;
-      long long live = q ? atoll(q + strlen(name)) : -1;
-      if (live != p->live)
-        return fail(err, errlen, "%s does not match this model's parameter table at %s.%s (size %lld, checkpoint %lld)",
-                    path, fs->units[u].name, p->name, (long long)p->live, live);
+      while (param < 0 && unit >= 0) {  // the next unit's first parameter
+        int32_t list = json_get(d, unit, "params");
+        if (json_type(d, unit) != JSON_OBJECT || list < 0 || json_type(d, list) != JSON_ARRAY)
+          return fail(err, errlen, "%s: an entry of \"units\" has no \"params\" list", path);
+        param = d->nodes[list].child;
+        unit = d->nodes[unit].next;
+      }
+      long long live = -1;
+      char name[FSDP_NAME_LEN] = "";
+      if (param >= 0) {
+        int32_t n = d->nodes[param].child, l = n >= 0 ? d->nodes[n].next : -1;
+        if (json_type(d, param) != JSON_ARRAY || d->nodes[param].count != 2 ||
+            json_string(d, n, "params[0]", name, sizeof name, err, errlen) ||
+            json_int(d, l, name, 0, INT64_MAX, &live, err, errlen))
+          return fail(err, errlen, "%s: a parameter entry is not [\"name\", elements]", path);
+        param = d->nodes[param].next;
+      }
+      if (strcmp(name, p->name) || live != p->live)
+        return fail(err, errlen, "%s does not match this model's parameter table at %s.%s (size %lld; checkpoint: %s%s%lld)",
+                    path, fs->units[u].name, p->name, (long long)p->live, name[0] ? name : "nothing", name[0] ? " of size " : " ",
+                    live);
     }
-  if (elements != total)
-    return fail(err, errlen, "%s: \"elements\" is %lld, this model has %lld", path, elements, (long long)total);
+  if (param >= 0 || unit >= 0) return fail(err, errlen, "%s lists more parameters than this model has", path);
   return 0;
+}
+
+int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta* m, char* err, size_t errlen) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/meta.json", dir);
+  size_t cap = 1 << 20;
+  for (int u = 0; u < fs->nunits; u++) cap += 256 + (size_t)fs->units[u].nparams * 4 * (FSDP_NAME_LEN + 32);
+  JsonDoc d;
+  char reason[ERR_CAP];
+  if (read_object(path, cap, &d, reason, sizeof reason))
+    return fail(err, errlen, "%s (is %s a checkpoint written by --save?)", reason, dir);
+  char format[64];
+  long long step, seed, elements, world;
+  int rc = -1;
+  if (json_member_string(&d, 0, "format", format, sizeof format, err, errlen)) goto done;
+  if (strcmp(format, CKPT_FORMAT)) {
+    fail(err, errlen, "%s: format \"%s\" is not \"%s\"%s", path, format, CKPT_FORMAT,
+         strcmp(format, "fsdp.c checkpoint 1") ? "" : " (an older checkpoint without checksums: it cannot be verified)");
+    goto done;
+  }
+  if (json_member_string(&d, 0, "model", m->model, sizeof m->model, err, errlen) ||
+      json_member_int(&d, 0, "step", 0, CKPT_MAX_STEP, &step, err, errlen) ||
+      json_member_int(&d, 0, "seed", 0, INT64_MAX, &seed, err, errlen) ||
+      json_member_int(&d, 0, "elements", 0, INT64_MAX, &elements, err, errlen) ||
+      json_member_int(&d, 0, "saved_by_world_size", 1, 1 << 24, &world, err, errlen))
+    goto done;
+  m->step = (int)step, m->seed = (uint64_t)seed, m->elements = elements, m->saved_by_world_size = (int)world;
+  // The scaler's state is there only when the saving run scaled dynamically.
+  memset(&m->scaler, 0, sizeof m->scaler);
+  if (json_get(&d, 0, "loss_scale") >= 0) {
+    long long scale, good;
+    if (json_member_int(&d, 0, "loss_scale", (long long)LOSS_SCALE_MIN, (long long)LOSS_SCALE_MAX, &scale, err, errlen) ||
+        json_member_int(&d, 0, "loss_scale_good", 0, 1 << 30, &good, err, errlen))
+      goto done;
+    if (scale & (scale - 1)) {
+      fail(err, errlen, "%s: \"loss_scale\" is %lld, not a power of two (a dynamic scale only halves and doubles)", path, scale);
+      goto done;
+    }
+    m->scaler = (LossScaler){.scale = (double)scale, .dynamic = 1, .good = (int)good};
+  }
+  if (strcmp(m->model, model)) {
+    fail(err, errlen, "%s holds model '%s' but this run is --model %s; resume with the same model", dir, m->model, model);
+    goto done;
+  }
+  if (check_param_table(fs, &d, path, err, errlen)) goto done;
+  int64_t total = 0;
+  for (int u = 0; u < fs->nunits; u++)
+    for (int i = 0; i < fs->units[u].nparams; i++) total += fs->units[u].params[i].live;
+  if (elements != total) {
+    fail(err, errlen, "%s: \"elements\" is %lld, this model has %lld", path, elements, (long long)total);
+    goto done;
+  }
+  rc = 0;
+done:
+  json_free(&d);
+  return rc;
 }
 
 // ---- the completion marker ------------------------------------------------------------------
@@ -275,30 +273,29 @@ int ckpt_write_marker(const char* dir, int step, const CkptSums* s, char* err, s
 int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sums, char* err, size_t errlen) {
   char path[4300];
   snprintf(path, sizeof path, "%s/%s", dir, CKPT_MARKER);
-  size_t cap = 4096 + (size_t)((elements + CKPT_CHUNK - 1) / CKPT_CHUNK) * CKPT_ARRAYS * 24;
-  if (!sums) cap = 1 << 20;
-  char* text = xmalloc(cap, "checkpoint marker");
-  int rc = -1;
+  // Ours: 4 KiB and about 20 bytes per chunk checksum. Without sums only the step is read (to
+  // order candidates), from a marker of any size up to the reader's bound.
+  size_t cap = sums ? 4096 + (size_t)((elements + CKPT_CHUNK - 1) / CKPT_CHUNK) * CKPT_ARRAYS * 32 : JSON_MAX_BYTES;
+  JsonDoc d;
+  char reason[ERR_CAP], format[64];
   long long st, el, chunk;
-  char format[64];
-  if (ckpt_read_text(path, text, cap) != 0) {
-    fail(err, errlen, "%s has no completion marker %s (%s): the save that wrote it did not finish", dir, CKPT_MARKER,
-         strerror(errno));
-    goto done;
-  }
-  if (json_string(text, path, "format", format, sizeof format, err, errlen)) goto done;
+  if (read_object(path, cap, &d, reason, sizeof reason))
+    return fail(err, errlen, "%s has no intact completion marker %s (%s): the save that wrote it did not finish", dir,
+                CKPT_MARKER, reason);
+  int rc = -1;
+  if (json_member_string(&d, 0, "format", format, sizeof format, err, errlen)) goto done;
   if (strcmp(format, CKPT_FORMAT)) {
     fail(err, errlen, "%s: format \"%s\" is not \"%s\"", path, format, CKPT_FORMAT);
     goto done;
   }
-  if (ckpt_json_int(text, path, "step", 0, CKPT_MAX_STEP, &st, err, errlen)) goto done;
+  if (json_member_int(&d, 0, "step", 0, CKPT_MAX_STEP, &st, err, errlen)) goto done;
   *step = (int)st;
   if (!sums) {
     rc = 0;
     goto done;
   }
-  if (ckpt_json_int(text, path, "elements", 0, 0x7fffffffffffffffLL, &el, err, errlen) ||
-      ckpt_json_int(text, path, "chunk_elements", 1, 0x7fffffffffffffffLL, &chunk, err, errlen))
+  if (json_member_int(&d, 0, "elements", 0, INT64_MAX, &el, err, errlen) ||
+      json_member_int(&d, 0, "chunk_elements", 1, INT64_MAX, &chunk, err, errlen))
     goto done;
   if (el != elements || chunk != CKPT_CHUNK) {
     fail(err, errlen, "%s describes %lld elements in chunks of %lld; meta.json and this version need %lld in chunks of %lld",
@@ -307,33 +304,30 @@ int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sum
   }
   ckpt_sums_init(sums, elements);
   for (int k = 0; k < CKPT_ARRAYS; k++) {
-    const char* p = json_value(text, CKPT_ARRAY_NAMES[k]);
-    if (!p || *p != '[') {
+    int32_t list = json_get(&d, 0, CKPT_ARRAY_NAMES[k]);
+    if (list < 0 || json_type(&d, list) != JSON_ARRAY) {
       fail(err, errlen, "%s has no checksum list for %s", path, CKPT_ARRAY_NAMES[k]);
       goto done;
     }
-    p++;
-    for (int64_t c = 0; c < sums->nchunks; c++) {
-      unsigned long long x;
-      int used = 0;
-      while (*p == ' ' || *p == ',') p++;
-      if (sscanf(p, "\"%16llx\"%n", &x, &used) != 1 || used != 18) {
-        fail(err, errlen, "%s: the checksum list of %s is malformed or shorter than its %lld chunks", path,
-             CKPT_ARRAY_NAMES[k], (long long)sums->nchunks);
+    if (d.nodes[list].count != sums->nchunks) {
+      fail(err, errlen, "%s: the checksum list of %s has %d entries, not the %lld of its chunks", path,
+           CKPT_ARRAY_NAMES[k], d.nodes[list].count, (long long)sums->nchunks);
+      goto done;
+    }
+    int64_t c = 0;
+    for (int32_t v = d.nodes[list].child; v >= 0; v = d.nodes[v].next, c++) {
+      const char* hex = json_str(&d, v);
+      char* end = NULL;
+      if (json_type(&d, v) == JSON_STRING && d.nodes[v].len == 16 && strspn(hex, "0123456789abcdef") == 16)
+        sums->sum[k][c] = strtoull(hex, &end, 16);
+      if (!end || *end) {
+        fail(err, errlen, "%s: checksum %lld of %s is not 16 hex digits in quotes", path, (long long)c, CKPT_ARRAY_NAMES[k]);
         goto done;
       }
-      sums->sum[k][c] = x;
-      p += used;
-    }
-    while (*p == ' ') p++;
-    if (*p != ']') {
-      fail(err, errlen, "%s: the checksum list of %s is longer than its %lld chunks", path, CKPT_ARRAY_NAMES[k],
-           (long long)sums->nchunks);
-      goto done;
     }
   }
   rc = 0;
 done:
-  free(text);
+  json_free(&d);
   return rc;
 }

@@ -56,9 +56,4 @@ int ckpt_write_marker(const char* dir, int step, const CkptSums* s, char* err, s
 // Reads DIR/complete.json; sums NULL reads only the step (to order candidates).
 int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sums, char* err, size_t errlen);
 
-// Whole-file helpers for small text files; -1 with errno set on failure.
-int ckpt_read_text(const char* path, char* buf, size_t cap);
-// Strict whole-number field of our own JSON: "key": <integer>, within [lo, hi].
-int ckpt_json_int(const char* text, const char* file, const char* key, long long lo, long long hi,
-                  long long* out, char* err, size_t errlen);
 #endif

@@ -13,7 +13,8 @@ void dist_finalize(void);
 int dist_rank(void);
 int dist_world(void);
 int dist_local_rank(void);  // rank on this node: selects the GPU
-// An id of this rank's node, the same for every rank on it (the world rank of its local rank 0).
+// An id of this rank's node, the same for every rank on it (the world rank of its local rank 0,
+// or this rank's entry of FSDP_NODE_MAP).
 int dist_node(void);
 // OpenMP threads of this rank: OMP_NUM_THREADS, or this node's cores shared among its ranks.
 int dist_threads(void);

@@ -62,19 +62,25 @@ int launch_run_id_from(char* out, size_t len, int world, LaunchGetenv get, void*
 int launch_id_path(char* out, size_t len, const char* dir, const char* run_id);
 
 // Hands the id from rank 0 to every other rank through DIR (a directory every rank sees, on a
-// shared file system for several nodes). idlen: at most LAUNCH_ID_MAX bytes.
+// shared file system for several nodes). idlen: at most LAUNCH_ID_MAX bytes. DIR must belong to
+// this user and be writable by no one else (else an error with the fix): another user could
+// otherwise plant an id file the ranks would take, or a link at the name rank 0 writes.
 //   rank 0: writes id[0..idlen) to <dir>/fsdp_id.<run_id> atomically (written to
-//           <dir>/.fsdp_id.<run_id>.tmp.<pid>, fsynced, renamed), so a reader sees either no
-//           file or the whole one. A file already at that path is an error (a launch with the
-//           same run id left it: ranks may have read its stale id).
+//           <dir>/.fsdp_id.<run_id>.tmp.<pid>, created with O_EXCL | O_NOFOLLOW and mode 0600,
+//           fsynced, renamed without replacing), so a reader sees either no file or the whole
+//           one. Anything already at either name is an error, never written through (a launch
+//           with the same run id left it: ranks may have read its stale id).
 //   others: poll (10 ms, growing to 50 ms between tries) until the file holds an id for THEIR
 //           run id and length, and copy it into id. A file whose header names another run id
-//           is never accepted (polling goes on); a malformed or truncated one (bad magic,
-//           wrong length, checksum mismatch) is an error at once. After timeout_s seconds
-//           (timeout_s <= 0: one try) -1 with the path, run id and what to check.
+//           is never accepted (polling goes on); a link, a file of another user, a file written
+//           more than LAUNCH_STALE_S before this rank started (an earlier launch's), or a
+//           malformed or truncated one (bad magic, wrong length, checksum mismatch) is an
+//           error at once. After timeout_s seconds (timeout_s <= 0: one try) -1 with the path,
+//           run id and what to check.
 // The file format: one text line "fsdp_nccl_id v1 run=<run_id> len=<idlen> fnv=<16 hex>\n"
 // followed by the idlen id bytes (fnv: FNV-1a 64 of the id bytes).
 #define LAUNCH_ID_MAX 4096
+#define LAUNCH_STALE_S 600.0
 int launch_exchange_id(const char* dir, const char* run_id, int rank, unsigned char* id,
                        size_t idlen, double timeout_s, char* err, size_t errlen);
 

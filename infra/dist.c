@@ -1,5 +1,5 @@
 // dist.c: start-up, rank-0 printing and fatal errors that bring every rank down.
-#include "fsdp/dist.h"
+#include "infra/dist.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 #include <mpi.h>
 #endif
 
-#include "fsdp/launch.h"
+#include "infra/launch.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -81,6 +81,30 @@ static void share_cores(int local_world) {
 }
 #endif
 
+// FSDP_NODE_MAP=n0,n1,...: the node of each world rank, in place of the one MPI or the launcher
+// reports, for the placement of shard and node groups (fsdp_group_positions): how the tests lay
+// several nodes out on one host, and a way to describe a cluster whose shared-memory detection
+// is wrong (containers that each hide the others).
+static void node_from_map(void) {
+  const char* map = getenv("FSDP_NODE_MAP");
+  if (!map) return;
+  const char* p = map;
+  int n = 0;
+  for (;;) {
+    char* end;
+    long id = strtol(p, &end, 10);
+    if (end == p || id < 0 || id > 1 << 30 || (*end && *end != ',')) n = -1;
+    if (n < 0) break;
+    if (n == g_rank) g_node = (int)id;
+    n++;
+    if (!*end) break;
+    p = end + 1;
+  }
+  if (n != g_world)
+    fatal("FSDP_NODE_MAP='%s' must list the node of every rank as integers >= 0 separated by commas, %d of them for "
+          "this run (e.g. 0,0,1,1 for two nodes of two ranks)", map, g_world);
+}
+
 int dist_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();
@@ -131,6 +155,7 @@ void dist_init(int* argc, char*** argv) {
   // we are; with none of them this is the only rank.
   ranks_from_environment();
 #endif
+  node_from_map();
 }
 
 int dist_local_rank(void) { return g_local_rank; }

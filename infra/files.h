@@ -1,0 +1,42 @@
+// files.h: the rules every file fsdp.c reads and every path it writes follow.
+//
+//   inputs   opened only when they are regular files (a FIFO or a device is refused, never
+//            waited on), their size bounded before anything is allocated for them, the file
+//            named in every message;
+//   outputs  every name checked at start-up against the file system's limits, so that a name
+//            that cannot be created fails before the first step, not after training;
+//   locks    a run's --save and --export directories locked for the run, so that a second run
+//            given the same directory is refused at start-up instead of both writing into it.
+//
+// Nothing here prints or exits: each returns 0 (or a descriptor) on success and -1 on
+// failure, with the reason in err for the caller.
+#ifndef FSDP_FILES_H
+#define FSDP_FILES_H
+#include <stddef.h>
+
+// open(path, O_RDONLY) of a regular file; -1 with the reason when it is not one or cannot be
+// opened. The open itself never blocks (a FIFO without a writer would).
+int file_open_regular(const char* path, char* err, size_t errlen);
+// The whole of a regular file of at most max_bytes, NUL-terminated, in a malloc'd *text.
+int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, char* err, size_t errlen);
+
+// Whether the name path + suffix (suffix "" or a name the run derives, such as ".tmp" or
+// "/step_00000001.tmp/complete.json.part") fits the file system: at most PATH_MAX bytes in all
+// and each component at most the NAME_MAX of the directory that holds it. opt names the
+// option in the message.
+int path_fits(const char* opt, const char* path, const char* suffix, char* err, size_t errlen);
+
+// rename(from, to) that fails (EEXIST) instead of replacing an existing `to`.
+int rename_noreplace(const char* from, const char* to);
+
+// Takes the lock of directory dir for this process, held until it exits: an advisory lock
+// (flock) on the file "<dir>.lock" beside it (not inside: a save renames the directory). The
+// file records the holder's pid, host and start time. When another process holds it, -1 with
+// the holder named. A lock file left by a run that crashed is not held (the kernel drops an
+// flock with its process), so it is taken over, with a note in *note (may be NULL). A lock
+// file that is not one of ours is never touched. At a normal exit the file is removed.
+// On NFS, flock is carried by the server's lock manager (NFSv4, or NLM for v3), so runs on
+// two hosts see each other's locks; a mount with -o nolock (or local_lock=all) keeps locks
+// local to one host, and then only runs on the same host are refused.
+int dir_lock(const char* opt, const char* dir, char* note, size_t notelen, char* err, size_t errlen);
+#endif

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test_kernels.sh BUILD_DIR: test/gpu/test_kernels_gpu.c itself on the simulator (--profile
+# small: every kernel at small and odd shapes against the CPU reference), for the build in
+# BUILD_DIR (build/sim: bf16; build/sim-fp16: fp16).
+#   1. every case, with the threads of each block run in a shuffled order (CUDASIM_SEED: an
+#      order other than the natural one, which exposes code that assumes a warp runs in
+#      lockstep; the racecheck itself does not depend on the order);
+#   2. the matmul cases again with every product through the fallback kernel
+#      (CUDASIM_LT_NO_ALGO=1: the simulated cuBLASLt heuristic finds no algorithm), and the
+#      norm and matmul cases with each launch's blocks in a shuffled order (CUDASIM_BLOCK_SEED:
+#      their gradient sums are finished by whichever block arrives last), and the attention cases
+#      with the backward chunked by batch and head (FSDP_ATTN=chunked);
+#   3. fp16 only: the fp16 test's bounds against the bf16 kernels must fail (the bounds see a
+#      kernel computing in the other 16-bit type): the matmul and norm cases, at least 20 checks.
+# TEST_FILTER selects cases as in every part. Prints each check and "N passed, M failed".
+set -u
+cd "$(dirname "$0")/../.."
+SIM=${1:-build/sim}
+pass=0
+fail=0
+# counted COMMAND...: runs it, its lines shown, and adds its closing counts (none: one failure).
+counted() {
+  local out line rc
+  out=$("$@" 2>&1)
+  rc=$?
+  echo "$out"
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' <<< "$out" | tail -1)
+  if [ -z "$line" ]; then fail=$((fail + 1)); echo "FAIL $*: no summary (exit $rc)"; return; fi
+  pass=$((pass + $(awk '{print $1}' <<< "$line")))
+  fail=$((fail + $(awk '{print $3}' <<< "$line")))
+}
+want() { [ -z "${TEST_FILTER:-}" ] || grep -qiE -- "$TEST_FILTER" <<< "$1"; }
+
+counted env CUDASIM_SEED=7 "$SIM/test_kernels_gpu" --profile small
+if want matmul; then
+  echo "-- the matmul cases with the fallback kernel for every product (CUDASIM_LT_NO_ALGO=1)"
+  counted env CUDASIM_LT_NO_ALGO=1 TEST_FILTER=matmul "$SIM/test_kernels_gpu" --profile small
+fi
+
+if want "layernorm|rmsnorm|matmul|column"; then
+  echo "-- the norm and matmul cases (their parameter-gradient sums finished by the last block to arrive) with"
+  echo "   the blocks of each launch in a shuffled order (CUDASIM_BLOCK_SEED)"
+  counted env CUDASIM_BLOCK_SEED=3 TEST_FILTER='layernorm|rmsnorm|matmul' "$SIM/test_kernels_gpu" --profile small
+fi
+if want attention; then
+  echo "-- the attention cases with the backward one batch and one head per launch (FSDP_ATTN=chunked: as where"
+  echo "   the kernel scratch holds less than every batch and head at once)"
+  counted env FSDP_ATTN=chunked TEST_FILTER=attention "$SIM/test_kernels_gpu" --profile small
+fi
+
+if [ "$SIM" = build/sim-fp16 ] && want "planted precision"; then
+  bf16=build/sim
+  if g++ "$SIM/test_kernels_gpu.o" "$bf16"/kernels/*.o build/test-gpu/cpu_ref/*.o "$bf16/libcudasim.a" \
+       -o "$SIM/test_on_bf16_kernels" -lstdc++ -lm -fopenmp -ldl; then
+    out=$(TEST_FILTER='^(matmul|layernorm|rmsnorm)' "$SIM/test_on_bf16_kernels" --profile small 2>&1)
+    failed=$(sed -n 's/^[0-9]* passed, \([0-9]*\) failed$/\1/p' <<< "$out")
+    if [ "${failed:-0}" -ge 20 ]; then
+      echo "ok   planted precision: the fp16 test's matmul and norm cases fail on the bf16 kernels ($failed checks fail)"
+      pass=$((pass + 1))
+    else
+      echo "FAIL planted precision: the fp16 test passed the bf16 kernels (${failed:-no} checks fail)"
+      fail=$((fail + 1))
+    fi
+  else
+    echo "FAIL planted precision: linking the fp16 test with the bf16 kernels failed"
+    fail=$((fail + 1))
+  fi
+fi
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]
