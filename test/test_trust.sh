@@ -31,7 +31,12 @@ show() { grep -v '^|' "$TMP/$1.out" | grep -iE "error|warn|skip|resum" | head -3
 # ---- checkpoints -------------------------------------------------------------------------
 CK=$TMP/ck
 run ref $BIN $M $CONST --steps 5 --digest
+run ref_a3 $BIN $M $CONST --steps 5 --accum 3 --digest
 run save3 $BIN $M $CONST --steps 3 --save "$CK"
+# LD_PRELOAD shims that several groups below use: a disk that fills after ENOSPC_AFTER_BYTES,
+# and SIGTERM raised in the fsync of SIGNAL_FSYNC_PATH.
+cc -shared -fPIC -O1 -o "$TMP/enospc.so" test/enospc_shim.c -ldl
+cc -shared -fPIC -O1 -o "$TMP/signal.so" test/signal_shim.c -ldl
 [ -f "$CK/complete.json" ] && [ ! -e "$CK.tmp" ] && ok "a save ends with its completion marker and no temporary" ||
   bad "save: $(ls "$TMP")"
 cp -r "$CK" "$TMP/good"
@@ -123,7 +128,6 @@ run keepbad $BIN $M $CONST --steps 5 --resume "$TMP/keep"
 
 # Any world size verifies any checkpoint: saved on 3 ranks, verified and resumed on 2.
 # (3 ranks x batch 2 = 1 rank x batch 2 x accum 3: the same micro-batches, so the same bits.)
-run ref_a3 $BIN $M $CONST --steps 5 --accum 3 --digest
 run save_w3 $MPIRUN -np 3 $BIN $M $CONST --steps 3 --save "$TMP/ck_w3"
 run res_w1 $BIN $M $CONST --steps 5 --accum 3 --resume "$TMP/ck_w3" --digest
 [ $rc = 0 ] && [ "$(digest "$TMP/res_w1.out")" = "$(digest "$TMP/ref_a3.out")" ] &&
@@ -177,7 +181,7 @@ run trace3 $MPIRUN -np 2 $BIN $M --steps 2 --trace "$TMP/missing/t.json"
 run full $BIN $M --steps 2 --log /dev/full
 [ $rc = 1 ] && has full "No space left on device" && ok "a full disk under --log says 'No space left on device'" ||
   bad "full disk" "$(show full)"
-if cc -shared -fPIC -O1 -o "$TMP/enospc.so" test/enospc_shim.c -ldl; then
+if [ -f "$TMP/enospc.so" ]; then
   restore
   run fullck env LD_PRELOAD="$TMP/enospc.so" ENOSPC_AFTER_BYTES=100000 $BIN $M $CONST --steps 4 --save "$CK"
   [ $rc = 1 ] && has fullck "No space left on device" && grep -q '"step": 3' "$CK/complete.json" &&
@@ -245,7 +249,6 @@ done
 # model.safetensors, through test/signal_shim.c, an LD_PRELOAD that raises SIGTERM in fsync):
 # config.json, written last, is not there, so --init-from refuses the leftover, and the next
 # export names it.
-cc -shared -fPIC -O1 -o "$TMP/signal.so" test/signal_shim.c -ldl
 if [ -f "$TMP/signal.so" ]; then
   { run cutrun env LD_PRELOAD="$TMP/signal.so" SIGNAL_FSYNC_PATH=cut_hf.tmp/model.safetensors SIGNAL_TIMES=2 \
       $BIN $M --steps 1 --export "$TMP/cut_hf"; } 2> /dev/null
@@ -323,26 +326,27 @@ k=$(stopped_at "$TMP/usr1.out")
 [ $rc = 75 ] && [ -n "$k" ] && grep -q "\"step\": $k" "$TMP/ck_usr1/complete.json" && has usr1 "stopped by SIGUSR1" &&
   ok "SIGUSR1 to mpirun reaches every rank: saved after step $k, exit 75" || bad "SIGUSR1 under mpirun" "exit $rc $(show usr1)"
 # During a save: the signal comes while the arrays of the step-2 checkpoint are written (on rank
-# 1 of 3 with SIGNAL_RANK); the save completes, the run stops after the next step; resumed to
-# step 5, bit-exact on 1 and 3 ranks. Two signals in one save end the run at once, and the
-# previous checkpoint resumes bit-exactly.
+# 1 of 3 with SIGNAL_RANK); the save completes, step 3 carries the signal to every rank in its
+# all-reduce, the ranks learn of it with step 3's outcome, after step 4 is queued, so they finish
+# step 4, save it and stop; resumed to step 5, bit-exact on 1 and 3 ranks. Two signals in one
+# save end the run at once, and the previous checkpoint resumes bit-exactly.
 if [ -f "$TMP/signal.so" ]; then
   SIG="env LD_PRELOAD=$TMP/signal.so SIGNAL_FSYNC_PATH=ck_save.tmp/params.bin"
   run save1 $SIG $BIN $M $CONST --steps 100 --save-every 2 --save "$TMP/ck_save"
   rc1=$rc
   run save1res $BIN $M $CONST --steps 5 --resume "$TMP/ck_save" --digest
-  [ $rc1 = 75 ] && has save1 "stopped by SIGTERM" && grep -q '"step": 3' "$TMP/ck_save/complete.json" &&
+  [ $rc1 = 75 ] && has save1 "stopped by SIGTERM" && grep -q '"step": 4' "$TMP/ck_save/complete.json" &&
     [ "$(digest "$TMP/save1res.out")" = "$(digest "$TMP/ref.out")" ] &&
-    ok "SIGTERM during a save (1 rank): the save completes, the run stops after step 3; resumed bit-exact" ||
+    ok "SIGTERM during a save (1 rank): the save completes, the run saves and stops after step 4; resumed bit-exact" ||
     bad "SIGTERM during a save" "exit $rc1 $(show save1; show save1res)"
   rm -rf "$TMP/ck_save"
   run save3 $SIG SIGNAL_RANK=1 $MPIRUN -x LD_PRELOAD -x SIGNAL_FSYNC_PATH -x SIGNAL_RANK -np 3 $BIN $M $CONST --steps 100 \
     --save-every 2 --save "$TMP/ck_save" --comm-timeout 10
   rc3=$rc
   run save3res $BIN $M $CONST --steps 5 --accum 3 --resume "$TMP/ck_save" --digest
-  [ $rc3 = 75 ] && has save3 "\[rank 1\] SIGTERM" && grep -q '"step": 3' "$TMP/ck_save/complete.json" &&
+  [ $rc3 = 75 ] && has save3 "\[rank 1\] SIGTERM" && grep -q '"step": 4' "$TMP/ck_save/complete.json" &&
     [ "$(digest "$TMP/save3res.out")" = "$(digest "$TMP/ref_a3.out")" ] &&
-    ok "SIGTERM on rank 1 of 3 during a save: every rank stops after step 3; resumed on 1 rank bit-exact" ||
+    ok "SIGTERM on rank 1 of 3 during a save: every rank saves and stops after step 4; resumed on 1 rank bit-exact" ||
     bad "SIGTERM during a save on 3 ranks" "exit $rc3 $(show save3; show save3res)"
   rm -rf "$TMP/ck_save"
   { run twice $SIG SIGNAL_SKIP=1 SIGNAL_TIMES=2 $BIN $M $CONST --steps 100 --save-every 1 --save "$TMP/ck_save"; } 2> /dev/null
