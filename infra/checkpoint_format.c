@@ -15,18 +15,11 @@
 
 #include "infra/dist.h"
 #include "infra/json.h"
+#include "infra/files.h"
 
 #define ERR_CAP 4096
 
 const char* const CKPT_ARRAY_NAMES[CKPT_ARRAYS] = {"params.bin", "adam_m.bin", "adam_v.bin"};
-
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 // ---- checksums ------------------------------------------------------------------------------
 
@@ -90,7 +83,7 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
   char tmp[4400];
   snprintf(tmp, sizeof tmp, "%s.part", path);
   int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-  if (fd < 0) return fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+  if (fd < 0) return set_error(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
   size_t len = strlen(text), done = 0;
   while (done < len) {
     ssize_t w = write(fd, text + done, len - done);
@@ -98,19 +91,19 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
       int e = w < 0 ? errno : ENOSPC;
       close(fd);
       unlink(tmp);
-      return fail(err, errlen, "writing %s failed: %s", tmp, strerror(e));
+      return set_error(err, errlen, "writing %s failed: %s", tmp, strerror(e));
     }
     done += (size_t)w;
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
     int e = errno;
     unlink(tmp);
-    return fail(err, errlen, "writing %s failed: %s", tmp, strerror(e));
+    return set_error(err, errlen, "writing %s failed: %s", tmp, strerror(e));
   }
   if (rename(tmp, path) != 0) {
     int e = errno;
     unlink(tmp);
-    return fail(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+    return set_error(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(e));
   }
   return 0;
 }
@@ -120,7 +113,7 @@ static int read_object(const char* path, size_t max_bytes, JsonDoc* d, char* err
   if (json_read_file(path, max_bytes, d, err, errlen)) return -1;
   if (json_type(d, 0) != JSON_OBJECT) {
     json_free(d);
-    return fail(err, errlen, "%s is not a JSON object", path);
+    return set_error(err, errlen, "%s is not a JSON object", path);
   }
   return 0;
 }
@@ -162,7 +155,7 @@ int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step
 // checkpoint moves between wrapping policies (the same parameters, grouped differently).
 static int check_param_table(const FSDP* fs, const JsonDoc* d, const char* path, char* err, size_t errlen) {
   int32_t units = json_get(d, 0, "units");
-  if (units < 0 || json_type(d, units) != JSON_ARRAY) return fail(err, errlen, "%s has no \"units\" list", path);
+  if (units < 0 || json_type(d, units) != JSON_ARRAY) return set_error(err, errlen, "%s has no \"units\" list", path);
   int32_t unit = d->nodes[units].child, param = -1;
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) {
@@ -170,7 +163,7 @@ static int check_param_table(const FSDP* fs, const JsonDoc* d, const char* path,
       while (param < 0 && unit >= 0) {  // the next unit's first parameter
         int32_t list = json_get(d, unit, "params");
         if (json_type(d, unit) != JSON_OBJECT || list < 0 || json_type(d, list) != JSON_ARRAY)
-          return fail(err, errlen, "%s: an entry of \"units\" has no \"params\" list", path);
+          return set_error(err, errlen, "%s: an entry of \"units\" has no \"params\" list", path);
         param = d->nodes[list].child;
         unit = d->nodes[unit].next;
       }
@@ -181,15 +174,15 @@ static int check_param_table(const FSDP* fs, const JsonDoc* d, const char* path,
         if (json_type(d, param) != JSON_ARRAY || d->nodes[param].count != 2 ||
             json_string(d, n, "params[0]", name, sizeof name, err, errlen) ||
             json_int(d, l, name, 0, INT64_MAX, &live, err, errlen))
-          return fail(err, errlen, "%s: a parameter entry is not [\"name\", elements]", path);
+          return set_error(err, errlen, "%s: a parameter entry is not [\"name\", elements]", path);
         param = d->nodes[param].next;
       }
       if (strcmp(name, p->name) || live != p->live)
-        return fail(err, errlen, "%s does not match this model's parameter table at %s.%s (size %lld; checkpoint: %s%s%lld)",
-                    path, fs->units[u].name, p->name, (long long)p->live, name[0] ? name : "nothing", name[0] ? " of size " : " ",
-                    live);
+        return set_error(err, errlen, "%s does not match this model's parameter table at %s.%s (size %lld; checkpoint: %s%s%lld)",
+                         path, fs->units[u].name, p->name, (long long)p->live, name[0] ? name : "nothing", name[0] ? " of size " : " ",
+                         live);
     }
-  if (param >= 0 || unit >= 0) return fail(err, errlen, "%s lists more parameters than this model has", path);
+  if (param >= 0 || unit >= 0) return set_error(err, errlen, "%s lists more parameters than this model has", path);
   return 0;
 }
 
@@ -201,14 +194,14 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
   JsonDoc d;
   char reason[ERR_CAP];
   if (read_object(path, cap, &d, reason, sizeof reason))
-    return fail(err, errlen, "%s (is %s a checkpoint written by --save?)", reason, dir);
+    return set_error(err, errlen, "%s (is %s a checkpoint written by --save?)", reason, dir);
   char format[64];
   long long step, seed, elements, world;
   int rc = -1;
   if (json_member_string(&d, 0, "format", format, sizeof format, err, errlen)) goto done;
   if (strcmp(format, CKPT_FORMAT)) {
-    fail(err, errlen, "%s: format \"%s\" is not \"%s\"%s", path, format, CKPT_FORMAT,
-         strcmp(format, "fsdp.c checkpoint 1") ? "" : " (an older checkpoint without checksums: it cannot be verified)");
+    set_error(err, errlen, "%s: format \"%s\" is not \"%s\"%s", path, format, CKPT_FORMAT,
+              strcmp(format, "fsdp.c checkpoint 1") ? "" : " (an older checkpoint without checksums: it cannot be verified)");
     goto done;
   }
   if (json_member_string(&d, 0, "model", m->model, sizeof m->model, err, errlen) ||
@@ -226,13 +219,13 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
         json_member_int(&d, 0, "loss_scale_good", 0, 1 << 30, &good, err, errlen))
       goto done;
     if (scale & (scale - 1)) {
-      fail(err, errlen, "%s: \"loss_scale\" is %lld, not a power of two (a dynamic scale only halves and doubles)", path, scale);
+      set_error(err, errlen, "%s: \"loss_scale\" is %lld, not a power of two (a dynamic scale only halves and doubles)", path, scale);
       goto done;
     }
     m->scaler = (LossScaler){.scale = (double)scale, .dynamic = 1, .good = (int)good};
   }
   if (strcmp(m->model, model)) {
-    fail(err, errlen, "%s holds model '%s' but this run is --model %s; resume with the same model", dir, m->model, model);
+    set_error(err, errlen, "%s holds model '%s' but this run is --model %s; resume with the same model", dir, m->model, model);
     goto done;
   }
   if (check_param_table(fs, &d, path, err, errlen)) goto done;
@@ -240,7 +233,7 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) total += fs->units[u].params[i].live;
   if (elements != total) {
-    fail(err, errlen, "%s: \"elements\" is %lld, this model has %lld", path, elements, (long long)total);
+    set_error(err, errlen, "%s: \"elements\" is %lld, this model has %lld", path, elements, (long long)total);
     goto done;
   }
   rc = 0;
@@ -280,12 +273,12 @@ int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sum
   char reason[ERR_CAP], format[64];
   long long st, el, chunk;
   if (read_object(path, cap, &d, reason, sizeof reason))
-    return fail(err, errlen, "%s has no intact completion marker %s (%s): the save that wrote it did not finish", dir,
-                CKPT_MARKER, reason);
+    return set_error(err, errlen, "%s has no intact completion marker %s (%s): the save that wrote it did not finish", dir,
+                     CKPT_MARKER, reason);
   int rc = -1;
   if (json_member_string(&d, 0, "format", format, sizeof format, err, errlen)) goto done;
   if (strcmp(format, CKPT_FORMAT)) {
-    fail(err, errlen, "%s: format \"%s\" is not \"%s\"", path, format, CKPT_FORMAT);
+    set_error(err, errlen, "%s: format \"%s\" is not \"%s\"", path, format, CKPT_FORMAT);
     goto done;
   }
   if (json_member_int(&d, 0, "step", 0, CKPT_MAX_STEP, &st, err, errlen)) goto done;
@@ -298,20 +291,20 @@ int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sum
       json_member_int(&d, 0, "chunk_elements", 1, INT64_MAX, &chunk, err, errlen))
     goto done;
   if (el != elements || chunk != CKPT_CHUNK) {
-    fail(err, errlen, "%s describes %lld elements in chunks of %lld; meta.json and this version need %lld in chunks of %lld",
-         path, el, chunk, (long long)elements, (long long)CKPT_CHUNK);
+    set_error(err, errlen, "%s describes %lld elements in chunks of %lld; meta.json and this version need %lld in chunks of %lld",
+              path, el, chunk, (long long)elements, (long long)CKPT_CHUNK);
     goto done;
   }
   ckpt_sums_init(sums, elements);
   for (int k = 0; k < CKPT_ARRAYS; k++) {
     int32_t list = json_get(&d, 0, CKPT_ARRAY_NAMES[k]);
     if (list < 0 || json_type(&d, list) != JSON_ARRAY) {
-      fail(err, errlen, "%s has no checksum list for %s", path, CKPT_ARRAY_NAMES[k]);
+      set_error(err, errlen, "%s has no checksum list for %s", path, CKPT_ARRAY_NAMES[k]);
       goto done;
     }
     if (d.nodes[list].count != sums->nchunks) {
-      fail(err, errlen, "%s: the checksum list of %s has %d entries, not the %lld of its chunks", path,
-           CKPT_ARRAY_NAMES[k], d.nodes[list].count, (long long)sums->nchunks);
+      set_error(err, errlen, "%s: the checksum list of %s has %d entries, not the %lld of its chunks", path,
+                CKPT_ARRAY_NAMES[k], d.nodes[list].count, (long long)sums->nchunks);
       goto done;
     }
     int64_t c = 0;
@@ -321,7 +314,7 @@ int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sum
       if (json_type(&d, v) == JSON_STRING && d.nodes[v].len == 16 && strspn(hex, "0123456789abcdef") == 16)
         sums->sum[k][c] = strtoull(hex, &end, 16);
       if (!end || *end) {
-        fail(err, errlen, "%s: checksum %lld of %s is not 16 hex digits in quotes", path, (long long)c, CKPT_ARRAY_NAMES[k]);
+        set_error(err, errlen, "%s: checksum %lld of %s is not 16 hex digits in quotes", path, (long long)c, CKPT_ARRAY_NAMES[k]);
         goto done;
       }
     }

@@ -13,11 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
+int set_error(char* err, size_t errlen, const char* fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
   return -1;
 }
 
@@ -31,22 +33,22 @@ static const char* file_kind(mode_t m) {
 int file_open_regular(const char* path, char* err, size_t errlen) {
   // O_NONBLOCK: opening a FIFO that no one writes would wait forever; it is refused below.
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+  if (fd < 0) return set_error(err, errlen, "cannot open %s: %s", path, strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, "cannot read %s: %s", path, strerror(e));
+    return set_error(err, errlen, "cannot read %s: %s", path, strerror(e));
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return fail(err, errlen, "%s is %s, not a regular file; give the path of a file", path, file_kind(st.st_mode));
+    return set_error(err, errlen, "%s is %s, not a regular file; give the path of a file", path, file_kind(st.st_mode));
   }
   int flags = fcntl(fd, F_GETFL);
   if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, "cannot read %s: %s", path, strerror(e));
+    return set_error(err, errlen, "cannot read %s: %s", path, strerror(e));
   }
   return fd;
 }
@@ -58,18 +60,18 @@ int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, 
   if (fstat(fd, &st) != 0 || st.st_size < 0) {
     int e = errno;
     close(fd);
-    return fail(err, errlen, "cannot read %s: %s", path, strerror(e));
+    return set_error(err, errlen, "cannot read %s: %s", path, strerror(e));
   }
   if ((unsigned long long)st.st_size > max_bytes) {
     close(fd);
-    return fail(err, errlen, "%s is %lld bytes, more than the %zu bytes a file of its kind may have; is it the right file?",
-                path, (long long)st.st_size, max_bytes);
+    return set_error(err, errlen, "%s is %lld bytes, more than the %zu bytes a file of its kind may have; is it the right file?",
+                     path, (long long)st.st_size, max_bytes);
   }
   size_t n = (size_t)st.st_size, got = 0;
   char* buf = malloc(n + 1);
   if (!buf) {
     close(fd);
-    return fail(err, errlen, "out of memory reading %s (%zu bytes)", path, n);
+    return set_error(err, errlen, "out of memory reading %s (%zu bytes)", path, n);
   }
   while (got < n) {
     ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
@@ -78,7 +80,7 @@ int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, 
       int e = r < 0 ? errno : 0;
       close(fd);
       free(buf);
-      return fail(err, errlen, "reading %s failed: %s", path, e ? strerror(e) : "it became shorter while being read");
+      return set_error(err, errlen, "reading %s failed: %s", path, e ? strerror(e) : "it became shorter while being read");
     }
     got += (size_t)r;
   }
@@ -115,8 +117,8 @@ static long name_max_of(const char* dir) {
 int path_fits(const char* opt, const char* path, const char* suffix, char* err, size_t errlen) {
   size_t n = strlen(path) + strlen(suffix);
   if (n + 1 > PATH_MAX)
-    return fail(err, errlen, "%s %.60s...: the name%s is %zu bytes, more than the %d a path may have (PATH_MAX)", opt, path,
-                suffix[0] ? " the run derives from it" : "", n, PATH_MAX);
+    return set_error(err, errlen, "%s %.60s...: the name%s is %zu bytes, more than the %d a path may have (PATH_MAX)", opt, path,
+                     suffix[0] ? " the run derives from it" : "", n, PATH_MAX);
   char full[PATH_MAX];
   size_t plen = strlen(path);
   memcpy(full, path, plen);
@@ -132,9 +134,9 @@ int path_fits(const char* opt, const char* path, const char* suffix, char* err, 
       if (!parent[0]) snprintf(parent, sizeof parent, full[0] == '/' ? "/" : ".");
       long max = name_max_of(parent);
       if ((long)len > max)
-        return fail(err, errlen, "%s %.60s%s: the name '%.40s...'%s is %zu bytes, more than the %ld the file system "
-                    "allows in %s (NAME_MAX); choose a shorter name", opt, path, strlen(path) > 60 ? "..." : "",
-                    full + start, end > strlen(path) ? ", which the run derives from it," : "", len, max, parent);
+        return set_error(err, errlen, "%s %.60s%s: the name '%.40s...'%s is %zu bytes, more than the %ld the file system "
+                         "allows in %s (NAME_MAX); choose a shorter name", opt, path, strlen(path) > 60 ? "..." : "",
+                         full + start, end > strlen(path) ? ", which the run derives from it," : "", len, max, parent);
     }
     start = end + 1;
   }
@@ -190,28 +192,28 @@ static void lock_holder(int fd, char* out, size_t cap) {
 int dir_lock(const char* opt, const char* dir, char* note, size_t notelen, char* err, size_t errlen) {
   char path[PATH_MAX];
   if (snprintf(path, sizeof path, "%s.lock", dir) >= (int)sizeof path)
-    return fail(err, errlen, "%s %s: the name of its lock file is too long", opt, dir);
+    return set_error(err, errlen, "%s %s: the name of its lock file is too long", opt, dir);
   if (note && notelen) note[0] = 0;
-  if (nheld == MAX_LOCKS) return fail(err, errlen, "%s %s: more than %d directory locks in one run", opt, dir, MAX_LOCKS);
+  if (nheld == MAX_LOCKS) return set_error(err, errlen, "%s %s: more than %d directory locks in one run", opt, dir, MAX_LOCKS);
   for (int attempt = 0; attempt < 10; attempt++) {
     // O_NOFOLLOW: a symbolic link planted at the lock's name is refused, not written through.
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0)
-      return fail(err, errlen, "%s %s: cannot create its lock file %s: %s%s", opt, dir, path, strerror(errno),
-                  errno == ELOOP || errno == EISDIR ? " (something else of that name is there: move it away)" : "");
+      return set_error(err, errlen, "%s %s: cannot create its lock file %s: %s%s", opt, dir, path, strerror(errno),
+                       errno == ELOOP || errno == EISDIR ? " (something else of that name is there: move it away)" : "");
     struct stat st, now;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       close(fd);
-      return fail(err, errlen, "%s %s: %s is %s, not a lock file of fsdp.c; move it away", opt, dir, path,
-                  file_kind(st.st_mode));
+      return set_error(err, errlen, "%s %s: %s is %s, not a lock file of fsdp.c; move it away", opt, dir, path,
+                       file_kind(st.st_mode));
     }
     char holder[512] = "", first[32] = "";
     if (st.st_size > 0) {  // someone's file: only a lock file of ours is ever taken
       ssize_t n = pread(fd, first, strlen(LOCK_MAGIC), 0);
       if (n != (ssize_t)strlen(LOCK_MAGIC) || memcmp(first, LOCK_MAGIC, strlen(LOCK_MAGIC))) {
         close(fd);
-        return fail(err, errlen, "%s %s: %s exists and is not a lock file of fsdp.c (it does not start with \"%s\"); "
-                    "move it away", opt, dir, path, LOCK_MAGIC);
+        return set_error(err, errlen, "%s %s: %s exists and is not a lock file of fsdp.c (it does not start with \"%s\"); "
+                         "move it away", opt, dir, path, LOCK_MAGIC);
       }
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -219,10 +221,10 @@ int dir_lock(const char* opt, const char* dir, char* note, size_t notelen, char*
       lock_holder(fd, holder, sizeof holder);
       close(fd);
       if (e == EWOULDBLOCK)
-        return fail(err, errlen, "%s %s is in use by another run (%s; it holds %s): two runs writing one directory would "
-                    "overwrite each other's files. Wait for that run to end, or give this one another directory", opt,
-                    dir, holder[0] ? holder : "its pid and host are not recorded yet", path);
-      return fail(err, errlen, "%s %s: cannot lock %s: %s", opt, dir, path, strerror(e));
+        return set_error(err, errlen, "%s %s is in use by another run (%s; it holds %s): two runs writing one directory would "
+                         "overwrite each other's files. Wait for that run to end, or give this one another directory", opt,
+                         dir, holder[0] ? holder : "its pid and host are not recorded yet", path);
+      return set_error(err, errlen, "%s %s: cannot lock %s: %s", opt, dir, path, strerror(e));
     }
     // The holder before us may have removed the file between our open and our lock: then the
     // lock is on a name no other run sees, and we try again.
@@ -244,7 +246,7 @@ int dir_lock(const char* opt, const char* dir, char* note, size_t notelen, char*
     if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len) {
       int e = errno;
       close(fd);
-      return fail(err, errlen, "%s %s: cannot write its lock file %s: %s", opt, dir, path, strerror(e));
+      return set_error(err, errlen, "%s %s: cannot write its lock file %s: %s", opt, dir, path, strerror(e));
     }
     static int registered;
     if (!registered) registered = !atexit(release_locks);
@@ -253,5 +255,5 @@ int dir_lock(const char* opt, const char* dir, char* note, size_t notelen, char*
     nheld++;
     return 0;
   }
-  return fail(err, errlen, "%s %s: its lock file %s keeps being replaced; is another run starting on it?", opt, dir, path);
+  return set_error(err, errlen, "%s %s: its lock file %s keeps being replaced; is another run starting on it?", opt, dir, path);
 }

@@ -14,6 +14,10 @@
 #define FSDP_FILES_H
 #include <stddef.h>
 
+// Writes the printf-style message into err (when err is not NULL) and returns -1: how every
+// function of infra/ and weights/ reports a failure to its caller.
+__attribute__((format(printf, 3, 4))) int set_error(char* err, size_t errlen, const char* fmt, ...);
+
 // open(path, O_RDONLY) of a regular file; -1 with the reason when it is not one or cannot be
 // opened. The open itself never blocks (a FIFO without a writer would).
 int file_open_regular(const char* path, char* err, size_t errlen);

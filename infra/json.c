@@ -25,14 +25,6 @@
 
 #include "infra/files.h"
 
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 typedef struct {
   const char* key;
   uint32_t len, pos;
@@ -59,8 +51,8 @@ __attribute__((format(printf, 3, 4))) static int bad(Parser* P, const char* at, 
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
-  return fail(P->err, P->errlen, "%s is not valid JSON: line %d, column %d (byte %lld): %s", P->d->what, line, col,
-              (long long)(at - P->start), reason);
+  return set_error(P->err, P->errlen, "%s is not valid JSON: line %d, column %d (byte %lld): %s", P->d->what, line, col,
+                   (long long)(at - P->start), reason);
 }
 
 static void skip_ws(Parser* P) {
@@ -225,7 +217,7 @@ static int check_duplicates(Parser* P, int32_t v) {
   if (n < 2) return 0;
   if (n > P->nmembers_cap) {
     Member* m = realloc(P->members, n * sizeof *m);
-    if (!m) return fail(P->err, P->errlen, "%s: out of memory for an object of %zu members", d->what, n);
+    if (!m) return set_error(P->err, P->errlen, "%s: out of memory for an object of %zu members", d->what, n);
     P->members = m, P->nmembers_cap = n;
   }
   size_t i = 0;
@@ -318,13 +310,13 @@ static int32_t parse_value(Parser* P, int depth) {
 int json_parse(const char* text, size_t len, const char* what, JsonDoc* d, char* err, size_t errlen) {
   memset(d, 0, sizeof *d);
   snprintf(d->what, sizeof d->what, "%s", what);
-  if (len > JSON_MAX_BYTES) return fail(err, errlen, "%s: %zu bytes of JSON, more than the %zu read", what, len, JSON_MAX_BYTES);
+  if (len > JSON_MAX_BYTES) return set_error(err, errlen, "%s: %zu bytes of JSON, more than the %zu read", what, len, JSON_MAX_BYTES);
   d->strings = malloc(len + 2);
-  if (!d->strings) return fail(err, errlen, "%s: out of memory for %zu bytes of JSON", what, len);
+  if (!d->strings) return set_error(err, errlen, "%s: out of memory for %zu bytes of JSON", what, len);
   Parser P = {.start = text, .p = text, .end = text + len, .d = d, .err = err, .errlen = errlen};
   int rc = 0;
   skip_ws(&P);
-  if (P.p == P.end) rc = fail(err, errlen, "%s is empty or only whitespace, not a JSON value", what);
+  if (P.p == P.end) rc = set_error(err, errlen, "%s is empty or only whitespace, not a JSON value", what);
   else if (parse_value(&P, 0) < 0) rc = -1;
   else {
     skip_ws(&P);
@@ -378,12 +370,12 @@ int json_int(const JsonDoc* d, int32_t v, const char* name, long long lo, long l
   char shown[64];
   const JsonNode* n = &d->nodes[v];
   if (n->type != JSON_NUMBER || !n->integer)
-    return fail(err, errlen, "%s: \"%s\" is %s, not a whole number", d->what, name, json_show(d, v, shown, sizeof shown));
+    return set_error(err, errlen, "%s: \"%s\" is %s, not a whole number", d->what, name, json_show(d, v, shown, sizeof shown));
   errno = 0;
   long long x = strtoll(d->strings + n->text, NULL, 10);
   if (errno == ERANGE || x < lo || x > hi)
-    return fail(err, errlen, "%s: \"%s\" is %s, out of range [%lld, %lld]", d->what, name,
-                json_show(d, v, shown, sizeof shown), lo, hi);
+    return set_error(err, errlen, "%s: \"%s\" is %s, out of range [%lld, %lld]", d->what, name,
+                     json_show(d, v, shown, sizeof shown), lo, hi);
   *out = x;
   return 0;
 }
@@ -392,7 +384,7 @@ int json_bool(const JsonDoc* d, int32_t v, const char* name, int* out, char* err
   char shown[64];
   JsonType t = d->nodes[v].type;
   if (t != JSON_TRUE && t != JSON_FALSE)
-    return fail(err, errlen, "%s: \"%s\" is %s, not true or false", d->what, name, json_show(d, v, shown, sizeof shown));
+    return set_error(err, errlen, "%s: \"%s\" is %s, not true or false", d->what, name, json_show(d, v, shown, sizeof shown));
   *out = t == JSON_TRUE;
   return 0;
 }
@@ -401,10 +393,10 @@ int json_string(const JsonDoc* d, int32_t v, const char* name, char* out, size_t
   char shown[64];
   const JsonNode* n = &d->nodes[v];
   if (n->type != JSON_STRING)
-    return fail(err, errlen, "%s: \"%s\" is %s, not a string", d->what, name, json_show(d, v, shown, sizeof shown));
+    return set_error(err, errlen, "%s: \"%s\" is %s, not a string", d->what, name, json_show(d, v, shown, sizeof shown));
   if (n->len >= cap)
-    return fail(err, errlen, "%s: \"%s\" is %s, longer than the %zu bytes it may have", d->what, name,
-                json_show(d, v, shown, sizeof shown), cap - 1);
+    return set_error(err, errlen, "%s: \"%s\" is %s, longer than the %zu bytes it may have", d->what, name,
+                     json_show(d, v, shown, sizeof shown), cap - 1);
   memcpy(out, d->strings + n->text, (size_t)n->len + 1);
   return 0;
 }
@@ -412,12 +404,12 @@ int json_string(const JsonDoc* d, int32_t v, const char* name, char* out, size_t
 int json_member_int(const JsonDoc* d, int32_t obj, const char* key, long long lo, long long hi, long long* out,
                     char* err, size_t errlen) {
   int32_t v = json_get(d, obj, key);
-  if (v < 0) return fail(err, errlen, "%s has no \"%s\"", d->what, key);
+  if (v < 0) return set_error(err, errlen, "%s has no \"%s\"", d->what, key);
   return json_int(d, v, key, lo, hi, out, err, errlen);
 }
 
 int json_member_string(const JsonDoc* d, int32_t obj, const char* key, char* out, size_t cap, char* err, size_t errlen) {
   int32_t v = json_get(d, obj, key);
-  if (v < 0) return fail(err, errlen, "%s has no \"%s\"", d->what, key);
+  if (v < 0) return set_error(err, errlen, "%s has no \"%s\"", d->what, key);
   return json_string(d, v, key, out, cap, err, errlen);
 }

@@ -16,18 +16,6 @@
 
 #include "infra/files.h"
 
-// Writes the message into err (when there is one) and returns -1.
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt,
-                                                      ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
 static const char* get_nonempty(LaunchGetenv get, void* ctx, const char* name) {
   const char* v = get(name, ctx);
   return (v && v[0]) ? v : NULL;
@@ -81,7 +69,7 @@ static int parse_int(const char* s, int* out) {
 
 int launch_env_detect_from(LaunchEnv* out, LaunchGetenv get, void* ctx, char* err,
                            size_t errlen) {
-  if (!out || !get) return fail(err, errlen, "launch_env_detect: no output or no getter");
+  if (!out || !get) return set_error(err, errlen, "launch_env_detect: no output or no getter");
   const size_t nl = sizeof kLaunchers / sizeof kLaunchers[0];
   for (size_t i = 0; i < nl; i++) {
     const Launcher* L = &kLaunchers[i];
@@ -118,58 +106,58 @@ int launch_env_detect_from(LaunchEnv* out, LaunchGetenv get, void* ctx, char* er
       else
         snprintf(all, sizeof all, "all of %s, %s, %s and %s", L->rank, L->world, L->local_rank,
                  L->local_world);
-      return fail(err, errlen,
-                  "%s: incomplete environment: %s %s set but %s %s not; a launch sets %s. Set "
-                  "the missing variable%s, or unset the others %s",
-                  L->what, set_list, nset > 1 ? "are" : "is", missing,
-                  nmissing > 1 ? "are" : "is", all, nmissing > 1 ? "s" : "", kOrderHint);
+      return set_error(err, errlen,
+                       "%s: incomplete environment: %s %s set but %s %s not; a launch sets %s. Set "
+                       "the missing variable%s, or unset the others %s",
+                       L->what, set_list, nset > 1 ? "are" : "is", missing,
+                       nmissing > 1 ? "are" : "is", all, nmissing > 1 ? "s" : "", kOrderHint);
     }
 
     int v[4] = {0, 0, 0, 0};
     for (int k = 0; k < 4; k++) {
       if (!vals[k]) continue;
       if (parse_int(vals[k], &v[k]))
-        return fail(err, errlen,
-                    "%s: %s='%s' is not a decimal integer; set it to a whole number or unset "
-                    "it %s",
-                    L->what, names[k], vals[k], kOrderHint);
+        return set_error(err, errlen,
+                         "%s: %s='%s' is not a decimal integer; set it to a whole number or unset "
+                         "it %s",
+                         L->what, names[k], vals[k], kOrderHint);
     }
     int rank = v[0], world = v[1], lrank = v[2], lworld = vals[3] ? v[3] : 0;
     if (world < 1)
-      return fail(err, errlen, "%s: %s=%d is not a valid world size (it must be at least 1)",
-                  L->what, L->world, world);
+      return set_error(err, errlen, "%s: %s=%d is not a valid world size (it must be at least 1)",
+                       L->what, L->world, world);
     if (rank < 0)
-      return fail(err, errlen, "%s: %s=%d is negative; ranks count from 0 to %s-1 (%d)",
-                  L->what, L->rank, rank, L->world, world - 1);
+      return set_error(err, errlen, "%s: %s=%d is negative; ranks count from 0 to %s-1 (%d)",
+                       L->what, L->rank, rank, L->world, world - 1);
     if (rank >= world)
-      return fail(err, errlen,
-                  "%s: %s=%d is not below %s=%d; every process needs a distinct %s in 0..%d "
-                  "(raise %s or fix %s)",
-                  L->what, L->rank, rank, L->world, world, L->rank, world - 1, L->world,
-                  L->rank);
+      return set_error(err, errlen,
+                       "%s: %s=%d is not below %s=%d; every process needs a distinct %s in 0..%d "
+                       "(raise %s or fix %s)",
+                       L->what, L->rank, rank, L->world, world, L->rank, world - 1, L->world,
+                       L->rank);
     if (lrank < 0)
-      return fail(err, errlen, "%s: %s=%d is negative; local ranks count from 0", L->what,
-                  L->local_rank, lrank);
+      return set_error(err, errlen, "%s: %s=%d is negative; local ranks count from 0", L->what,
+                       L->local_rank, lrank);
     if (lrank >= world)
-      return fail(err, errlen, "%s: %s=%d is not below %s=%d; a local rank is below the world "
-                  "size", L->what, L->local_rank, lrank, L->world, world);
+      return set_error(err, errlen, "%s: %s=%d is not below %s=%d; a local rank is below the world "
+                       "size", L->what, L->local_rank, lrank, L->world, world);
     if (vals[3]) {
       if (lworld < 1)
-        return fail(err, errlen, "%s: %s=%d is not a valid local size (it must be at least 1)",
-                    L->what, L->local_world, lworld);
+        return set_error(err, errlen, "%s: %s=%d is not a valid local size (it must be at least 1)",
+                         L->what, L->local_world, lworld);
       // Slurm's --ntasks-per-node is a maximum when --ntasks is smaller (and an sbatch value
       // is inherited by srun steps), so it may exceed SLURM_NTASKS: no node runs more than all.
       if (lworld > world && L->local_world_is_max) lworld = world;
       if (lworld > world)
-        return fail(err, errlen,
-                    "%s: %s=%d is above %s=%d; a node cannot run more ranks than the whole job",
-                    L->what, L->local_world, lworld, L->world, world);
+        return set_error(err, errlen,
+                         "%s: %s=%d is above %s=%d; a node cannot run more ranks than the whole job",
+                         L->what, L->local_world, lworld, L->world, world);
       if (lrank >= lworld)
-        return fail(err, errlen,
-                    "%s: %s=%d is not below %s=%d; local ranks on a node run 0..%d (fix %s or "
-                    "%s)",
-                    L->what, L->local_rank, lrank, L->local_world, lworld, lworld - 1,
-                    L->local_rank, L->local_world);
+        return set_error(err, errlen,
+                         "%s: %s=%d is not below %s=%d; local ranks on a node run 0..%d (fix %s or "
+                         "%s)",
+                         L->what, L->local_rank, lrank, L->local_world, lworld, lworld - 1,
+                         L->local_rank, L->local_world);
     }
     out->rank = rank;
     out->world = world;
@@ -207,15 +195,15 @@ static int run_id_ok(const char* s) {
 }
 
 static int bad_run_id(char* err, size_t errlen, const char* from, const char* value) {
-  return fail(err, errlen,
-              "run id '%s' (from %s) cannot name the id file: use 1 to %d letters, digits, '.', "
-              "'_' or '-' (set FSDP_RUN_ID to such a value)",
-              value, from, LAUNCH_RUN_ID_MAX);
+  return set_error(err, errlen,
+                   "run id '%s' (from %s) cannot name the id file: use 1 to %d letters, digits, '.', "
+                   "'_' or '-' (set FSDP_RUN_ID to such a value)",
+                   value, from, LAUNCH_RUN_ID_MAX);
 }
 
 int launch_run_id_from(char* out, size_t len, int world, LaunchGetenv get, void* ctx, char* err,
                        size_t errlen) {
-  if (!out || !len || !get) return fail(err, errlen, "launch_run_id: no output or no getter");
+  if (!out || !len || !get) return set_error(err, errlen, "launch_run_id: no output or no getter");
   char buf[4 * LAUNCH_RUN_ID_MAX];
   const char* from = NULL;
   const char* v;
@@ -240,16 +228,16 @@ int launch_run_id_from(char* out, size_t len, int world, LaunchGetenv get, void*
     from = "this process";
     snprintf(buf, sizeof buf, "single.%ld", (long)getpid());
   } else {
-    return fail(err, errlen,
-                "no run id for a %d-rank launch: the ranks must agree on one to find rank 0's "
-                "NCCL id file, and none of FSDP_RUN_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID (other "
-                "than \"none\") is set. Set FSDP_RUN_ID to the same value on every rank, unique "
-                "to this launch (e.g. FSDP_RUN_ID=$(date +%%s)-$$ exported before the launcher)",
-                world);
+    return set_error(err, errlen,
+                     "no run id for a %d-rank launch: the ranks must agree on one to find rank 0's "
+                     "NCCL id file, and none of FSDP_RUN_ID, SLURM_JOB_ID, TORCHELASTIC_RUN_ID (other "
+                     "than \"none\") is set. Set FSDP_RUN_ID to the same value on every rank, unique "
+                     "to this launch (e.g. FSDP_RUN_ID=$(date +%%s)-$$ exported before the launcher)",
+                     world);
   }
   if (!run_id_ok(buf)) return bad_run_id(err, errlen, from, buf);
   if (strlen(buf) + 1 > len)
-    return fail(err, errlen, "launch_run_id: run id '%s' does not fit %zu bytes", buf, len);
+    return set_error(err, errlen, "launch_run_id: run id '%s' does not fit %zu bytes", buf, len);
   memcpy(out, buf, strlen(buf) + 1);
   return 0;
 }
@@ -309,31 +297,31 @@ static int write_all(int fd, const unsigned char* p, size_t n) {
 static int check_args(const char* dir, const char* run_id, int rank, const unsigned char* id,
                       size_t idlen, char* path, size_t pathlen, char* err, size_t errlen) {
   if (!dir || !dir[0])
-    return fail(err, errlen, "no directory for the NCCL id exchange: give --init-dir DIR "
+    return set_error(err, errlen, "no directory for the NCCL id exchange: give --init-dir DIR "
                              "(a directory every rank sees) or set NCCL_COMM_ID");
   if (!run_id || !run_id_ok(run_id))
     return bad_run_id(err, errlen, "the caller", run_id ? run_id : "(null)");
-  if (rank < 0) return fail(err, errlen, "id exchange: rank %d is negative", rank);
+  if (rank < 0) return set_error(err, errlen, "id exchange: rank %d is negative", rank);
   if (!id || idlen == 0 || idlen > LAUNCH_ID_MAX)
-    return fail(err, errlen, "id exchange: id length %zu is not in 1..%d", idlen, LAUNCH_ID_MAX);
+    return set_error(err, errlen, "id exchange: id length %zu is not in 1..%d", idlen, LAUNCH_ID_MAX);
   struct stat st;
   if (stat(dir, &st) != 0)
-    return fail(err, errlen,
-                "--init-dir %s: %s (rank %d); it must exist and be the same shared directory on "
-                "every rank",
-                dir, strerror(errno), rank);
+    return set_error(err, errlen,
+                     "--init-dir %s: %s (rank %d); it must exist and be the same shared directory on "
+                     "every rank",
+                     dir, strerror(errno), rank);
   if (!S_ISDIR(st.st_mode))
-    return fail(err, errlen, "--init-dir %s is not a directory (rank %d)", dir, rank);
+    return set_error(err, errlen, "--init-dir %s is not a directory (rank %d)", dir, rank);
   // Only this user may create files there: anyone else could plant an id file the ranks would
   // take, or a link at the name rank 0 writes.
   if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
-    return fail(err, errlen,
-                "--init-dir %s (rank %d) is %s: another user could plant an id file or a link there. Give "
-                "a directory of your own that only you can write, e.g. mkdir -m 700 ~/fsdp-init on a file "
-                "system every node sees",
-                dir, rank, st.st_uid != geteuid() ? "owned by another user" : "writable by other users");
+    return set_error(err, errlen,
+                     "--init-dir %s (rank %d) is %s: another user could plant an id file or a link there. Give "
+                     "a directory of your own that only you can write, e.g. mkdir -m 700 ~/fsdp-init on a file "
+                     "system every node sees",
+                     dir, rank, st.st_uid != geteuid() ? "owned by another user" : "writable by other users");
   if (launch_id_path(path, pathlen, dir, run_id))
-    return fail(err, errlen, "--init-dir %s: path too long", dir);
+    return set_error(err, errlen, "--init-dir %s: path too long", dir);
   return 0;
 }
 
@@ -341,18 +329,18 @@ static int write_id(const char* dir, const char* run_id, const char* path,
                     const unsigned char* id, size_t idlen, char* err, size_t errlen) {
   struct stat st;
   if (lstat(path, &st) == 0)
-    return fail(err, errlen,
-                "NCCL id file %s already exists: a launch with the same run id '%s' left it (or "
-                "is running), and other ranks may have read its stale id. Remove the file, and "
-                "give every launch its own run id (FSDP_RUN_ID)",
-                path, run_id);
+    return set_error(err, errlen,
+                     "NCCL id file %s already exists: a launch with the same run id '%s' left it (or "
+                     "is running), and other ranks may have read its stale id. Remove the file, and "
+                     "give every launch its own run id (FSDP_RUN_ID)",
+                     path, run_id);
   char tmp[PATH_MAX + 64];
   int n = snprintf(tmp, sizeof tmp, "%s/.fsdp_id.%s.tmp.%ld", dir, run_id, (long)getpid());
-  if (n < 0 || (size_t)n >= sizeof tmp) return fail(err, errlen, "--init-dir %s: path too long", dir);
+  if (n < 0 || (size_t)n >= sizeof tmp) return set_error(err, errlen, "--init-dir %s: path too long", dir);
 
   size_t total = ID_HEADER_MAX + idlen;
   unsigned char* buf = malloc(total);
-  if (!buf) return fail(err, errlen, "out of host memory for the NCCL id file");
+  if (!buf) return set_error(err, errlen, "out of host memory for the NCCL id file");
   int h = snprintf((char*)buf, ID_HEADER_MAX, ID_MAGIC "run=%s len=%zu fnv=%016llx\n", run_id,
                    idlen, (unsigned long long)fnv1a64(id, idlen));
   memcpy(buf + h, id, idlen);
@@ -363,8 +351,8 @@ static int write_id(const char* dir, const char* run_id, const char* path,
   if (fd < 0) {
     int e = errno;
     free(buf);
-    return fail(err, errlen, "cannot create %s for the NCCL id: %s (%s)", tmp, strerror(e),
-                e == EEXIST ? "something is already at that name; it is not touched: remove it"
+    return set_error(err, errlen, "cannot create %s for the NCCL id: %s (%s)", tmp, strerror(e),
+                     e == EEXIST ? "something is already at that name; it is not touched: remove it"
                             : "is --init-dir writable?");
   }
   const char* step = "write";
@@ -379,8 +367,8 @@ static int write_id(const char* dir, const char* run_id, const char* path,
   }
   if (bad) {
     unlink(tmp);
-    return fail(err, errlen, "writing the NCCL id file %s: %s failed: %s", path, step,
-                strerror(e));
+    return set_error(err, errlen, "writing the NCCL id file %s: %s failed: %s", path, step,
+                     strerror(e));
   }
   // Make the rename itself durable (best effort: not every file system syncs directories).
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -400,33 +388,33 @@ static int try_read(const char* path, const char* run_id, unsigned char* id, siz
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return 0;
-    return fail(err, errlen, "cannot open the NCCL id file %s: %s%s", path, strerror(errno),
-                errno == ELOOP ? " (a symbolic link is there, not an id file rank 0 wrote: remove it)" : "");
+    return set_error(err, errlen, "cannot open the NCCL id file %s: %s%s", path, strerror(errno),
+                     errno == ELOOP ? " (a symbolic link is there, not an id file rank 0 wrote: remove it)" : "");
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
     int regular = S_ISREG(st.st_mode);
     close(fd);
     if (!regular)
-      return fail(err, errlen, "the NCCL id file %s is not a regular file: remove it", path);
-    return fail(err, errlen,
-                "the NCCL id file %s is owned by uid %ld, not by this user (uid %ld): rank 0 of this "
-                "launch did not write it. Remove it, and give --init-dir a directory only you can write",
-                path, (long)st.st_uid, (long)geteuid());
+      return set_error(err, errlen, "the NCCL id file %s is not a regular file: remove it", path);
+    return set_error(err, errlen,
+                     "the NCCL id file %s is owned by uid %ld, not by this user (uid %ld): rank 0 of this "
+                     "launch did not write it. Remove it, and give --init-dir a directory only you can write",
+                     path, (long)st.st_uid, (long)geteuid());
   }
   if ((double)st.st_mtime < oldest) {
     close(fd);
-    return fail(err, errlen,
-                "the NCCL id file %s is stale: it was written %.0f s before this rank started, by an "
-                "earlier launch with the same run id '%s'. Remove it, and give every launch its own "
-                "run id (FSDP_RUN_ID)",
-                path, oldest - (double)st.st_mtime + LAUNCH_STALE_S, run_id);
+    return set_error(err, errlen,
+                     "the NCCL id file %s is stale: it was written %.0f s before this rank started, by an "
+                     "earlier launch with the same run id '%s'. Remove it, and give every launch its own "
+                     "run id (FSDP_RUN_ID)",
+                     path, oldest - (double)st.st_mtime + LAUNCH_STALE_S, run_id);
   }
   size_t cap = ID_HEADER_MAX + idlen + 1;  // one more byte: a longer file shows as such
   unsigned char* buf = malloc(cap);
   if (!buf) {
     close(fd);
-    return fail(err, errlen, "out of host memory for the NCCL id file");
+    return set_error(err, errlen, "out of host memory for the NCCL id file");
   }
   size_t got = 0;
   while (got < cap) {
@@ -436,7 +424,7 @@ static int try_read(const char* path, const char* run_id, unsigned char* id, siz
       int e = errno;
       close(fd);
       free(buf);
-      return fail(err, errlen, "reading the NCCL id file %s: %s", path, strerror(e));
+      return set_error(err, errlen, "reading the NCCL id file %s: %s", path, strerror(e));
     }
     if (r == 0) break;
     got += (size_t)r;
@@ -447,10 +435,10 @@ static int try_read(const char* path, const char* run_id, unsigned char* id, siz
   const size_t magic_len = strlen(ID_MAGIC);
   unsigned char* nl = memchr(buf, '\n', got < ID_HEADER_MAX ? got : ID_HEADER_MAX);
   if (got < magic_len || memcmp(buf, ID_MAGIC, magic_len) != 0 || !nl) {
-    fail(err, errlen,
-         "%s is not a valid NCCL id file (%s; expected a first line \"%srun=<run id> len=<n> "
-         "fnv=<hex>\"): remove it, and keep --init-dir for this purpose",
-         path, got == 0 ? "it is empty" : !nl ? "no header line" : "wrong magic", ID_MAGIC);
+    set_error(err, errlen,
+              "%s is not a valid NCCL id file (%s; expected a first line \"%srun=<run id> len=<n> "
+              "fnv=<hex>\"): remove it, and keep --init-dir for this purpose",
+              path, got == 0 ? "it is empty" : !nl ? "no header line" : "wrong magic", ID_MAGIC);
     goto done;
   }
   *nl = '\0';
@@ -461,10 +449,10 @@ static int try_read(const char* path, const char* run_id, unsigned char* id, siz
   if (strncmp(hdr, "run=", 4) != 0 ||
       sscanf(hdr, "run=%129[^ ] len=%llu fnv=%16llx%n", frun, &flen, &fsum, &consumed) != 3 ||
       consumed < 0 || hdr[consumed] != '\0') {
-    fail(err, errlen,
-         "%s is not a valid NCCL id file: malformed header \"%.200s\" (expected \"%srun=<run "
-         "id> len=<n> fnv=<hex>\"); remove it",
-         path, (const char*)buf, ID_MAGIC);
+    set_error(err, errlen,
+              "%s is not a valid NCCL id file: malformed header \"%.200s\" (expected \"%srun=<run "
+              "id> len=<n> fnv=<hex>\"); remove it",
+              path, (const char*)buf, ID_MAGIC);
     goto done;
   }
   if (strcmp(frun, run_id) != 0) {  // another launch's file: never ours
@@ -473,26 +461,26 @@ static int try_read(const char* path, const char* run_id, unsigned char* id, siz
     goto done;
   }
   if (flen != idlen) {
-    fail(err, errlen,
-         "NCCL id file %s (run id '%s') holds a %llu-byte id, this rank expects %zu bytes: do "
-         "all ranks run the same build?",
-         path, run_id, flen, idlen);
+    set_error(err, errlen,
+              "NCCL id file %s (run id '%s') holds a %llu-byte id, this rank expects %zu bytes: do "
+              "all ranks run the same build?",
+              path, run_id, flen, idlen);
     goto done;
   }
   size_t body = got - (size_t)(nl + 1 - buf);
   if (body != idlen) {
-    fail(err, errlen,
-         "NCCL id file %s (run id '%s') is %s: the header says %zu id bytes, the file has %s%zu; "
-         "remove it and restart the launch",
-         path, run_id, body < idlen ? "truncated" : "longer than its header says", idlen,
-         body > idlen ? "more than " : "", body > idlen ? idlen : body);
+    set_error(err, errlen,
+              "NCCL id file %s (run id '%s') is %s: the header says %zu id bytes, the file has %s%zu; "
+              "remove it and restart the launch",
+              path, run_id, body < idlen ? "truncated" : "longer than its header says", idlen,
+              body > idlen ? "more than " : "", body > idlen ? idlen : body);
     goto done;
   }
   if (fnv1a64(nl + 1, idlen) != (uint64_t)fsum) {
-    fail(err, errlen,
-         "NCCL id file %s (run id '%s') fails its checksum: it is corrupted; remove it and "
-         "restart the launch",
-         path, run_id);
+    set_error(err, errlen,
+              "NCCL id file %s (run id '%s') fails its checksum: it is corrupted; remove it and "
+              "restart the launch",
+              path, run_id);
     goto done;
   }
   memcpy(id, nl + 1, idlen);
@@ -530,23 +518,23 @@ int launch_exchange_id(const char* dir, const char* run_id, int rank, unsigned c
              " (the file there is for another run id, '%s': a stale file from an earlier "
              "launch, which is never used)",
              other);
-  return fail(err, errlen,
-              "rank %d timed out after %g s waiting for rank 0's NCCL id file %s (run id "
-              "'%s')%s. Check that every rank has the same --init-dir and that it is one "
-              "directory shared by all nodes; that every rank has the same run id (FSDP_RUN_ID, "
-              "else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID); that rank 0 is alive and got this "
-              "far (see its output); on a network file system new files can take a while to "
-              "show, so a longer timeout may help",
-              rank, timeout_s > 0 ? timeout_s : 0.0, path, run_id, seen);
+  return set_error(err, errlen,
+                   "rank %d timed out after %g s waiting for rank 0's NCCL id file %s (run id "
+                   "'%s')%s. Check that every rank has the same --init-dir and that it is one "
+                   "directory shared by all nodes; that every rank has the same run id (FSDP_RUN_ID, "
+                   "else SLURM_JOB_ID, else TORCHELASTIC_RUN_ID); that rank 0 is alive and got this "
+                   "far (see its output); on a network file system new files can take a while to "
+                   "show, so a longer timeout may help",
+                   rank, timeout_s > 0 ? timeout_s : 0.0, path, run_id, seen);
 }
 
 int launch_id_cleanup(const char* dir, const char* run_id, char* err, size_t errlen) {
   char path[PATH_MAX + 64];
   if (!dir || !dir[0] || !run_id || !run_id_ok(run_id))
-    return fail(err, errlen, "launch_id_cleanup: no directory or an invalid run id");
+    return set_error(err, errlen, "launch_id_cleanup: no directory or an invalid run id");
   if (launch_id_path(path, sizeof path, dir, run_id))
-    return fail(err, errlen, "--init-dir %s: path too long", dir);
+    return set_error(err, errlen, "--init-dir %s: path too long", dir);
   if (unlink(path) != 0 && errno != ENOENT)
-    return fail(err, errlen, "cannot remove the NCCL id file %s: %s", path, strerror(errno));
+    return set_error(err, errlen, "cannot remove the NCCL id file %s: %s", path, strerror(errno));
   return 0;
 }

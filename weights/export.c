@@ -81,14 +81,6 @@ static int64_t layout(FSDP* fs, const ModelConfig* cfg, OutTensor** out, int* n,
   return (int64_t)h;
 }
 
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 // config.json (transformers' names) into path, fsynced; 0 or -1 with the reason.
 static int write_config(const ModelConfig* c, const char* path, char* err, size_t errlen) {
   char text[2048];
@@ -113,7 +105,7 @@ static int write_config(const ModelConfig* c, const char* path, char* err, size_
              c->gated ? "gated-gelu" : "relu", c->tied ? "true" : "false");
   }
   int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(err, errlen, "cannot create %s: %s", path, strerror(errno));
+  if (fd < 0) return set_error(err, errlen, "cannot create %s: %s", path, strerror(errno));
   size_t len = strlen(text), done = 0;
   while (done < len) {
     ssize_t w = write(fd, text + done, len - done);
@@ -121,11 +113,11 @@ static int write_config(const ModelConfig* c, const char* path, char* err, size_
     if (w <= 0) {
       int e = w < 0 ? errno : ENOSPC;
       close(fd);
-      return fail(err, errlen, "writing %s failed: %s", path, strerror(e));
+      return set_error(err, errlen, "writing %s failed: %s", path, strerror(e));
     }
     done += (size_t)w;
   }
-  if (fsync(fd) != 0 || close(fd) != 0) return fail(err, errlen, "writing %s failed: %s", path, strerror(errno));
+  if (fsync(fd) != 0 || close(fd) != 0) return set_error(err, errlen, "writing %s failed: %s", path, strerror(errno));
   return 0;
 }
 
@@ -135,7 +127,7 @@ static int pwrite_all(int fd, const void* buf, size_t bytes, off_t at, const cha
   while (done < bytes) {
     ssize_t w = pwrite(fd, (const char*)buf + done, bytes - done, at + (off_t)done);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return fail(err, errlen, "writing %s failed: %s", path, strerror(w < 0 ? errno : ENOSPC));
+    if (w <= 0) return set_error(err, errlen, "writing %s failed: %s", path, strerror(w < 0 ? errno : ENOSPC));
     done += (size_t)w;
   }
   return 0;
@@ -163,12 +155,12 @@ static int write_piece(int fd, const char* path, const OutTensor* t, int64_t x0,
 // 0 when it is, -1 with what it is instead.
 static int previous_export(const char* opt, const char* dir, char* err, size_t errlen) {
   struct stat st;
-  if (lstat(dir, &st) != 0) return fail(err, errlen, "%s %s: %s", opt, dir, strerror(errno));
+  if (lstat(dir, &st) != 0) return set_error(err, errlen, "%s %s: %s", opt, dir, strerror(errno));
   if (S_ISLNK(st.st_mode))
-    return fail(err, errlen, "%s %s is a symbolic link; give the directory itself (an export replaces it)", opt, dir);
-  if (!S_ISDIR(st.st_mode)) return fail(err, errlen, "%s %s: a file of that name exists; choose another path", opt, dir);
+    return set_error(err, errlen, "%s %s is a symbolic link; give the directory itself (an export replaces it)", opt, dir);
+  if (!S_ISDIR(st.st_mode)) return set_error(err, errlen, "%s %s: a file of that name exists; choose another path", opt, dir);
   DIR* d = opendir(dir);
-  if (!d) return fail(err, errlen, "%s %s: cannot read it: %s", opt, dir, strerror(errno));
+  if (!d) return set_error(err, errlen, "%s %s: cannot read it: %s", opt, dir, strerror(errno));
   struct dirent* e;
   int rc = 0, files = 0;
   while (!rc && (e = readdir(d))) {
@@ -177,13 +169,13 @@ static int previous_export(const char* opt, const char* dir, char* err, size_t e
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     if ((strcmp(e->d_name, "config.json") && strcmp(e->d_name, "model.safetensors")) || lstat(path, &st) != 0 ||
         !S_ISREG(st.st_mode))
-      rc = fail(err, errlen, "%s %s holds '%s', so it is not an earlier export; choose another path", opt, dir, e->d_name);
+      rc = set_error(err, errlen, "%s %s holds '%s', so it is not an earlier export; choose another path", opt, dir, e->d_name);
     files++;
   }
   closedir(d);
   if (rc) return -1;
-  if (files != 2) return fail(err, errlen, "%s %s exists and is not an earlier export (it lacks config.json or "
-                              "model.safetensors); choose another path", opt, dir);
+  if (files != 2) return set_error(err, errlen, "%s %s exists and is not an earlier export (it lacks config.json or "
+                                   "model.safetensors); choose another path", opt, dir);
   char path[4400], why[4400] = "", writer[64] = "";
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   int fd = file_open_regular(path, why, sizeof why);
@@ -201,9 +193,9 @@ static int previous_export(const char* opt, const char* dir, char* err, size_t e
   free(text);
   if (fd >= 0) close(fd);
   if (!parsed || strcmp(writer, EXPORT_WRITER))
-    return fail(err, errlen, "%s %s holds a model that fsdp.c did not export (its model.safetensors %s); an export "
-                "replaces only its own earlier exports: choose another path", opt, dir,
-                parsed ? "does not name fsdp.c as its writer" : "cannot be read");
+    return set_error(err, errlen, "%s %s holds a model that fsdp.c did not export (its model.safetensors %s); an export "
+                     "replaces only its own earlier exports: choose another path", opt, dir,
+                     parsed ? "does not name fsdp.c as its writer" : "cannot be read");
   return 0;
 }
 
@@ -211,24 +203,24 @@ int weights_export_check(const char* opt, const char* dir, char* err, size_t err
   const char* base = strrchr(dir, '/');
   base = base ? base + 1 : dir;
   if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-    return fail(err, errlen, "%s '%s': name the directory to write (e.g. out/hf), not '', '/', '.' or '..'", opt, dir);
+    return set_error(err, errlen, "%s '%s': name the directory to write (e.g. out/hf), not '', '/', '.' or '..'", opt, dir);
   if (path_fits(opt, dir, ".lock", err, errlen) || path_fits(opt, dir, ".tmp/model.safetensors", err, errlen)) return -1;
   char parent[4200];
   snprintf(parent, sizeof parent, "%.*s", (int)(base - dir), dir);
   if (!parent[0]) snprintf(parent, sizeof parent, ".");
   struct stat st;
   if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
-    return fail(err, errlen, "%s %s: the directory %s does not exist; create it first", opt, dir, parent);
+    return set_error(err, errlen, "%s %s: the directory %s does not exist; create it first", opt, dir, parent);
   if (access(parent, W_OK | X_OK) != 0)
-    return fail(err, errlen, "%s %s: cannot create files in %s (%s)", opt, dir, parent, strerror(errno));
+    return set_error(err, errlen, "%s %s: cannot create files in %s (%s)", opt, dir, parent, strerror(errno));
   const char* suffixes[2] = {".tmp", ".old"};
   for (int i = 0; i < 2; i++) {
     char path[4200];
     snprintf(path, sizeof path, "%s%s", dir, suffixes[i]);
     if (lstat(path, &st) == 0)
-      return fail(err, errlen, "%s %s: %s already exists; the export writes %s itself and never touches what it did "
-                  "not create. If it is left from an interrupted export, remove it; else choose another path", opt, dir,
-                  path, path);
+      return set_error(err, errlen, "%s %s: %s already exists; the export writes %s itself and never touches what it did "
+                       "not create. If it is left from an interrupted export, remove it; else choose another path", opt, dir,
+                       path, path);
   }
   if (lstat(dir, &st) != 0) return 0;  // a new name
   return previous_export(opt, dir, err, errlen);
@@ -262,11 +254,11 @@ static int finish_export(const ModelConfig* cfg, const char* dir, const char* tm
   struct stat st;
   int had = lstat(dir, &st) == 0;
   if (had && previous_export("--export", dir, why, sizeof why))
-    return fail(err, errlen, "%s; the new export is complete in %s", why, tmp);
+    return set_error(err, errlen, "%s; the new export is complete in %s", why, tmp);
   if (had && rename_noreplace(dir, old) != 0)
-    return fail(err, errlen, "cannot move the earlier export %s to %s: %s; the new export is complete in %s", dir, old,
+    return set_error(err, errlen, "cannot move the earlier export %s to %s: %s; the new export is complete in %s", dir, old,
                  strerror(errno), tmp);
-  if (rename_noreplace(tmp, dir) != 0) return fail(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
+  if (rename_noreplace(tmp, dir) != 0) return set_error(err, errlen, "cannot rename %s to %s: %s", tmp, dir, strerror(errno));
   if (had) {
     remove_own(old);
     if (lstat(old, &st) == 0) fprintf(stderr, "warning: could not remove %s\n", old);
@@ -288,26 +280,26 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
   if (fs->world_rank == 0) {
     // mkdir fails on anything already there: what the export did not create stays as it is.
     if (mkdir(tmp, 0755) != 0) {
-      fail(err, sizeof err, "cannot create %s: %s%s", tmp, strerror(errno),
-           errno == EEXIST ? " (it appeared after start-up; it is left as it is)" : "");
+      set_error(err, sizeof err, "cannot create %s: %s%s", tmp, strerror(errno),
+                errno == EEXIST ? " (it appeared after start-up; it is left as it is)" : "");
       ok = 0;
     }
     created = ok;
     int fd = ok ? open(file, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644) : -1;
     uint64_t len = (uint64_t)hlen;
     if (ok && fd < 0) {
-      fail(err, sizeof err, "cannot create %s: %s", file, strerror(errno));
+      set_error(err, sizeof err, "cannot create %s: %s", file, strerror(errno));
       ok = 0;
     }
     if (ok && ftruncate(fd, (off_t)total) != 0) {
-      fail(err, sizeof err, "cannot size %s to %lld bytes: %s", file, (long long)total, strerror(errno));
+      set_error(err, sizeof err, "cannot size %s to %lld bytes: %s", file, (long long)total, strerror(errno));
       ok = 0;
     }
     if (ok && (pwrite_all(fd, &len, 8, 0, file, err, sizeof err) ||
                pwrite_all(fd, header, (size_t)hlen, 8, file, err, sizeof err)))
       ok = 0;
     if (fd >= 0 && close(fd) != 0 && ok) {
-      fail(err, sizeof err, "writing %s failed: %s", file, strerror(errno));
+      set_error(err, sizeof err, "writing %s failed: %s", file, strerror(errno));
       ok = 0;
     }
   }
@@ -318,7 +310,7 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
   if (comm_rank(fs->replica_group) == 0) {  // one replica of every shard writes it
     int fd = open(file, O_WRONLY | O_CLOEXEC);
     if (fd < 0) {
-      fail(err, sizeof err, "cannot open %s: %s", file, strerror(errno));
+      set_error(err, sizeof err, "cannot open %s: %s", file, strerror(errno));
       ok = 0;
     }
     int64_t largest = 0, widest = 1;
@@ -351,7 +343,7 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
       }
     }
     if (fd >= 0 && (fsync(fd) != 0 || close(fd) != 0) && ok) {
-      fail(err, sizeof err, "finishing %s failed: %s", file, strerror(errno));
+      set_error(err, sizeof err, "finishing %s failed: %s", file, strerror(errno));
       ok = 0;
     }
     free(host);

@@ -18,14 +18,7 @@
 #include "infra/json.h"
 #include "weights/tensor_file.h"
 #include "weights/weights.h"
-
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+#include "infra/files.h"
 
 // GPT block parameters: our name, the Hugging Face suffix after "h.<l>.", Conv1D (transposed),
 // the llm.c name (before ".<l>"), and our shape [rows, cols] in units of C (cols 0: a vector).
@@ -259,9 +252,9 @@ int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t
   for (int i = 0; i < tf->ntensors; i++) tf->tensors[i].used = 0;
   int rc = 0;
   if (pl->count)
-    rc = fail(err, errlen, "--init-from %s does not fit model %s (%s%d problem%s, nothing loaded):%s%s", tf->path, cfg->name,
-              pl->count > PROBLEMS_SHOWN ? "at least " : "", pl->count, pl->count > 1 ? "s" : "", pl->text,
-              pl->count > PROBLEMS_SHOWN ? "\n  ..." : "");
+    rc = set_error(err, errlen, "--init-from %s does not fit model %s (%s%d problem%s, nothing loaded):%s%s", tf->path, cfg->name,
+                   pl->count > PROBLEMS_SHOWN ? "at least " : "", pl->count, pl->count > 1 ? "s" : "", pl->text,
+                   pl->count > PROBLEMS_SHOWN ? "\n  ..." : "");
   free(pl);
   return rc;
 }
@@ -273,7 +266,7 @@ int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t
 static int cfg_dim(const JsonDoc* d, const char* key, long long otherwise, long long* out, char* err, size_t errlen) {
   int32_t v = json_get(d, 0, key);
   if (v < 0 || json_type(d, v) == JSON_NULL) {
-    if (otherwise < 0) return fail(err, errlen, "%s has no \"%s\" (a whole number), which the model needs", d->what, key);
+    if (otherwise < 0) return set_error(err, errlen, "%s has no \"%s\" (a whole number), which the model needs", d->what, key);
     *out = otherwise;
     return 0;
   }
@@ -305,10 +298,10 @@ static int config_spec(const JsonDoc* d, WeightsFormat f, char* spec, size_t cap
         cfg_str(d, "activation_function", "gelu_new", act, sizeof act, err, errlen) ||
         cfg_bool(d, "tie_word_embeddings", 1, &tied, err, errlen))
       return -1;
-    if (inner != 4 * C) return fail(err, errlen, "%s: n_inner %lld; fsdp.c's GPT has an MLP of 4 x n_embd", cpath, inner);
+    if (inner != 4 * C) return set_error(err, errlen, "%s: n_inner %lld; fsdp.c's GPT has an MLP of 4 x n_embd", cpath, inner);
     if (strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
-      return fail(err, errlen, "%s: activation_function \"%s\"; fsdp.c's GPT uses the tanh GELU (gelu_new)", cpath, act);
-    if (!tied) return fail(err, errlen, "%s: an untied lm_head; fsdp.c's GPT ties it to wte", cpath);
+      return set_error(err, errlen, "%s: activation_function \"%s\"; fsdp.c's GPT uses the tanh GELU (gelu_new)", cpath, act);
+    if (!tied) return set_error(err, errlen, "%s: an untied lm_head; fsdp.c's GPT ties it to wte", cpath);
     snprintf(spec, cap, "gpt:L=%lld,C=%lld,H=%lld,V=%lld,T=%lld", L, C, H, V, T);
     return 0;
   }
@@ -325,13 +318,13 @@ static int config_spec(const JsonDoc* d, WeightsFormat f, char* spec, size_t cap
     return -1;
   int gated = !strcmp(ff, "gated-gelu");
   if (!gated && strcmp(ff, "relu"))
-    return fail(err, errlen, "%s: feed_forward_proj \"%s\"; fsdp.c's T5 has \"relu\" (v1.0) and \"gated-gelu\" (v1.1)",
-                cpath, ff);
+    return set_error(err, errlen, "%s: feed_forward_proj \"%s\"; fsdp.c's T5 has \"relu\" (v1.0) and \"gated-gelu\" (v1.1)",
+                     cpath, ff);
   if (tied == gated)
-    return fail(err, errlen, "%s: feed_forward_proj \"%s\" with tie_word_embeddings %s; fsdp.c's T5 v1.0 ties the "
-                "lm_head (relu) and v1.1 unties it (gated-gelu)", cpath, ff, tied ? "true" : "false");
+    return set_error(err, errlen, "%s: feed_forward_proj \"%s\" with tie_word_embeddings %s; fsdp.c's T5 v1.0 ties the "
+                     "lm_head (relu) and v1.1 unties it (gated-gelu)", cpath, ff, tied ? "true" : "false");
   if (buckets != 32 || distance != 128)
-    return fail(err, errlen, "%s: relative attention with other than 32 buckets and max distance 128", cpath);
+    return set_error(err, errlen, "%s: relative attention with other than 32 buckets and max distance 128", cpath);
   snprintf(spec, cap, "%s:L=%lld,M=%lld,C=%lld,H=%lld,D=%lld,F=%lld,V=%lld", gated ? "t5v1.1" : "t5", L, M, C, H, D, F, V);
   return 0;
 }
@@ -349,9 +342,9 @@ int weights_model_config(const char* path, ModelConfig* cfg, char* err, size_t e
     size_t got = fp ? fread(h, sizeof(int32_t), 256, fp) : 0;
     if (fp) fclose(fp);
     tensor_file_close(&tf);
-    if (got != 256) return fail(err, errlen, "%s: cannot read the header", tensors);
+    if (got != 256) return set_error(err, errlen, "%s: cannot read the header", tensors);
     snprintf(spec, sizeof spec, "gpt:L=%d,C=%d,H=%d,V=%d,T=%d", h[4], h[6], h[5], h[3], h[2]);
-    if (model_config_parse(spec, cfg, perr, sizeof perr)) return fail(err, errlen, "%s: %s", path, perr);
+    if (model_config_parse(spec, cfg, perr, sizeof perr)) return set_error(err, errlen, "%s: %s", path, perr);
     return 0;
   }
   char cpath[4300];
@@ -360,7 +353,7 @@ int weights_model_config(const char* path, ModelConfig* cfg, char* err, size_t e
   int rc = config_spec(&d, f, spec, sizeof spec, err, errlen);
   json_free(&d);
   if (rc) return -1;
-  if (model_config_parse(spec, cfg, perr, sizeof perr)) return fail(err, errlen, "%s: %s", cpath, perr);
+  if (model_config_parse(spec, cfg, perr, sizeof perr)) return set_error(err, errlen, "%s: %s", cpath, perr);
   // The tensors must be those of that model before anything of the model's size is allocated:
   // config.json alone decides the layer count and the sequence length.
   if (tensor_file_open_safetensors(tensors, f, &tf, err, errlen)) return -1;
@@ -386,8 +379,8 @@ int weights_config_match(const ModelConfig* given, const ModelConfig* found, cha
   CHECK(gated, "gated feed-forward (v1.1)")
 #undef CHECK
   if (!what) return 0;
-  return fail(err, errlen, "--model %s has %s = %d but the weights hold %s (%s = %d); leave --model out to take the "
-              "weights' shape", given->name, what, a, found->name, what, b);
+  return set_error(err, errlen, "--model %s has %s = %d but the weights hold %s (%s = %d); leave --model out to take the "
+                   "weights' shape", given->name, what, a, found->name, what, b);
 }
 
 int weights_resolve_model(const char* spec, const char* init_from, ModelConfig* cfg, char* err, size_t errlen) {

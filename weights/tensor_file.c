@@ -30,14 +30,6 @@
 #define MAX_HEADER_BYTES (100 << 20)  // the safetensors format's own limit on its header
 #define MAX_DIM ((int64_t)1 << 24)    // the largest model dimension (layers/config.c) an llm.c header may give
 
-__attribute__((format(printf, 3, 4))) static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 int weight_dtype_size(WeightDType t) { return t == WT_F32 ? 4 : 2; }
 
 // a * b + c into *out, or 0 when it does not fit an int64 (sizes read from files are checked
@@ -67,7 +59,7 @@ static int open_tensor_file(const char* path, TensorFile* tf, WeightsFormat form
   int fd = file_open_regular(path, err, errlen);
   struct stat st;
   if (fd >= 0 && fstat(fd, &st) != 0) {
-    fail(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    set_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
     close(fd);
     return -1;
   }
@@ -116,17 +108,17 @@ int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t er
   int32_t h[256];
   int bad = tf->size < (int64_t)sizeof h || read_at(fd, h, sizeof h, 0);
   close(fd);
-  if (bad) return fail(err, errlen, "%s: shorter than the 1024-byte header of an llm.c checkpoint", path);
+  if (bad) return set_error(err, errlen, "%s: shorter than the 1024-byte header of an llm.c checkpoint", path);
   if (h[0] != LLMC_MAGIC)
-    return fail(err, errlen, "%s: bad magic %d (an llm.c GPT-2 checkpoint starts with %d)", path, h[0], LLMC_MAGIC);
+    return set_error(err, errlen, "%s: bad magic %d (an llm.c GPT-2 checkpoint starts with %d)", path, h[0], LLMC_MAGIC);
   if (h[1] != 3 && h[1] != 5)
-    return fail(err, errlen, "%s: llm.c checkpoint version %d; versions 3 (fp32) and 5 (bf16) are read", path, h[1]);
+    return set_error(err, errlen, "%s: llm.c checkpoint version %d; versions 3 (fp32) and 5 (bf16) are read", path, h[1]);
   int64_t T = h[2], V = h[3], L = h[4], H = h[5], C = h[6], Vp = h[7];
   if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || T > MAX_DIM || Vp > MAX_DIM || L > MAX_DIM ||
       C > MAX_DIM)
-    return fail(err, errlen, "%s: implausible llm.c header (maxT %lld, V %lld, L %lld, H %lld, C %lld, Vp %lld; each in "
-                "[1, %lld], V <= Vp, H dividing C)", path, (long long)T, (long long)V, (long long)L, (long long)H,
-                (long long)C, (long long)Vp, (long long)MAX_DIM);
+    return set_error(err, errlen, "%s: implausible llm.c header (maxT %lld, V %lld, L %lld, H %lld, C %lld, Vp %lld; each in "
+                     "[1, %lld], V <= Vp, H dividing C)", path, (long long)T, (long long)V, (long long)L, (long long)H,
+                     (long long)C, (long long)Vp, (long long)MAX_DIM);
   WeightDType dt = h[1] == 3 ? WT_F32 : WT_BF16;
   int es = weight_dtype_size(dt);
   LlmcKind kinds[16];
@@ -142,15 +134,15 @@ int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t er
       char name[64];
       if (kinds[k].per_layer) snprintf(name, sizeof name, "%s.%lld", kinds[k].name, (long long)l);
       else snprintf(name, sizeof name, "%s", kinds[k].name);
-      return fail(err, errlen, "%s: tensor %s ends beyond the file's %lld bytes (truncated, or a header that does not "
-                  "describe this file: L %lld, C %lld, Vp %lld)", path, name, (long long)tf->size, (long long)L,
-                  (long long)C, (long long)Vp);
+      return set_error(err, errlen, "%s: tensor %s ends beyond the file's %lld bytes (truncated, or a header that does not "
+                       "describe this file: L %lld, C %lld, Vp %lld)", path, name, (long long)tf->size, (long long)L,
+                       (long long)C, (long long)Vp);
     }
     at = end;
   }
   if (at != tf->size)
-    return fail(err, errlen, "%s: %lld bytes after the last tensor (lnfb); the header (L %lld, C %lld, Vp %lld) does not "
-                "describe this file", path, (long long)(tf->size - at), (long long)L, (long long)C, (long long)Vp);
+    return set_error(err, errlen, "%s: %lld bytes after the last tensor (lnfb); the header (L %lld, C %lld, Vp %lld) does not "
+                     "describe this file", path, (long long)(tf->size - at), (long long)L, (long long)C, (long long)Vp);
   // Every size fits now; wte's entry covers its V real rows (the padding rows up to Vp are skipped).
   tf->ntensors = (int)(4 + 12 * L);
   tf->tensors = xcalloc((size_t)tf->ntensors, sizeof *tf->tensors, "the tensor table of an llm.c checkpoint");
@@ -181,23 +173,23 @@ static int read_entry(const JsonDoc* d, int32_t e, const char* path, int64_t dat
                       FileTensor* t, char* err, size_t errlen) {
   const char* name = t->name;
   if (json_type(d, e) != JSON_OBJECT)
-    return fail(err, errlen, "%s: tensor %s: its entry is not an object with dtype, shape and data_offsets", path, name);
+    return set_error(err, errlen, "%s: tensor %s: its entry is not an object with dtype, shape and data_offsets", path, name);
   for (int32_t m = d->nodes[e].child; m >= 0; m = d->nodes[m].next)
     if (strcmp(json_key(d, m), "dtype") && strcmp(json_key(d, m), "shape") && strcmp(json_key(d, m), "data_offsets"))
-      return fail(err, errlen, "%s: tensor %s: unknown field \"%.60s\" (an entry has dtype, shape and data_offsets)", path,
-                  name, json_key(d, m));
+      return set_error(err, errlen, "%s: tensor %s: unknown field \"%.60s\" (an entry has dtype, shape and data_offsets)", path,
+                       name, json_key(d, m));
   int32_t dt = json_get(d, e, "dtype"), shape = json_get(d, e, "shape"), off = json_get(d, e, "data_offsets");
   if (dt < 0 || shape < 0 || off < 0)
-    return fail(err, errlen, "%s: tensor %s: malformed entry (needs dtype, shape, data_offsets)", path, name);
+    return set_error(err, errlen, "%s: tensor %s: malformed entry (needs dtype, shape, data_offsets)", path, name);
   char dtype[16], what[160];
   snprintf(what, sizeof what, "%s.dtype", name);
   if (json_string(d, dt, what, dtype, sizeof dtype, err, errlen)) return -1;
   if (!strcmp(dtype, "F32")) t->dtype = WT_F32;
   else if (!strcmp(dtype, "BF16")) t->dtype = WT_BF16;
   else if (!strcmp(dtype, "F16")) t->dtype = WT_F16;
-  else return fail(err, errlen, "%s: tensor %s has dtype %s; F32, BF16 and F16 are read", path, name, dtype);
+  else return set_error(err, errlen, "%s: tensor %s has dtype %s; F32, BF16 and F16 are read", path, name, dtype);
   if (json_type(d, shape) != JSON_ARRAY || d->nodes[shape].count > 4)
-    return fail(err, errlen, "%s: tensor %s: its shape is not a list of at most 4 sizes", path, name);
+    return set_error(err, errlen, "%s: tensor %s: its shape is not a list of at most 4 sizes", path, name);
   int64_t numel = 1, es = weight_dtype_size(t->dtype), bytes;
   t->ndim = 0;
   for (int32_t v = d->nodes[shape].child; v >= 0; v = d->nodes[v].next) {
@@ -206,22 +198,22 @@ static int read_entry(const JsonDoc* d, int32_t e, const char* path, int64_t dat
     if (json_int(d, v, what, 0, INT64_MAX, &x, err, errlen)) return -1;
     t->shape[t->ndim++] = x;
     if (!mul_add(numel, x, 0, &numel))
-      return fail(err, errlen, "%s: tensor %s: its shape has more elements than any file can hold", path, name);
+      return set_error(err, errlen, "%s: tensor %s: its shape has more elements than any file can hold", path, name);
   }
   long long o[2];
   if (json_type(d, off) != JSON_ARRAY || d->nodes[off].count != 2)
-    return fail(err, errlen, "%s: tensor %s: data_offsets is not [begin, end]", path, name);
+    return set_error(err, errlen, "%s: tensor %s: data_offsets is not [begin, end]", path, name);
   int32_t b = d->nodes[off].child;
   snprintf(what, sizeof what, "%s.data_offsets", name);
   if (json_int(d, b, what, 0, INT64_MAX, &o[0], err, errlen) ||
       json_int(d, d->nodes[b].next, what, 0, INT64_MAX, &o[1], err, errlen))
     return -1;
   if (!mul_add(numel, es, 0, &bytes) || o[1] < o[0] || o[1] - o[0] != bytes)
-    return fail(err, errlen, "%s: tensor %s: data_offsets [%lld, %lld] do not hold its shape's %lld elements of %s (the "
-                "header lies about offsets)", path, name, o[0], o[1], (long long)numel, dtype);
+    return set_error(err, errlen, "%s: tensor %s: data_offsets [%lld, %lld] do not hold its shape's %lld elements of %s (the "
+                     "header lies about offsets)", path, name, o[0], o[1], (long long)numel, dtype);
   if (o[1] > data_bytes)
-    return fail(err, errlen, "%s: tensor %s ends at data byte %lld but the file holds %lld data bytes (truncated)", path,
-                name, o[1], (long long)data_bytes);
+    return set_error(err, errlen, "%s: tensor %s ends at data byte %lld but the file holds %lld data bytes (truncated)", path,
+                     name, o[1], (long long)data_bytes);
   t->start = data_start + o[0];
   t->bytes = bytes;
   return 0;
@@ -243,15 +235,15 @@ static int check_tiling(const TensorFile* tf, int64_t data_start, char* err, siz
   int rc = 0;
   for (int i = 0; i < tf->ntensors && !rc; i++) {
     if (order[i]->start < at)
-      rc = fail(err, errlen, "%s: tensor %s overlaps tensor %s (the header lies about offsets)", tf->path, order[i]->name,
-                order[i - 1]->name);
+      rc = set_error(err, errlen, "%s: tensor %s overlaps tensor %s (the header lies about offsets)", tf->path, order[i]->name,
+                     order[i - 1]->name);
     else if (order[i]->start > at)
-      rc = fail(err, errlen, "%s: %lld bytes before tensor %s belong to no tensor (the header lies about offsets)",
-                tf->path, (long long)(order[i]->start - at), order[i]->name);
+      rc = set_error(err, errlen, "%s: %lld bytes before tensor %s belong to no tensor (the header lies about offsets)",
+                     tf->path, (long long)(order[i]->start - at), order[i]->name);
     at = order[i]->start + order[i]->bytes;
   }
   if (!rc && at != tf->size)
-    rc = fail(err, errlen, "%s: %lld bytes after the last tensor belong to no tensor", tf->path, (long long)(tf->size - at));
+    rc = set_error(err, errlen, "%s: %lld bytes after the last tensor belong to no tensor", tf->path, (long long)(tf->size - at));
   free(order);
   return rc;
 }
@@ -262,19 +254,19 @@ int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorF
   uint64_t hlen = 0;
   if (tf->size < 8 || read_at(fd, &hlen, 8, 0)) {
     close(fd);
-    return fail(err, errlen, "%s: cannot read the 8-byte header length of a safetensors file", path);
+    return set_error(err, errlen, "%s: cannot read the 8-byte header length of a safetensors file", path);
   }
   if (hlen < 2 || hlen > MAX_HEADER_BYTES || (int64_t)(8 + hlen) > tf->size) {
     close(fd);
-    return fail(err, errlen, "%s: header length %llu does not fit the file (%lld bytes): not a safetensors file, or "
-                "truncated", path, (unsigned long long)hlen, (long long)tf->size);
+    return set_error(err, errlen, "%s: header length %llu does not fit the file (%lld bytes): not a safetensors file, or "
+                     "truncated", path, (unsigned long long)hlen, (long long)tf->size);
   }
   char* text = xmalloc(hlen, "safetensors header");
   int unread = read_at(fd, text, hlen, 8);
   close(fd);
   if (unread) {
     free(text);
-    return fail(err, errlen, "%s: cannot read its %llu-byte header", path, (unsigned long long)hlen);
+    return set_error(err, errlen, "%s: cannot read its %llu-byte header", path, (unsigned long long)hlen);
   }
   char what[4200];
   snprintf(what, sizeof what, "%s (its safetensors header)", path);
@@ -285,7 +277,7 @@ int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorF
   int64_t data_start = 8 + (int64_t)hlen, data_bytes = tf->size - data_start;
   if (json_type(&d, 0) != JSON_OBJECT) {
     json_free(&d);
-    return fail(err, errlen, "%s: the header is not a JSON object (wrong magic: not a safetensors file)", path);
+    return set_error(err, errlen, "%s: the header is not a JSON object (wrong magic: not a safetensors file)", path);
   }
   tf->tensors = xcalloc((size_t)d.nodes[0].count + 1, sizeof *tf->tensors, "the tensor table of a safetensors file");
   for (int32_t m = d.nodes[0].child; m >= 0 && !rc; m = d.nodes[m].next) {
@@ -293,11 +285,11 @@ int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorF
     if (!strcmp(name, "__metadata__")) {  // a map of strings to strings
       int ok = json_type(&d, m) == JSON_OBJECT;
       for (int32_t v = ok ? d.nodes[m].child : -1; v >= 0; v = d.nodes[v].next) ok &= json_type(&d, v) == JSON_STRING;
-      if (!ok) rc = fail(err, errlen, "%s: __metadata__ is not an object of strings", path);
+      if (!ok) rc = set_error(err, errlen, "%s: __metadata__ is not an object of strings", path);
       continue;
     }
     if (strlen(name) >= TENSOR_NAME_LEN) {
-      rc = fail(err, errlen, "%s: the tensor name '%.60s...' is longer than %d bytes", path, name, TENSOR_NAME_LEN - 1);
+      rc = set_error(err, errlen, "%s: the tensor name '%.60s...' is longer than %d bytes", path, name, TENSOR_NAME_LEN - 1);
       break;
     }
     FileTensor* t = &tf->tensors[tf->ntensors++];
@@ -323,7 +315,7 @@ int weights_read_config(const char* tensors_path, char* cpath, size_t cpathlen, 
   if (json_read_file(cpath, CONFIG_MAX_BYTES, doc, err, errlen)) return -1;
   if (json_type(doc, 0) != JSON_OBJECT) {
     json_free(doc);
-    return fail(err, errlen, "%s is not a JSON object", cpath);
+    return set_error(err, errlen, "%s is not a JSON object", cpath);
   }
   return 0;
 }
@@ -331,17 +323,17 @@ int weights_read_config(const char* tensors_path, char* cpath, size_t cpathlen, 
 int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, size_t tensors_len, char* err,
                    size_t errlen) {
   struct stat st;
-  if (stat(path, &st) != 0) return fail(err, errlen, "--init-from %s: %s", path, strerror(errno));
+  if (stat(path, &st) != 0) return set_error(err, errlen, "--init-from %s: %s", path, strerror(errno));
   if (S_ISDIR(st.st_mode)) {
     snprintf(tensors_path, tensors_len, "%s/model.safetensors", path);
     if (stat(tensors_path, &st) != 0) {
       char index[4200];
       snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
       if (stat(index, &st) == 0)
-        return fail(err, errlen, "%s holds a sharded safetensors model (model.safetensors.index.json); only a single "
-                    "model.safetensors is read", path);
-      return fail(err, errlen, "%s has no model.safetensors (a Hugging Face directory needs config.json and "
-                  "model.safetensors; pass an llm.c .bin as a file)", path);
+        return set_error(err, errlen, "%s holds a sharded safetensors model (model.safetensors.index.json); only a single "
+                         "model.safetensors is read", path);
+      return set_error(err, errlen, "%s has no model.safetensors (a Hugging Face directory needs config.json and "
+                       "model.safetensors; pass an llm.c .bin as a file)", path);
     }
   } else {
     int fd = file_open_regular(path, err, errlen);
@@ -358,13 +350,13 @@ int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, 
   char cpath[4300], why[4400], type[64];
   JsonDoc d;
   if (weights_read_config(tensors_path, cpath, sizeof cpath, &d, why, sizeof why))
-    return fail(err, errlen, "--init-from %s: not an llm.c checkpoint (magic %d), and config.json beside it cannot say "
-                "which model the safetensors hold: %s", path, LLMC_MAGIC, why);
+    return set_error(err, errlen, "--init-from %s: not an llm.c checkpoint (magic %d), and config.json beside it cannot say "
+                     "which model the safetensors hold: %s", path, LLMC_MAGIC, why);
   int rc = json_member_string(&d, 0, "model_type", type, sizeof type, err, errlen);
   json_free(&d);
   if (rc) return -1;
   if (!strcmp(type, "gpt2")) *format = FMT_HF_GPT2;
   else if (!strcmp(type, "t5")) *format = FMT_HF_T5;
-  else return fail(err, errlen, "%s: model_type \"%s\" is not \"gpt2\" or \"t5\" (the models fsdp.c has)", cpath, type);
+  else return set_error(err, errlen, "%s: model_type \"%s\" is not \"gpt2\" or \"t5\" (the models fsdp.c has)", cpath, type);
   return 0;
 }
