@@ -231,7 +231,7 @@ def cpu_section(d):
     L.append("Command: `LLMC_DIR=... scripts/bench_llmc.sh --cpu --threads %s --rounds %s --steps %s --warmup %s%s` "
              "(%s)." % (m.get("threads", "?"), m.get("rounds", "?"), m.get("steps", "?"), m.get("warmup", "?"),
                         " --torch-blas DIR" if blas and "/blas/" not in blas else "",
-                        "DIR: an optimized libblas.so.3, README" if "openblas" in blas else
+                        "DIR: an optimized libblas.so.3, see docs/performance.md" if "openblas" in blas else
                         "PyTorch with the reference BLAS: not a fair baseline"))
     for ck in res.get("loss_checks", []):
         L.append("")
