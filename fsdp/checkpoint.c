@@ -206,23 +206,6 @@ static void for_each_piece(const FSDP* fs, PieceFn fn, void* ctx) {
   }
 }
 
-// pwrite/pread of exactly `bytes`, retrying short transfers; -1 with errno (ENOSPC for a write
-// that stops short without one, 0 for a read that reaches the end of the file).
-static int full_io(int writing, int fd, void* buf, size_t bytes, off_t at) {
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = writing ? pwrite(fd, (char*)buf + done, bytes - done, at + (off_t)done)
-                        : pread(fd, (char*)buf + done, bytes - done, at + (off_t)done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = writing ? ENOSPC : 0;
-      return -1;
-    }
-    done += (size_t)n;
-  }
-  return 0;
-}
-
 static void save_piece(void* vctx, const Unit* U, const ParamInfo* p, int64_t local, int64_t global, int64_t n) {
   SaveCtx* c = vctx;
   float* arrays[CKPT_ARRAYS] = {U->master, U->m, U->v};
@@ -236,7 +219,7 @@ static void save_piece(void* vctx, const Unit* U, const ParamInfo* p, int64_t lo
                  U->name, p->name, c->host[j], CKPT_ARRAY_NAMES[k], (long long)(global + j));
         return;
       }
-    if (full_io(1, c->fd[k], c->host, bytes, (off_t)global * 4) != 0) {
+    if (file_pwrite_all(c->fd[k], c->host, bytes, (off_t)global * 4) != 0) {
       snprintf(c->err, sizeof c->err, "writing %s/%s failed: %s", c->dir, CKPT_ARRAY_NAMES[k], strerror(errno));
       return;
     }
@@ -409,7 +392,7 @@ static void load_piece(void* vctx, const Unit* U, const ParamInfo* p, int64_t lo
   for (int k = 0; k < CKPT_ARRAYS && !c->err[0]; k++) {
     size_t bytes = (size_t)n * sizeof(float);
     off_t at = (off_t)global * 4;
-    if (full_io(0, c->fd[k], c->host, bytes, at) != 0) {
+    if (file_pread_all(c->fd[k], c->host, bytes, at) != 0) {
       snprintf(c->err, sizeof c->err, "%s/%s is truncated or unreadable at bytes [%lld, %lld): %s", c->dir,
                CKPT_ARRAY_NAMES[k], (long long)at, (long long)(at + (off_t)bytes), errno ? strerror(errno) : "end of file");
       return;

@@ -84,16 +84,11 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
   snprintf(tmp, sizeof tmp, "%s.part", path);
   int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY, 0644);
   if (fd < 0) return set_error(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-  size_t len = strlen(text), done = 0;
-  while (done < len) {
-    ssize_t w = write(fd, text + done, len - done);
-    if (w <= 0) {
-      int e = w < 0 ? errno : ENOSPC;
-      close(fd);
-      unlink(tmp);
-      return set_error(err, errlen, "writing %s failed: %s", tmp, strerror(e));
-    }
-    done += (size_t)w;
+  if (file_pwrite_all(fd, text, strlen(text), 0)) {
+    int e = errno;
+    close(fd);
+    unlink(tmp);
+    return set_error(err, errlen, "writing %s failed: %s", tmp, strerror(e));
   }
   if (fsync(fd) != 0 || close(fd) != 0) {
     int e = errno;
@@ -104,16 +99,6 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
     int e = errno;
     unlink(tmp);
     return set_error(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-  }
-  return 0;
-}
-
-// The root object of a checkpoint's JSON file, or -1 with the reason.
-static int read_object(const char* path, size_t max_bytes, JsonDoc* d, char* err, size_t errlen) {
-  if (json_read_file(path, max_bytes, d, err, errlen)) return -1;
-  if (json_type(d, 0) != JSON_OBJECT) {
-    json_free(d);
-    return set_error(err, errlen, "%s is not a JSON object", path);
   }
   return 0;
 }
@@ -193,7 +178,7 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
   for (int u = 0; u < fs->nunits; u++) cap += 256 + (size_t)fs->units[u].nparams * 4 * (FSDP_NAME_LEN + 32);
   JsonDoc d;
   char reason[ERR_CAP];
-  if (read_object(path, cap, &d, reason, sizeof reason))
+  if (json_read_object(path, cap, &d, reason, sizeof reason))
     return set_error(err, errlen, "%s (is %s a checkpoint written by --save?)", reason, dir);
   char format[64];
   long long step, seed, elements, world;
@@ -272,7 +257,7 @@ int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sum
   JsonDoc d;
   char reason[ERR_CAP], format[64];
   long long st, el, chunk;
-  if (read_object(path, cap, &d, reason, sizeof reason))
+  if (json_read_object(path, cap, &d, reason, sizeof reason))
     return set_error(err, errlen, "%s has no intact completion marker %s (%s): the save that wrote it did not finish", dir,
                      CKPT_MARKER, reason);
   int rc = -1;

@@ -23,6 +23,23 @@ int set_error(char* err, size_t errlen, const char* fmt, ...) {
   return -1;
 }
 
+static int full_io(int writing, int fd, void* buf, size_t n, off_t at) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = writing ? pwrite(fd, (char*)buf + done, n - done, at + (off_t)done)
+                        : pread(fd, (char*)buf + done, n - done, at + (off_t)done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r == 0) errno = writing ? ENOSPC : 0;
+      return -1;
+    }
+    done += (size_t)r;
+  }
+  return 0;
+}
+int file_pread_all(int fd, void* buf, size_t n, off_t at) { return full_io(0, fd, buf, n, at); }
+int file_pwrite_all(int fd, const void* buf, size_t n, off_t at) { return full_io(1, fd, (void*)buf, n, at); }
+
 static const char* file_kind(mode_t m) {
   return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO (named pipe)" : S_ISCHR(m) ? "a character device"
        : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
@@ -67,22 +84,17 @@ int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, 
     return set_error(err, errlen, "%s is %lld bytes, more than the %zu bytes a file of its kind may have; is it the right file?",
                      path, (long long)st.st_size, max_bytes);
   }
-  size_t n = (size_t)st.st_size, got = 0;
+  size_t n = (size_t)st.st_size;
   char* buf = malloc(n + 1);
   if (!buf) {
     close(fd);
     return set_error(err, errlen, "out of memory reading %s (%zu bytes)", path, n);
   }
-  while (got < n) {
-    ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      int e = r < 0 ? errno : 0;
-      close(fd);
-      free(buf);
-      return set_error(err, errlen, "reading %s failed: %s", path, e ? strerror(e) : "it became shorter while being read");
-    }
-    got += (size_t)r;
+  if (file_pread_all(fd, buf, n, 0)) {
+    int e = errno;
+    close(fd);
+    free(buf);
+    return set_error(err, errlen, "reading %s failed: %s", path, e ? strerror(e) : "it became shorter while being read");
   }
   close(fd);
   buf[n] = 0;

@@ -13,6 +13,7 @@
 #ifndef FSDP_FILES_H
 #define FSDP_FILES_H
 #include <stddef.h>
+#include <sys/types.h>
 
 // Writes the printf-style message into err (when err is not NULL) and returns -1: how every
 // function of infra/ and weights/ reports a failure to its caller.
@@ -23,6 +24,12 @@ __attribute__((format(printf, 3, 4))) int set_error(char* err, size_t errlen, co
 int file_open_regular(const char* path, char* err, size_t errlen);
 // The whole of a regular file of at most max_bytes, NUL-terminated, in a malloc'd *text.
 int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, char* err, size_t errlen);
+
+// pread / pwrite of exactly n bytes at offset `at`, retrying interrupted and short transfers:
+// 0, or -1 with errno (ENOSPC for a write that stops short without an error, 0 for a read that
+// reaches the end of the file first).
+int file_pread_all(int fd, void* buf, size_t n, off_t at);
+int file_pwrite_all(int fd, const void* buf, size_t n, off_t at);
 
 // Whether the name path + suffix (suffix "" or a name the run derives, such as ".tmp" or
 // "/step_00000001.tmp/complete.json.part") fits the file system: at most PATH_MAX bytes in all

@@ -336,6 +336,13 @@ int json_read_file(const char* path, size_t max_bytes, JsonDoc* doc, char* err, 
   return rc;
 }
 
+int json_read_object(const char* path, size_t max_bytes, JsonDoc* doc, char* err, size_t errlen) {
+  if (json_read_file(path, max_bytes, doc, err, errlen)) return -1;
+  if (json_type(doc, 0) == JSON_OBJECT) return 0;
+  json_free(doc);
+  return set_error(err, errlen, "%s is not a JSON object", path);
+}
+
 void json_free(JsonDoc* d) {
   free(d->nodes);
   free(d->strings);

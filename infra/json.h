@@ -43,6 +43,8 @@ typedef struct {
 int json_parse(const char* text, size_t len, const char* what, JsonDoc* doc, char* err, size_t errlen);
 // Reads a regular file of at most max_bytes (infra/files.h) and parses it.
 int json_read_file(const char* path, size_t max_bytes, JsonDoc* doc, char* err, size_t errlen);
+// The same, for a file whose top level must be an object (config.json, meta.json, complete.json).
+int json_read_object(const char* path, size_t max_bytes, JsonDoc* doc, char* err, size_t errlen);
 void json_free(JsonDoc* doc);
 
 // The member `key` of object v, or -1 (also when v is not an object).

@@ -280,19 +280,6 @@ static void sleep_s(double s) {
   }
 }
 
-static int write_all(int fd, const unsigned char* p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
 // Checks the arguments common to writer and readers; fills path.
 static int check_args(const char* dir, const char* run_id, int rank, const unsigned char* id,
                       size_t idlen, char* path, size_t pathlen, char* err, size_t errlen) {
@@ -356,7 +343,7 @@ static int write_id(const char* dir, const char* run_id, const char* path,
                             : "is --init-dir writable?");
   }
   const char* step = "write";
-  int bad = write_all(fd, buf, (size_t)h + idlen);
+  int bad = file_pwrite_all(fd, buf, (size_t)h + idlen, 0);
   if (!bad) step = "fsync", bad = fsync(fd);
   int e = errno;
   if (close(fd) != 0 && !bad) step = "close", bad = -1, e = errno;

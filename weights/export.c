@@ -106,16 +106,10 @@ static int write_config(const ModelConfig* c, const char* path, char* err, size_
   }
   int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
   if (fd < 0) return set_error(err, errlen, "cannot create %s: %s", path, strerror(errno));
-  size_t len = strlen(text), done = 0;
-  while (done < len) {
-    ssize_t w = write(fd, text + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = w < 0 ? errno : ENOSPC;
-      close(fd);
-      return set_error(err, errlen, "writing %s failed: %s", path, strerror(e));
-    }
-    done += (size_t)w;
+  if (file_pwrite_all(fd, text, strlen(text), 0)) {
+    int e = errno;
+    close(fd);
+    return set_error(err, errlen, "writing %s failed: %s", path, strerror(e));
   }
   if (fsync(fd) != 0 || close(fd) != 0) return set_error(err, errlen, "writing %s failed: %s", path, strerror(errno));
   return 0;
@@ -123,13 +117,7 @@ static int write_config(const ModelConfig* c, const char* path, char* err, size_
 
 // pwrite of exactly `bytes` (a short write without an error is a full disk).
 static int pwrite_all(int fd, const void* buf, size_t bytes, off_t at, const char* path, char* err, size_t errlen) {
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t w = pwrite(fd, (const char*)buf + done, bytes - done, at + (off_t)done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return set_error(err, errlen, "writing %s failed: %s", path, strerror(w < 0 ? errno : ENOSPC));
-    done += (size_t)w;
-  }
+  if (file_pwrite_all(fd, buf, bytes, at)) return set_error(err, errlen, "writing %s failed: %s", path, strerror(errno));
   return 0;
 }
 
@@ -178,20 +166,13 @@ static int previous_export(const char* opt, const char* dir, char* err, size_t e
                                    "model.safetensors); choose another path", opt, dir);
   char path[4400], why[4400] = "", writer[64] = "";
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  int fd = file_open_regular(path, why, sizeof why);
-  uint64_t hlen = 0;
-  char* text = NULL;
   JsonDoc doc;
-  int parsed = 0;
-  if (fd >= 0 && pread(fd, &hlen, 8, 0) == 8 && hlen >= 2 && hlen <= (100u << 20) && (text = malloc(hlen)) &&
-      pread(fd, text, hlen, 8) == (ssize_t)hlen && json_parse(text, hlen, path, &doc, why, sizeof why) == 0) {
-    parsed = 1;
+  int parsed = safetensors_read_header(path, &doc, why, sizeof why) == 0;
+  if (parsed) {
     int32_t meta = json_get(&doc, 0, "__metadata__"), w = json_get(&doc, meta, "writer");
     if (w >= 0 && json_type(&doc, w) == JSON_STRING) snprintf(writer, sizeof writer, "%s", json_str(&doc, w));
     json_free(&doc);
   }
-  free(text);
-  if (fd >= 0) close(fd);
   if (!parsed || strcmp(writer, EXPORT_WRITER))
     return set_error(err, errlen, "%s %s holds a model that fsdp.c did not export (its model.safetensors %s); an export "
                      "replaces only its own earlier exports: choose another path", opt, dir,

@@ -119,7 +119,7 @@ static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
     }
   for (int i = 0; i < tf->ntensors; i++) {
     const FileTensor* t = &tf->tensors[i];
-    if (t->used || weights_ignorable(tf->format, cfg, tf->prefix, t->name)) continue;
+    if (t->used || weights_ignorable(tf->format, cfg, t->name)) continue;
     shape_text(have, sizeof have, t->ndim, t->shape);
     problem_add(pl, "unexpected tensor %s (shape %s): model %s has no place for it", t->name, have, cfg->name);
   }
@@ -137,8 +137,6 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path) {
   int rc = format == FMT_LLMC ? tensor_file_open_llmc(tensors, &tf, err, sizeof err)
                               : tensor_file_open_safetensors(tensors, format, &tf, err, sizeof err);
   if (rc) fatal("--init-from: %s; nothing loaded", err);
-  if (format == FMT_HF_GPT2 && tensor_file_find(&tf, "transformer.wte.weight"))
-    snprintf(tf.prefix, sizeof tf.prefix, "transformer.");
   check_tensors(fs, cfg, &tf);
 
   Reader r = {.tf = &tf, .cap = 1 << 20};

@@ -128,7 +128,7 @@ int weights_map_param(WeightsFormat format, const ModelConfig* cfg, const char* 
   return cfg->kind == MODEL_GPT ? map_gpt(format, prefix, unit, p, map) : -1;
 }
 
-int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* prefix, const char* name) {
+int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* name) {
   if (format == FMT_HF_GPT2) {
     // The tied lm_head, and the attention-mask buffers older checkpoints carry.
     const char* s = strrchr(name, '.');
@@ -200,7 +200,7 @@ int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t
   // Each loop stops once the list is full: a file that misses most of a huge model costs no
   // more than one that misses a little.
   if (tf->format == FMT_HF_GPT2) {
-    const char* px = tensor_file_find(tf, "transformer.wte.weight") ? "transformer." : "";
+    const char* px = tf->prefix;
     expect_tensor(tf, pl, 2, V, C, "%swte.weight", px);
     expect_tensor(tf, pl, 2, cfg->T, C, "%swpe.weight", px);
     expect_tensor(tf, pl, 1, C, 0, "%sln_f.weight", px);
@@ -241,11 +241,10 @@ int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t
       expect_tensor(tf, pl, 2, C, F, "%s.%d.DenseReluDense.wo.weight", s, ff);
     }
   }
-  const char* prefix = tensor_file_find(tf, "transformer.wte.weight") ? "transformer." : "";
   for (int i = 0; i < tf->ntensors && pl->count <= PROBLEMS_SHOWN; i++) {
     char have[64];
     const FileTensor* t = &tf->tensors[i];
-    if (t->used || weights_ignorable(tf->format, cfg, prefix, t->name)) continue;
+    if (t->used || weights_ignorable(tf->format, cfg, t->name)) continue;
     shape_text(have, sizeof have, t->ndim, t->shape);
     problem_add(pl, "unexpected tensor %s (shape %s): model %s has no place for it", t->name, have, cfg->name);
   }

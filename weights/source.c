@@ -18,10 +18,8 @@ static int checkpoint_model(const char* src, char* model, size_t cap, char* err,
   struct stat st;
   if (stat(path, &st) != 0) return 0;
   JsonDoc d;
-  if (json_read_file(path, (size_t)64 << 20, &d, err, errlen)) return -1;
-  int rc = 1;
-  if (json_type(&d, 0) != JSON_OBJECT) rc = -1, snprintf(err, errlen, "%.4000s is not a JSON object", path);
-  else if (json_member_string(&d, 0, "model", model, cap, err, errlen)) rc = -1;
+  if (json_read_object(path, (size_t)64 << 20, &d, err, errlen)) return -1;
+  int rc = json_member_string(&d, 0, "model", model, cap, err, errlen) ? -1 : 1;
   json_free(&d);
   return rc;
 }

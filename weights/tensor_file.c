@@ -39,17 +39,6 @@ static int mul_add(int64_t a, int64_t b, int64_t c, int64_t* out) {
   return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);
 }
 
-static int read_at(int fd, void* buf, size_t n, off_t at) {
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = pread(fd, (char*)buf + got, n - got, at + (off_t)got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    got += (size_t)r;
-  }
-  return 0;
-}
-
 // Opens a tensor file (a regular file only) and fills tf->path and tf->size; the descriptor,
 // or -1 with the reason.
 static int open_tensor_file(const char* path, TensorFile* tf, WeightsFormat format, char* err, size_t errlen) {
@@ -106,7 +95,7 @@ int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t er
   int fd = open_tensor_file(path, tf, FMT_LLMC, err, errlen);
   if (fd < 0) return -1;
   int32_t h[256];
-  int bad = tf->size < (int64_t)sizeof h || read_at(fd, h, sizeof h, 0);
+  int bad = tf->size < (int64_t)sizeof h || file_pread_all(fd, h, sizeof h, 0);
   close(fd);
   if (bad) return set_error(err, errlen, "%s: shorter than the 1024-byte header of an llm.c checkpoint", path);
   if (h[0] != LLMC_MAGIC)
@@ -248,33 +237,47 @@ static int check_tiling(const TensorFile* tf, int64_t data_start, char* err, siz
   return rc;
 }
 
-int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen) {
-  int fd = open_tensor_file(path, tf, format, err, errlen);
-  if (fd < 0) return -1;
+// The JSON header of the safetensors file open at fd (size bytes) into *d; where its data starts.
+static int read_header(int fd, const char* path, int64_t size, JsonDoc* d, int64_t* data_start, char* err,
+                       size_t errlen) {
   uint64_t hlen = 0;
-  if (tf->size < 8 || read_at(fd, &hlen, 8, 0)) {
-    close(fd);
+  if (size < 8 || file_pread_all(fd, &hlen, 8, 0))
     return set_error(err, errlen, "%s: cannot read the 8-byte header length of a safetensors file", path);
-  }
-  if (hlen < 2 || hlen > MAX_HEADER_BYTES || (int64_t)(8 + hlen) > tf->size) {
-    close(fd);
+  if (hlen < 2 || hlen > MAX_HEADER_BYTES || (int64_t)(8 + hlen) > size)
     return set_error(err, errlen, "%s: header length %llu does not fit the file (%lld bytes): not a safetensors file, or "
-                     "truncated", path, (unsigned long long)hlen, (long long)tf->size);
-  }
+                     "truncated", path, (unsigned long long)hlen, (long long)size);
+  *data_start = 8 + (int64_t)hlen;
   char* text = xmalloc(hlen, "safetensors header");
-  int unread = read_at(fd, text, hlen, 8);
-  close(fd);
-  if (unread) {
+  if (file_pread_all(fd, text, hlen, 8)) {
     free(text);
     return set_error(err, errlen, "%s: cannot read its %llu-byte header", path, (unsigned long long)hlen);
   }
   char what[4200];
   snprintf(what, sizeof what, "%s (its safetensors header)", path);
-  JsonDoc d;
-  int rc = json_parse(text, hlen, what, &d, err, errlen);
+  int rc = json_parse(text, hlen, what, d, err, errlen);
   free(text);
+  return rc ? -1 : 0;
+}
+
+int safetensors_read_header(const char* path, JsonDoc* d, char* err, size_t errlen) {
+  TensorFile tf;
+  int fd = open_tensor_file(path, &tf, FMT_HF_GPT2, err, errlen);
+  if (fd < 0) return -1;
+  int64_t data_start = 0;
+  int rc = read_header(fd, path, tf.size, d, &data_start, err, errlen);
+  close(fd);
+  return rc;
+}
+
+int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen) {
+  int fd = open_tensor_file(path, tf, format, err, errlen);
+  if (fd < 0) return -1;
+  JsonDoc d;
+  int64_t data_start = 0;
+  int rc = read_header(fd, path, tf->size, &d, &data_start, err, errlen);
+  close(fd);
   if (rc) return -1;
-  int64_t data_start = 8 + (int64_t)hlen, data_bytes = tf->size - data_start;
+  int64_t data_bytes = tf->size - data_start;
   if (json_type(&d, 0) != JSON_OBJECT) {
     json_free(&d);
     return set_error(err, errlen, "%s: the header is not a JSON object (wrong magic: not a safetensors file)", path);
@@ -298,9 +301,14 @@ int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorF
   }
   json_free(&d);
   if (!rc) rc = check_tiling(tf, data_start, err, errlen);
-  if (rc) tensor_file_close(tf);
-  else qsort(tf->tensors, (size_t)tf->ntensors, sizeof *tf->tensors, by_name);
-  return rc;
+  if (rc) {
+    tensor_file_close(tf);
+    return rc;
+  }
+  qsort(tf->tensors, (size_t)tf->ntensors, sizeof *tf->tensors, by_name);
+  if (format == FMT_HF_GPT2 && tensor_file_find(tf, "transformer.wte.weight"))
+    snprintf(tf->prefix, sizeof tf->prefix, "transformer.");
+  return 0;
 }
 
 // ---- where the tensors are -------------------------------------------------------------
@@ -312,12 +320,7 @@ int weights_read_config(const char* tensors_path, char* cpath, size_t cpathlen, 
   if (slash) *slash = 0;
   else snprintf(dir, sizeof dir, ".");
   snprintf(cpath, cpathlen, "%s/config.json", dir);
-  if (json_read_file(cpath, CONFIG_MAX_BYTES, doc, err, errlen)) return -1;
-  if (json_type(doc, 0) != JSON_OBJECT) {
-    json_free(doc);
-    return set_error(err, errlen, "%s is not a JSON object", cpath);
-  }
-  return 0;
+  return json_read_object(cpath, CONFIG_MAX_BYTES, doc, err, errlen);
 }
 
 int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, size_t tensors_len, char* err,
@@ -339,7 +342,7 @@ int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, 
     int fd = file_open_regular(path, err, errlen);
     if (fd < 0) return -1;
     int32_t magic = 0;
-    int got = read_at(fd, &magic, 4, 0) == 0;
+    int got = file_pread_all(fd, &magic, 4, 0) == 0;
     close(fd);
     snprintf(tensors_path, tensors_len, "%s", path);
     if (got && magic == LLMC_MAGIC) {

@@ -38,6 +38,8 @@ int weight_dtype_size(WeightDType t);
 // shapes). Returns 0, or -1 with the reason in err (naming the file and the tensor).
 int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t errlen);
 int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen);
+// Only the JSON header of a safetensors file, into *doc (json_free it); -1 with the reason.
+int safetensors_read_header(const char* path, JsonDoc* doc, char* err, size_t errlen);
 // The table is sorted by name; tensor_file_find looks a name up (NULL when absent).
 void tensor_file_close(TensorFile* tf);
 FileTensor* tensor_file_find(TensorFile* tf, const char* name);
@@ -71,7 +73,7 @@ int weights_map_param(WeightsFormat format, const ModelConfig* cfg, const char* 
                       const ParamInfo* p, ParamMap* map);
 // External tensors a file may hold that are not parameters of ours: buffers (GPT-2's attention
 // masks) and copies of tied weights (T5's embed_tokens, a tied lm_head).
-int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* prefix, const char* name);
+int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* name);
 // The shape the external tensor of a piece has.
 void piece_shape(const Piece* pc, int* ndim, int64_t shape[2]);
 
