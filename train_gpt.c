@@ -270,10 +270,9 @@ int main(int argc, char** argv) {
   int pending = -1;  // a queued step whose outcome is not read yet
   const char* stopped_by = NULL;
   for (int step = start_step; step < total_steps; step++) {
-    double comm0 = fs.stats.comm_seconds;
     CommStats before = fs.stats;
     train_step(&fs, &model, &data, &shape, step, learning_rate(&schedule, step), &o, &io);
-    comm_ms[step] = (fs.stats.comm_seconds - comm0) * 1e3;  // the host's own time in collectives (CPU)
+    comm_ms[step] = (fs.stats.comm_seconds - before.comm_seconds) * 1e3;  // the host's own time in collectives (CPU)
     if (step == start_step)  // the schedule's collectives, the same every step
       log0("collectives per step: %lld all-gathers (%lld of them over node groups), %lld reduce-scatters\n",
            (long long)(fs.stats.all_gathers - before.all_gathers),

@@ -40,9 +40,7 @@ static int nmarks = 0;
 int device_mark(StreamId s) {
   (void)s;
   if (nmarks == DEVICE_MAX_MARKS) return -1;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  marks[nmarks] = ts.tv_sec + ts.tv_nsec * 1e-9;
+  marks[nmarks] = host_seconds();
   return nmarks++;
 }
 double device_mark_seconds(int mark) { return marks[mark]; }

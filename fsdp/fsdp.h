@@ -198,8 +198,6 @@ typedef struct {
                             // summed over the ranks
   int64_t* host;            // host copy of the total (fsdp_grad_norm)
   DeviceEvent *combined, *reduced;  // the total is made (compute stream), summed (reduce-scatter stream)
-  int nonfinite_unit;       // after fsdp_grad_norm: the first unit whose gradient shard held a
-                            // NaN or inf on any rank, -1 when none
 } NormState;
 
 // Secondary shards (--shard hpz; ZeRO++'s hpZ, Wang et al. 2023; FSDP2's
@@ -219,7 +217,7 @@ typedef struct {
   int64_t all_gathers, reduce_scatters;
   int64_t node_all_gathers; // of the all-gathers, those from secondary shards in a node group
   double comm_seconds;      // host time spent in collectives (all of it exposed on CPU; on a
-                            // GPU device_waited_seconds() adds the compute stalls)
+                            // GPU device_step_waited_seconds() adds the compute stalls)
 } CommStats;
 
 typedef struct {
@@ -361,7 +359,7 @@ void fsdp_act_release(FSDP* fs, int l);
 // for any world size); step_decide reads them (kernels/step_control.h).
 void fsdp_norm_words(FSDP* fs);
 // The same norm on the host, waiting for it (tests and tools): NaN when any rank's gradient shard
-// holds a non-finite value (fs->norm.nonfinite_unit names the first unit).
+// holds a non-finite value.
 double fsdp_grad_norm(FSDP* fs);
 // Unit u's exact sum of squares (and non-finite flag) from g, its gradient shard on the device,
 // into its words of norm_words, on k's stream; fsdp_norm_words combines the units'.

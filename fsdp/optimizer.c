@@ -10,6 +10,7 @@
 #include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "kernels/exact_sum.h"
+#include "kernels/step_control.h"
 
 // One unit's part of the norm: sums of squares per NORM_BLOCK block of its shard, combined
 // exactly into its words (kernels/exact_sum.h).
@@ -49,10 +50,7 @@ double fsdp_grad_norm(FSDP* fs) {
   int64_t* words = fs->norm.host;
   device_copy_to_host(words, fs->norm.total, (EXACT_WORDS + (size_t)fs->nunits) * sizeof(int64_t));
   exact_normalize(words);
-  fs->norm.nonfinite_unit = -1;
-  for (int u = fs->nunits - 1; u >= 0; u--)
-    if (words[EXACT_WORDS + u]) fs->norm.nonfinite_unit = u;
-  return fs->norm.nonfinite_unit >= 0 ? NAN : sqrt(exact_value(words));
+  return step_control_first_nonfinite(words, fs->nunits) >= 0 ? NAN : sqrt(exact_value(words));
 }
 
 // Zeroes unit U's gradient shard where it lives (after device_synchronize when on the host).

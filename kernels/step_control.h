@@ -95,17 +95,24 @@ STEP_FN float step_control_clip_scale(double norm, float clip) {
   return clip > 0 && norm + 1e-6 > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
 }
 
+// The first unit whose non-finite flag (after the exact words) is set, -1 when none.
+STEP_FN int step_control_first_nonfinite(const int64_t* norm_words, int nunits) {
+  for (int u = 0; u < nunits; u++)
+    if (norm_words[EXACT_WORDS + u]) return u;
+  return -1;
+}
+
 // The step's verdict from its loss sum over all ranks and the norm's words over all ranks (the
 // same values on every rank, so every rank decides alike): the loss and the unscaled norm, update
-// or skip, the loss scale's next value, AdamW's grad_scale, and the stop.
-STEP_FN void step_control_decide(StepControl* c, double loss_sum, int64_t* norm_words, int nunits) {
+// or skip, the loss scale's next value, AdamW's grad_scale, and the stop. The loss sum, once
+// read, is set to 0 for the next step's micro-batches to add into.
+STEP_FN void step_control_decide(StepControl* c, double* loss_sum, int64_t* norm_words, int nunits) {
   exact_normalize(norm_words);
-  c->nonfinite_unit = -1;
-  for (int u = nunits - 1; u >= 0; u--)
-    if (norm_words[EXACT_WORDS + u]) c->nonfinite_unit = u;
+  c->nonfinite_unit = step_control_first_nonfinite(norm_words, nunits);
   double scale = c->scale;
   c->step_scale = scale;
-  c->loss = loss_sum / (double)c->tokens;
+  c->loss = *loss_sum / (double)c->tokens;
+  *loss_sum = 0.0;
   c->norm = (c->nonfinite_unit >= 0 ? NAN : sqrt(exact_value(norm_words))) / scale;  // exact for powers of two
   int finite_loss = isfinite(c->loss), finite = finite_loss && isfinite(c->norm);
   c->adamw.update = finite && !c->stopped;

@@ -15,6 +15,5 @@ void grad_norm_words(KernelCtx* ctx, int64_t* out, int64_t* unit_words, int nuni
 
 void step_decide(KernelCtx* ctx, StepControl* c, double* loss_sum, int64_t* norm_words, int nunits) {
   (void)ctx;
-  step_control_decide(c, *loss_sum, norm_words, nunits);
-  *loss_sum = 0.0;
+  step_control_decide(c, loss_sum, norm_words, nunits);
 }

@@ -10,8 +10,7 @@ __global__ void grad_norm_words_kernel(int64_t* out, int64_t* unit_words, int nu
 }
 
 __global__ void step_decide_kernel(StepControl* c, double* loss_sum, int64_t* norm_words, int nunits) {
-  step_control_decide(c, *loss_sum, norm_words, nunits);
-  *loss_sum = 0.0;
+  step_control_decide(c, loss_sum, norm_words, nunits);
 }
 
 extern "C" void step_prepare(KernelCtx* ctx, StepControl* c) {
