@@ -92,6 +92,47 @@ __global__ void norm_forward_kernel(act16* __restrict__ out, float* __restrict__
   }
 }
 
+// Phase 1 for one row, lane `lane` of its warp: the lane's sums of dnorm and dnorm * norm over
+// its packs of W columns, in order.
+template <int W>
+static __device__ __forceinline__ void norm_row_sums(const act16* __restrict__ x, const act16* __restrict__ dout,
+                                                     const act16* __restrict__ weight, float m, float r, int C,
+                                                     int lane, float* sd, float* sdn) {
+  for (int c = lane * W; c < C; c += 32 * W) {
+    ActPack<W> xv = load_pack<W>(x + c), dv = load_pack<W>(dout + c), wv = load_pack<W>(weight + c);
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+      float norm = (act2f(xv.v[j]) - m) * r, dnorm = act2f(dv.v[j]) * act2f(wv.v[j]);
+      *sd += dnorm;
+      *sdn += dnorm * norm;
+    }
+  }
+}
+
+// Phase 2 for the pack of W columns at c over rows g, g + G, ... of the chunk: dx updated, and
+// the pack's sums of dout * norm (aw) and dout (ab) in row order.
+template <int W>
+static __device__ __forceinline__ void norm_column_pass(act16* __restrict__ dx, const act16* __restrict__ x,
+                                                        const act16* __restrict__ dout, const act16* __restrict__ weight,
+                                                        const float* __restrict__ mean, const float* __restrict__ rstd,
+                                                        const float* row_am, const float* row_bm, int n0, int nrows,
+                                                        int g, int G, int c, int C, int rms, float* aw, float* ab) {
+  ActPack<W> wv = load_pack<W>(weight + c);
+  for (int i = g; i < nrows; i += G) {
+    size_t off = (size_t)(n0 + i) * C + c;
+    float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i], am = row_am[i], bm = row_bm[i];
+    ActPack<W> xv = load_pack<W>(x + off), dv = load_pack<W>(dout + off), gv = load_pack<W>(dx + off);
+#pragma unroll
+    for (int j = 0; j < W; j++) {
+      float d = act2f(dv.v[j]), norm = (act2f(xv.v[j]) - m) * r, dnorm = d * act2f(wv.v[j]);
+      gv.v[j] = f2act(act2f(gv.v[j]) + r * (dnorm - am - norm * bm));
+      aw[j] += d * norm;
+      ab[j] += d;
+    }
+    store_pack<W>(dx + off, gv);
+  }
+}
+
 // Backward, one launch: dx += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with
 // dnorm = dout * weight (for RMSNorm the mean(dnorm) term is absent and norm = x * rstd), and
 // the parameter gradients dweight += sum_n dout * norm, dbias += sum_n dout, summed where dx
@@ -125,23 +166,8 @@ __global__ void __launch_bounds__(NB_THREADS) norm_backward_kernel(
     size_t off = (size_t)(n0 + i) * C;
     float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i];
     float sd = 0.0f, sdn = 0.0f;
-    if (wide) {
-      for (int c = lane * 8; c < C; c += 32 * 8) {
-        ActPack<8> xv = load_pack<8>(x + off + c), dv = load_pack<8>(dout + off + c), wv = load_pack<8>(weight + c);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          float norm = (act2f(xv.v[j]) - m) * r, dnorm = act2f(dv.v[j]) * act2f(wv.v[j]);
-          sd += dnorm;
-          sdn += dnorm * norm;
-        }
-      }
-    } else {
-      for (int c = lane; c < C; c += 32) {
-        float norm = (act2f(x[off + c]) - m) * r, dnorm = act2f(dout[off + c]) * act2f(weight[c]);
-        sd += dnorm;
-        sdn += dnorm * norm;
-      }
-    }
+    if (wide) norm_row_sums<8>(x + off, dout + off, weight, m, r, C, lane, &sd, &sdn);
+    else norm_row_sums<1>(x + off, dout + off, weight, m, r, C, lane, &sd, &sdn);
     float am = rms ? 0.0f : warp_sum(sd) / (float)C, bm = warp_sum(sdn) / (float)C;
     if (lane == 0) row_am[i] = am, row_bm[i] = bm;
   }
@@ -153,32 +179,8 @@ __global__ void __launch_bounds__(NB_THREADS) norm_backward_kernel(
   for (int t = tid; t < (G > 1 ? G * P : P); t += NB_THREADS) {
     const int g = G > 1 ? t / P : 0, p = G > 1 ? t % P : t, c = p * W;
     float aw[8] = {0, 0, 0, 0, 0, 0, 0, 0}, ab[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (wide) {
-      ActPack<8> wv = load_pack<8>(weight + c);
-      for (int i = g; i < nrows; i += G) {
-        size_t off = (size_t)(n0 + i) * C + c;
-        float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i], am = row_am[i], bm = row_bm[i];
-        ActPack<8> xv = load_pack<8>(x + off), dv = load_pack<8>(dout + off), gv = load_pack<8>(dx + off);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          float d = act2f(dv.v[j]), norm = (act2f(xv.v[j]) - m) * r, dnorm = d * act2f(wv.v[j]);
-          gv.v[j] = f2act(act2f(gv.v[j]) + r * (dnorm - am - norm * bm));
-          aw[j] += d * norm;
-          ab[j] += d;
-        }
-        store_pack<8>(dx + off, gv);
-      }
-    } else {
-      float wc = act2f(weight[c]);
-      for (int i = g; i < nrows; i += G) {
-        size_t off = (size_t)(n0 + i) * C + c;
-        float m = rms ? 0.0f : mean[n0 + i], r = rstd[n0 + i];
-        float d = act2f(dout[off]), norm = (act2f(x[off]) - m) * r, dnorm = d * wc;
-        dx[off] = f2act(act2f(dx[off]) + r * (dnorm - row_am[i] - norm * row_bm[i]));
-        aw[0] += d * norm;
-        ab[0] += d;
-      }
-    }
+    if (wide) norm_column_pass<8>(dx, x, dout, weight, mean, rstd, row_am, row_bm, n0, nrows, g, G, c, C, rms, aw, ab);
+    else norm_column_pass<1>(dx, x, dout, weight, mean, rstd, row_am, row_bm, n0, nrows, g, G, c, C, rms, aw, ab);
     for (int j = 0; j < W && c + j < C; j++) {
       if (G > 1) {
         group_sums[0][g * C + c + j] = aw[j];
