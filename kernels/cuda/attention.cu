@@ -1019,9 +1019,6 @@ __global__ void __launch_bounds__(kThreads) attn_simple_bwd_dkdv_kernel(const At
 
 // ---- host side ------------------------------------------------------------------------------
 
-bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-
-
 // The environment variable FSDP_ATTN: "simple" runs every call on the simple path; "chunked"
 // runs the fused backward one batch and one head per launch, as it runs where the scratch holds
 // no more (how the tests reach those launches at small shapes).
@@ -1035,15 +1032,18 @@ int attention_mode() {
 }
 bool force_simple() { return attention_mode() == 1; }
 
+bool fused_smem_fits(const AttnShape& s, const AttnBias& bias);
+
 // Whether the fused kernels take this call: a padded head size, a positive scale (the running
-// max is kept on raw scores), and a bias table they can hold per clamped position (T5's
-// buckets: max_distance above the exact range, so every position beyond it is the last bucket).
+// max is kept on raw scores), a bias table they can hold per clamped position (T5's buckets:
+// max_distance above the exact range, so every position beyond it is the last bucket), and
+// shared memory the device has.
 bool fused_ok(const AttnShape& s, const AttnBias& bias) {
   if (ATTN_PADDED_HEAD(s.D) == 0 || force_simple()) return false;
-  if (!bias.table) return s.scale > 0.0f && isfinite(s.scale);
+  if (!bias.table) return s.scale > 0.0f && isfinite(s.scale) && fused_smem_fits(s, bias);
   const int exact = (bias.bidirectional ? bias.num_buckets / 2 : bias.num_buckets) / 2;
   return bias.num_buckets >= 1 && bias.num_buckets <= kMaxBuckets && bias.max_distance > exact &&
-         bias.max_distance <= kMaxBiasDistance && isfinite(s.scale);
+         bias.max_distance <= kMaxBiasDistance && isfinite(s.scale) && fused_smem_fits(s, bias);
 }
 
 AttnArgs make_args(const AttnShape& s, const AttnBias& bias) {
@@ -1083,6 +1083,23 @@ template <int DP>
 size_t bwd_smem(bool bias, bool bgrad, int M) {
   return BwdCfg<DP>::tiles + (bias ? (size_t)(2 * M + 1) * sizeof(float) : 0) +
          (bgrad ? (size_t)(2 * M + 1) * sizeof(float) + BwdCfg<DP>::diag_stage : 0);
+}
+
+// The dynamic shared memory a block may opt into on this device (attention_init; 0 before).
+size_t g_smem_optin = 0;
+
+// Whether the forward and the backward of this call fit the device's shared memory per block
+// (227 KiB on an H100, 163 on an A100: a head size of 128 with a long position bias may not).
+bool fused_smem_fits(const AttnShape& s, const AttnBias& bias) {
+  if (g_smem_optin == 0) return true;
+  size_t need = 0;
+  dispatch_dp(ATTN_PADDED_HEAD(s.D), [&](auto dpc) {
+    constexpr int P = decltype(dpc)::value;
+    const bool b = bias.table != nullptr;
+    const size_t f = fwd_smem<P>(b, bias.max_distance), k = bwd_smem<P>(b, b, bias.max_distance);
+    need = f > k ? f : k;
+  });
+  return need <= g_smem_optin;
 }
 
 // Every fused kernel with its block size and the most dynamic shared memory it launches with:
@@ -1179,8 +1196,7 @@ AttnArgs forward_args(act_t* out, float* lse, const act_t* q, const act_t* k, co
   AttnArgs a = make_args(s, bias);
   a.q = as_act16(q), a.k = as_act16(k), a.v = as_act16(v);
   a.o = as_act16(out), a.lse_out = lse;
-  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) && aligned16(k) &&
-           aligned16(v) && aligned16(out))
+  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q, k, v, out))
               ? 1
               : 0;
   return a;
@@ -1194,8 +1210,8 @@ AttnArgs backward_args(act_t* dq, act_t* dk, act_t* dv, float* dtable, const act
   a.out = as_act16(out), a.dout = as_act16(dout), a.lse = lse;
   a.dq = as_act16(dq), a.dk = as_act16(dk), a.dv = as_act16(dv);
   a.dtable = bias.table ? dtable : nullptr;
-  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q) && aligned16(k) &&
-           aligned16(v) && aligned16(out) && aligned16(dout) && aligned16(dq) && aligned16(dk) && aligned16(dv))
+  a.vec = (s.D % 8 == 0 && s.q_stride % 8 == 0 && s.kv_stride % 8 == 0 && aligned16(q, k, v, out) &&
+           aligned16(dout, dq, dk, dv))
               ? 1
               : 0;
   return a;
@@ -1210,12 +1226,16 @@ void check_bias(const AttnBias& bias) {
 
 // ---- API ---------------------------------------------------------------------------------
 
-// Opts every fused kernel into the shared memory it launches with, once (kernels_init).
-extern "C" void attention_init(void) {
+// Opts every fused kernel into the shared memory it launches with, once (kernels_init), up to
+// what the device allows a block; fused_ok sends a call needing more to the simple path.
+extern "C" void attention_init(const KernelCtx* ctx) {
+  g_smem_optin = ctx->prop.sharedMemPerBlockOptin;
   FusedKernel k[kFusedKernels];
   const int n = fused_kernels(k, kMaxBiasDistance);
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < n; ++i) {
+    if (k[i].smem > g_smem_optin) k[i].smem = g_smem_optin;
     CUDA_CHECK(cudaFuncSetAttribute(k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)k[i].smem));
+  }
 }
 
 // The fused kernels' names (as "attn_fwd_kernel<64, true>"), block size and dynamic shared

@@ -60,7 +60,8 @@ extern "C" KernelCtx* kernels_init(int device) {
   CUDA_CHECK(cudaMemset(ctx->counters, 0, ctx->ncounters * sizeof(unsigned int)));
   CUDA_CHECK(cudaDeviceSynchronize());  // the zeroes are visible to every stream
   matmul_cache_create(ctx);
-  attention_init();
+  attention_init(ctx);
+  classifier_init(ctx);
   // Views of this context that launch on the communication streams (kernels_stream_ctx): the
   // FSDP runtime casts a shard into its slot on the all-gather stream and accumulates a
   // reduced gradient on the reduce-scatter stream. Elementwise kernels run on them, and on the

@@ -139,7 +139,7 @@ static __device__ __forceinline__ void row_in_smem(float* losses, act16* row, ac
   write_dlogits<W>(row, keep, V, Vp, t, M, inv, dloss);
 }
 
-// A row longer than the shared memory holds (CLS_MAX_SMEM): read twice.
+// A row longer than the shared memory holds (classifier_init's limit): read twice.
 template <int W>
 static __device__ __forceinline__ void row_read_twice(float* losses, act16* row, int n, int t, int V, int Vp,
                                                       float dloss, float* sm, float* ss, float* row_ms) {
@@ -176,21 +176,22 @@ __global__ void classifier_kernel(float* losses, act16* logits, const int32_t* t
   else row_read_twice<1>(losses, row, n, t, V, Vp, dloss, sm, ss, row_ms);
 }
 
-// The largest row kept in shared memory: sm_90's 227 KiB per block (116,224 16-bit logits).
-#define CLS_MAX_SMEM ((size_t)227 * 1024)
+// The largest row kept in shared memory: what the device allows a block (classifier_init; 227
+// KiB on an H100, 116,224 16-bit logits), else the 48 KiB every device has.
+static size_t g_row_smem = 48 * 1024;
+
+extern "C" void classifier_init(const KernelCtx* ctx) {
+  g_row_smem = ctx->prop.sharedMemPerBlockOptin;
+  CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g_row_smem));
+}
 
 extern "C" void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
                                             const int32_t* targets, int N, int V, int Vp, const float* dloss) {
   if (N <= 0) return;
   int wide = pack_width(Vp, logits) == 8;
   size_t bytes = ((size_t)Vp * sizeof(act16) + 15) / 16 * 16;
-  int keep = bytes <= CLS_MAX_SMEM;
+  int keep = bytes <= g_row_smem;
   if (!keep) bytes = 0;
-  static size_t opted_in = 0;  // the dynamic shared memory this kernel may use, beyond the default 48 KiB
-  if (bytes > 48 * 1024 && bytes > opted_in) {
-    CUDA_CHECK(cudaFuncSetAttribute(classifier_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    opted_in = bytes;
-  }
   classifier_kernel<<<N, CLS_THREADS, bytes, ctx->stream>>>(losses, as_act16(logits), targets, V, Vp, dloss, wide,
                                                              keep);
   CUDA_LAUNCH_CHECK();

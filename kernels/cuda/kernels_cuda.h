@@ -20,9 +20,11 @@ void* kernels_cuda_stream(int which);
 // fsdp/device_cuda.c's device_delay, the simulated link's stand-in for a collective.
 void kernels_cuda_delay(int which, double seconds);
 
-// attention.cu: opts the fused attention kernels into the shared memory they launch with
-// (kernels_init calls it once, so no launch sets attributes).
-void attention_init(void);
+// attention.cu and classifier.cu: opt their kernels into the shared memory they launch with, up
+// to what ctx's device allows a block (kernels_init calls them once, so no launch sets
+// attributes).
+void attention_init(const KernelCtx* ctx);
+void classifier_init(const KernelCtx* ctx);
 // The fused attention kernels as the kernel report lists them: up to `max` entries of name
 // ("attn_fwd_kernel<64, true>", the template arguments as c++filt prints them), threads per
 // block and dynamic shared memory, the bias variants at the given max_distance. No CUDA call.

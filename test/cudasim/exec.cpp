@@ -212,8 +212,9 @@ static int check_config(const char* name, const void* kernel, const LaunchConfig
   }
   if (c.smem > kSharedPerBlock) {
     size_t optin = kernel_smem_optin(kernel);
-    if (c.smem > kSharedPerBlockOptin) {
-      snprintf(b, sizeof b, "%zu bytes of dynamic shared memory, above sm_90's 227 KiB per block", c.smem);
+    if (c.smem > smem_optin_limit()) {
+      snprintf(b, sizeof b, "%zu bytes of dynamic shared memory, above the device's %zu KiB per block", c.smem,
+               smem_optin_limit() / 1024);
       return launch_error(b, cudaErrorInvalidValue, name);
     }
     if (c.smem > optin) {

@@ -83,6 +83,16 @@ extern "C" cudaError_t cudaDeviceReset(void) {
   return cudaSuccess;
 }
 
+size_t cudasim::smem_optin_limit() {
+  static size_t limit = 0;
+  if (!limit) {
+    const char* e = getenv("CUDASIM_SMEM_OPTIN_KIB");
+    double kib = e ? atof(e) : 0.0;
+    limit = kib * 1024 >= kSharedPerBlock && kib * 1024 <= kSharedPerBlockOptin ? (size_t)(kib * 1024) : kSharedPerBlockOptin;
+  }
+  return limit;
+}
+
 extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int device) {
   if (!p) return cudaErrorInvalidValue;
   if (device != 0) return cudaErrorInvalidDevice;
@@ -90,7 +100,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int dev
   snprintf(p->name, sizeof p->name, "cudasim (sm_90 simulated on the CPU)");
   p->totalGlobalMem = device_capacity();
   p->sharedMemPerBlock = kSharedPerBlock;
-  p->sharedMemPerBlockOptin = kSharedPerBlockOptin;
+  p->sharedMemPerBlockOptin = smem_optin_limit();
   p->sharedMemPerMultiprocessor = 228 * 1024;
   p->regsPerBlock = 65536;
   p->warpSize = 32;
@@ -107,7 +117,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int dev
 
 extern "C" cudaError_t cudasim_func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-    if (value < 0 || (size_t)value > kSharedPerBlockOptin) return cudaErrorInvalidValue;
+    if (value < 0 || (size_t)value > smem_optin_limit()) return cudaErrorInvalidValue;
     smem_optin[kernel] = (size_t)value;
     return cudaSuccess;
   }

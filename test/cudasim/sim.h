@@ -62,6 +62,9 @@ size_t device_used();
 // sm_90 limits (H100 SXM): shared memory per block without / with the opt-in attribute.
 const size_t kSharedPerBlock = 48 * 1024;
 const size_t kSharedPerBlockOptin = 227 * 1024;
+// The opt-in limit this device reports and enforces: kSharedPerBlockOptin, or less with
+// CUDASIM_SMEM_OPTIN_KIB (163: an A100, 99: sm_86/89), for code that must adapt to smaller GPUs.
+size_t smem_optin_limit();
 // cudaGetLastError's state: launch-configuration errors are reported there, as on a GPU.
 void set_last_error(cudaError_t e);
 // The dynamic shared memory size a kernel opted into with cudaFuncSetAttribute (0: none).

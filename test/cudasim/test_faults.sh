@@ -116,7 +116,7 @@ fault racecheck-raw classifier 's/(\n  \}\n)  __syncthreads\(\);\n(  M = row\[0\
   '^cudasim: racecheck: read-after-write' 'classifier_kernel' "$THREAD" 'static shared memory 0x' 'classifier.cu:[0-9]+'
 # memcheck: a template kernel's static __shared__ variables, which g++ places outside the
 # simulator's shared section (test/cudasim/README.md): the report must say what went wrong.
-fault memcheck-template-shared classifier 's/__global__ void classifier_kernel\((.*?)classifier_kernel<<</template <int Unused = 0> __global__ void classifier_kernel($1classifier_kernel<0><<</s' classifier \
+fault memcheck-template-shared classifier 's/__global__ void classifier_kernel\((.*?)\(classifier_kernel,(.*?)classifier_kernel<<</template <int Unused = 0> __global__ void classifier_kernel($1(classifier_kernel<0>,$2classifier_kernel<0><<</s' classifier \
   '^cudasim: memcheck:' 'classifier_kernel' "$THREAD" 'a static variable of the program' 'template kernel'
 # racecheck, write-after-read: the barrier before the next tile overwrites the current one
 # removed. The first hazard is a read of an entry a faster thread already overwrote; the run

@@ -9,7 +9,9 @@
 #      (CUDASIM_LT_NO_ALGO=1: the simulated cuBLASLt heuristic finds no algorithm), and the
 #      norm and matmul cases with each launch's blocks in a shuffled order (CUDASIM_BLOCK_SEED:
 #      their gradient sums are finished by whichever block arrives last), and the attention cases
-#      with the backward chunked by batch and head (FSDP_ATTN=chunked);
+#      with the backward chunked by batch and head (FSDP_ATTN=chunked), and the attention and
+#      classifier cases on a device with an A100's 163 KiB of shared memory per block
+#      (CUDASIM_SMEM_OPTIN_KIB), where the largest variants must step aside, not abort;
 #   3. fp16 only: the fp16 test's bounds against the bf16 kernels must fail (the bounds see a
 #      kernel computing in the other 16-bit type): the matmul and norm cases, at least 20 checks.
 # TEST_FILTER selects cases as in every part. Prints each check and "N passed, M failed".
@@ -46,6 +48,12 @@ if want attention; then
   echo "-- the attention cases with the backward one batch and one head per launch (FSDP_ATTN=chunked: as where"
   echo "   the kernel scratch holds less than every batch and head at once)"
   counted env FSDP_ATTN=chunked TEST_FILTER=attention "$SIM/test_kernels_gpu" --profile small
+fi
+
+if want "attention|classifier"; then
+  echo "-- the attention and classifier cases on a device that allows a block 163 KiB of shared memory (an A100;"
+  echo "   CUDASIM_SMEM_OPTIN_KIB): what does not fit takes the simple attention path, or reads the row twice"
+  counted env CUDASIM_SMEM_OPTIN_KIB=163 TEST_FILTER='attention|classifier' "$SIM/test_kernels_gpu" --profile small
 fi
 
 if [ "$SIM" = build/sim-fp16 ] && want "planted precision"; then
