@@ -7,8 +7,9 @@
 #      lockstep; the racecheck itself does not depend on the order);
 #   2. the matmul cases again with every product through the fallback kernel
 #      (CUDASIM_LT_NO_ALGO=1: the simulated cuBLASLt heuristic finds no algorithm), and the
-#      norm and matmul cases with each launch's blocks in a shuffled order (CUDASIM_BLOCK_SEED:
-#      their gradient sums are finished by whichever block arrives last), and the attention cases
+#      norm, matmul and attention cases with each launch's blocks in a shuffled order
+#      (CUDASIM_BLOCK_SEED: their gradient sums are finished by whichever block arrives last; the
+#      attention backward's blocks take their work from a ticket counter), and the attention cases
 #      with the backward chunked by batch and head (FSDP_ATTN=chunked), and the attention and
 #      classifier cases on a device with an A100's 163 KiB of shared memory per block
 #      (CUDASIM_SMEM_OPTIN_KIB), where the largest variants must step aside, not abort;
@@ -39,10 +40,12 @@ if want matmul; then
   counted env CUDASIM_LT_NO_ALGO=1 TEST_FILTER=matmul "$SIM/test_kernels_gpu" --profile small
 fi
 
-if want "layernorm|rmsnorm|matmul|column"; then
-  echo "-- the norm and matmul cases (their parameter-gradient sums finished by the last block to arrive) with"
-  echo "   the blocks of each launch in a shuffled order (CUDASIM_BLOCK_SEED)"
-  counted env CUDASIM_BLOCK_SEED=3 TEST_FILTER='layernorm|rmsnorm|matmul' "$SIM/test_kernels_gpu" --profile small
+if want "layernorm|rmsnorm|matmul|column|attention"; then
+  echo "-- the norm and matmul cases (their parameter-gradient sums finished by the last block to arrive) and the"
+  echo "   attention cases (the backward's blocks take their work from a ticket counter) with the blocks of each"
+  echo "   launch in a shuffled order (CUDASIM_BLOCK_SEED): no deadlock, and the same bits (each case runs twice,"
+  echo "   each run in another order)"
+  counted env CUDASIM_BLOCK_SEED=3 TEST_FILTER='layernorm|rmsnorm|matmul|attention' "$SIM/test_kernels_gpu" --profile small
 fi
 if want attention; then
   echo "-- the attention cases with the backward one batch and one head per launch (FSDP_ATTN=chunked: as where"
