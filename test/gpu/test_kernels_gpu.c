@@ -779,11 +779,14 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
   act_t *dout = dmalloc(no * 2), *dpre = dmalloc(no * 2);
   float *rpre = hzero(no), *rout = hzero(no);
   cpu_matmul_forward(NULL, rpre, inp, w, with_bias ? b : NULL, N, C, OC);
-  // The epilogue takes GELU of the fp32 pre-activation; where it cannot be used (OC % 8 != 0,
-  // kernels_cuda.h) out is gelu_forward of the stored bf16 pre-activation, whose rounding
-  // GELU's slope (up to 1.13) carries into out: compare with GELU of the rounded value there.
+  // The epilogue takes GELU of the fp32 pre-activation; where it is not used (OC % 8 != 0, no
+  // cuBLASLt algorithm for it, or turned off: matmul_gelu_fuses says) out is gelu_forward of
+  // the stored bf16 pre-activation, whose rounding GELU's slope (up to 1.13) carries into out:
+  // compare with GELU of the rounded value there.
+  int fused, bwd;
+  matmul_gelu_fuses(K, N, C, OC, with_bias, &fused, &bwd);
   float* gin = hcopy(rpre, no);
-  if (OC % 8 != 0) round_act(gin, no);
+  if (fused != 1) round_act(gin, no);
   cpu_gelu_forward(NULL, rout, gin, no);
   free(gin);
   Result o[2], p[2];
@@ -804,14 +807,17 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
 }
 
 // matmul_backward_gelu: the matmul's input is gelu(pre), and dinp is the gradient of pre. Where
-// C % 8 == 0 (and pre is 16-byte aligned) GELU' multiplies the fp32 product in the cuBLASLt
-// epilogue (DGELU); elsewhere dinp is rounded to bf16 first and gelu_backward follows, so the
+// the DGELU epilogue runs (C % 8 == 0, pre 16-byte aligned, an algorithm for it, the epilogue
+// on) GELU' multiplies the fp32 product in it; elsewhere dinp is rounded to bf16 first and
+// gelu_backward follows, so the
 // reference rounds the product there too (as test_matmul_gelu's). dweight and dbias as in
 // matmul_backward, from the same (random) starting values.
 static void test_matmul_backward_gelu(int N, int C, int OC) {
   if (!test_wanted("matmul_backward_gelu")) return;
   char tag[96], label[192];
-  snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s", N, C, OC, C % 8 ? " (unfused: C % 8 != 0)" : " (DGELU epilogue)");
+  int fwd, fused;  // the DGELU epilogue of this product (matmul_gelu_fuses: a GELU of width C, then C -> OC)
+  matmul_gelu_fuses(K, N, OC, C, 0, &fwd, &fused);
+  snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s", N, C, OC, fused == 1 ? " (DGELU epilogue)" : " (unfused)");
   size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
   float* pre = hrand(ni, 2.0f, 0.0f);  // GELU inputs across its curved part
   round_act(pre, ni);
@@ -827,7 +833,7 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
   float *ddw = up_f32(dw0, nw), *ddb = up_f32(db0, OC);
   float *rdinp = hzero(ni), *rdw = hcopy(dw0, nw), *rdb = hcopy(db0, OC);
   cpu_matmul_backward(NULL, rdinp, rdw, rdb, g, inp, w, N, C, OC);
-  if (C % 8 != 0) round_act(rdinp, ni);
+  if (fused != 1) round_act(rdinp, ni);
   cpu_gelu_backward(NULL, rdinp, pre, rdinp, ni);
   // The CPU's own matmul_backward_gelu is that sequence (without the rounding).
   float *cdinp = hzero(ni), *cdw = hcopy(dw0, nw), *cdb = hcopy(db0, OC), *plain = hzero(ni);
