@@ -43,6 +43,7 @@ import argparse
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -293,7 +294,9 @@ def find_cuobjdump():
         pass
     for base in bases:  # test/setup.sh installs the wheel into build/tools/python
         cands += [os.path.join(base, sub, "bin", "cuobjdump") for sub in ("cu13", "cuda_cuobjdump")]
-    return next((c for c in cands if c and os.access(c, os.X_OK)), None)
+    # cuobjdump runs nvdisasm, found beside it (the wheels) or on PATH (the toolkit).
+    return next((c for c in cands if c and os.access(c, os.X_OK) and
+                 (os.access(os.path.join(os.path.dirname(c), "nvdisasm"), os.X_OK) or shutil.which("nvdisasm"))), None)
 
 
 def parse_sass(text):
@@ -421,7 +424,8 @@ def sass_loop_stats(instrs):
 
 
 def sass_of_cubin(cubin, cuobjdump):
-    r = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True)
+    env = dict(os.environ, PATH=os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"kernel_report: cuobjdump failed on {cubin}:\n{r.stderr[-2000:]}")
     return r.stdout

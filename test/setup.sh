@@ -6,13 +6,15 @@
 # apt-get when it may (root, or sudo without a password); otherwise it prints the one command
 # to run and fails.
 set -u
-# The kernel report reads the kernels' machine code with cuobjdump; a CUDA toolkit that has nvcc
-# but not cuobjdump gets it from the nvidia-cuda-cuobjdump wheel, into build/tools/python.
+# The kernel report reads the kernels' machine code with cuobjdump (which runs nvdisasm); a CUDA
+# toolkit that has nvcc but not cuobjdump gets both from their wheels (nvidia-cuda-cuobjdump,
+# nvidia-cuda-nvdisasm), into build/tools/python.
 if { command -v nvcc > /dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
     [ -z "$(python3 -c 'import sys; sys.path.insert(0, "scripts"); import kernel_report; print(kernel_report.find_cuobjdump() or "")' 2> /dev/null)" ]; then
-  echo "make test: installing cuobjdump (nvidia-cuda-cuobjdump) into build/tools/python"
-  python3 -m pip install -q --disable-pip-version-check --target build/tools/python nvidia-cuda-cuobjdump > /dev/null 2>&1 ||
-    echo "note: pip could not install nvidia-cuda-cuobjdump: the kernel report's machine-code checks will not run"
+  echo "make test: installing cuobjdump and nvdisasm (nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm) into build/tools/python"
+  python3 -m pip install -q --disable-pip-version-check --upgrade --target build/tools/python nvidia-cuda-cuobjdump \
+      nvidia-cuda-nvdisasm > /dev/null 2>&1 ||
+    echo "note: pip could not install cuobjdump: the kernel report's machine-code checks will not run"
 fi
 need=()
 command -v mpicc > /dev/null || need+=(openmpi-bin libopenmpi-dev)
