@@ -559,12 +559,14 @@ def write_report(rows, path, root):
     text += ["", "## Main loops in the machine code (sm_90 SASS)", "",
              "From cuobjdump's SASS of the same builds, for every kernel on the step's path (" +
              ("cuobjdump not found: none" if not any(r.get("sass") for r in rows) else "a kernel without a loop: none") +
-             "). The main loop is the outermost loop holding tensor-core instructions (HMMA), else the longest;",
+             ").", "The main loop is the outermost loop holding tensor-core instructions (HMMA), else the longest;",
              "counted once per instruction in address order (every path): HMMA, LDSM (ldmatrix: shared-memory",
              "fragment loads), MUFU.EX2 per HMMA, global loads, the global round trips the warp waits for on the",
              "loop's straight-line path (a loaded register read with no HMMA between: two or more are a dependent",
              "chain), and memory barriers by kind (MEMBAR.SC: a __threadfence; MEMBAR.ALL: a release's fence).",
-             "A sequentially consistent fence or a dependent chain in the main loop flags the kernel.", "",
+             "A sequentially consistent fence or a dependent chain in the main loop flags the kernel. A flag is a",
+             "fact about the loop, not a measured cost: a kernel that keeps many warps on an SM (the occupancy above)",
+             "hides one warp's waits behind the others'; at 8 warps per SM (the fused attention) nothing hides them.", "",
              f"Kernels on the step's path flagged: {len(flagged)}" + (" (" + ", ".join(flagged) + ")" if flagged else "") + ".",
              "", fmt_sass_rows([r for r in hot if r.get("sass")])]
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
