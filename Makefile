@@ -14,7 +14,8 @@
 #                         prebuilt, and its run.sh (LLMC_DIR=ext/llm.c adds llm.c; docs/performance.md)
 #   make test-gpu         on a GPU: every CUDA kernel and the trainer against the CPU reference
 #   make kernel-report    registers, spills, shared memory and occupancy of every CUDA kernel for
-#                         sm_90, from ptxas (no GPU): docs/kernel_report.md
+#                         sm_90, from ptxas, and the main loops' machine code, from cuobjdump (no
+#                         GPU): docs/kernel_report.md
 #   make deps             install OpenMPI, g++ and PyTorch (for /usr/bin/python3) when missing
 # The variants are in mk/: cuda.mk (the CUDA build, fp16, GPU tests, cuda-config), sim.mk (the
 # CUDA simulator), predict.mk (the timeline backend), tests.mk (test programs, sanitizer builds),
@@ -109,4 +110,4 @@ clean:
 	  generate_cpu export_weights_cpu
 
 .PHONY: deps test test-sim test-gpu kernel-report bench gpu-report sim-bins sim-bins-fp16 predict-bins train_gpt_sim cuda-config run print-run-args \
-  print-sim-kernel-flags print-sim-host-objs clean
+  print-sim-kernel-flags print-sim-host-objs print-nvcc clean

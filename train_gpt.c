@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
 
   // Model and FSDP runtime: plan, check the plan fits, allocate once, initialize the shards.
   KernelCtx* kctx = kernels_init(dist_local_rank());  // each rank uses the GPU of its local rank
+  device_gelu_epilogue(kctx, o.gelu_epilogue);
   char device[128];
   kernels_device_name(kctx, device, sizeof device);
   comm_configure(o.init_dir, o.comm_timeout);
@@ -193,6 +194,11 @@ int main(int argc, char** argv) {
   log0("| %-22s | %-30lld |\n", "train tokens", (long long)train.total);
   if (o.val_data) log0("| %-22s | %-30lld |\n", "val tokens", (long long)val.total);
   log0("| %-22s | %-30s |\n", "device", device);
+  if (!t5) {  // GPT's MLP: fc (C -> 4C) with the GELU, then its projection
+    char gelu[64];
+    device_describe_gelu(kctx, B * T, cfg.C, 4 * cfg.C, gelu, sizeof gelu);
+    log0("| %-22s | %-30s |\n", "GELU epilogue", gelu);
+  }
   memplan_print(&fs.plan);
   int on_cpu = !strcmp(kernels_backend(), "cpu");
   // On the CPU backend the plan's pinned host part (--offload) is host memory like the rest.

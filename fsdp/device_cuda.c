@@ -166,6 +166,20 @@ void device_marks_release(void) { nmarks = 0; }
 // The stream stays busy on the GPU (the host does not wait), as a real collective would.
 void device_delay(StreamId s, double seconds) { kernels_cuda_delay((int)s, seconds); }
 
+void device_gelu_epilogue(struct KernelCtx* ctx, int on) {
+  (void)ctx;
+  matmul_gelu_epilogue(on);
+}
+
+void device_describe_gelu(struct KernelCtx* ctx, int N, int C, int OC, char* out, size_t n) {
+  int fwd, bwd;
+  matmul_gelu_fuses(ctx, N, C, OC, 1, &fwd, &bwd);
+  if (fwd < 0) snprintf(out, n, "off: product, then GELU kernel");
+  else if (fwd && bwd) snprintf(out, n, "fused (cuBLASLt epilogues)");
+  else if (!fwd && !bwd) snprintf(out, n, "no algorithm: product + GELU");
+  else snprintf(out, n, "fused in the %s only", fwd ? "forward" : "backward");
+}
+
 void* device_stream(StreamId s) { return kernels_cuda_stream((int)s); }
 
 // Without a usable GPU (e.g. --plan on a machine without one) the limit is unknown: no limit.

@@ -188,9 +188,9 @@ void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
 // Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host
 // (infinite logits as above).
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
-// acc[0] += (losses[0] + losses[1] + ... + losses[N-1]), the sum taken from 0 in index order in
-// double: a step's loss stays on the device until the step reads it once (no host copy per
-// micro-batch), with the bits of the host's in-order sum.
+// acc[0] += (losses[0] + losses[1] + ... + losses[N-1]), summed in double in the fixed order of
+// kernels/loss_sum.h on both backends (the same bits): a step's loss stays on the device until
+// the step reads it once (no host copy per micro-batch).
 void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N);
 
 // ---- relative position bias (T5) ---------------------------------------------------

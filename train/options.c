@@ -110,6 +110,8 @@ static void print_help(void) {
       "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
       "  --bench-json FILE     write the benchmark results as JSON\n"
       "  --peak                measure this device's achievable matmul rate for MFU\n"
+      "  --gelu-epilogue on|off  the GELU in cuBLASLt's epilogue where it has one (default on); off:\n"
+      "                        the product, then the GELU kernel (to measure both)\n"
       "  --predict GPU[:NET]   predict step time and TFLOPS per GPU on --world N GPUs without them (no\n"
       "                        --data needed): GPU a100-40gb | a100-80gb | h100-sxm | h200, NET efa400 |\n"
       "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline;\n"
@@ -162,11 +164,11 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
 
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
-       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
+       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD, OPT_GELU_EPILOGUE };
 
 Options parse_options(int argc, char** argv) {
   set_usage(argc > 0 ? argv[0] : NULL);
-  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict_comm_sms = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .gelu_epilogue = 1, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict_comm_sms = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -207,6 +209,7 @@ Options parse_options(int argc, char** argv) {
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
       {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
       {"offload", required_argument, 0, OPT_OFFLOAD},
+      {"gelu-epilogue", required_argument, 0, OPT_GELU_EPILOGUE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -255,6 +258,11 @@ Options parse_options(int argc, char** argv) {
       case OPT_OFFLOAD:
         if (fsdp_parse_offload(optarg, &o.fsdp.offload))
           usage_error("--offload expects a comma-separated list of params, optim, grads, activations (or all, none), got '%s'", optarg);
+        break;
+      case OPT_GELU_EPILOGUE:
+        if (!strcmp(optarg, "on")) o.gelu_epilogue = 1;
+        else if (!strcmp(optarg, "off")) o.gelu_epilogue = 0;
+        else usage_error("--gelu-epilogue expects on or off, got '%s'", optarg);
         break;
       case OPT_WRAP:
         if (!strcmp(optarg, "block")) o.fsdp.wrap = WRAP_BLOCK;

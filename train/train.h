@@ -25,6 +25,7 @@ typedef struct {
   int plan, plan_world;             // --plan [--world N]
   double memory_limit_gib;          // --memory-limit: plan against this instead of free memory
   int bench, bench_warmup, peak;    // --bench, --bench-warmup, --peak
+  int gelu_epilogue;                // --gelu-epilogue on|off (the CUDA matmuls' GELU epilogue)
   const char* bench_json;
   const char* trace_path;           // --trace FILE
   const char* save_dir;             // --save DIR: checkpoint at the end (and every --save-every)

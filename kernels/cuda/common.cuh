@@ -116,7 +116,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // ---- GELU, tanh form (GPT-2): the one home of its formulas for every kernel ----------------
-// (activation.cu's maps, the matmul fallback's epilogues; kernels/cpu/activation.c has the
+// (activation.cu's maps; kernels/cpu/activation.c has the
 // same arithmetic.)
 #define GELU_K 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_A 0.044715f

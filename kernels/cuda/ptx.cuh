@@ -23,6 +23,13 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src)
                : "memory");
 }
+// The same for 4 bytes (cache-all, .ca: the 16-byte form is the only one .cg allows); 4-byte
+// aligned: one fp32 value of a row, whatever the row's alignment (the attention backward's lse
+// and D).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
+}
 // 9.7.9.26 cp.async.commit_group: closes the group of this thread's cp.async issued so far.
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -75,21 +82,26 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// A flag in global memory that one block counts up and a later block waits on (the attention
+// A flag in global memory that blocks count up and later blocks wait on (the attention
 // backward's ordered dQ sum). ld with .acquire and red with .release at .gpu scope (9.7.9.8 ld,
 // 9.7.12.6 red; 8. Memory Consistency Model): the waiter's loads after the acquire that reads
-// the value see every write made visible before the release that wrote it.
+// the value see every write made visible before the release that wrote it, including the
+// writes of the releasing block's other threads that a barrier ordered before it (causality
+// order is transitive through the barrier), so one thread releases for its block after __syncthreads: no
+// __threadfence (fence.sc, MEMBAR.SC) is needed.
+// flag_load_acquire: one acquire load of *flag (issued early, checked later: its latency hides
+// behind other work).
+__device__ __forceinline__ int flag_load_acquire(const int* flag) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
 // flag_wait_eq: spins until *flag == value.
 __device__ __forceinline__ void flag_wait_eq(const int* flag, int value) {
-  for (;;) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-    if (v == value) return;
-    __nanosleep(64);
-  }
+  while (flag_load_acquire(flag) != value) __nanosleep(64);
 }
-// flag_release_add: *flag += v, ordered after this thread's earlier writes (and those it has
-// synchronized with: the caller's fence and __syncwarp).
+// flag_release_add: *flag += v, ordered after this thread's earlier writes and those ordered
+// before them (a __syncthreads).
 __device__ __forceinline__ void flag_release_add(int* flag, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
 }
