@@ -22,12 +22,14 @@
 #   profile-llmc the same for one llm.c step ("Train step N")
 #   detail       ncu's speed of light, warp stalls, memory and compute workload of one
 #                attention forward and one backward launch
+#   gelu-off     fsdp.c with --gelu-epilogue off (the product, then the GELU kernel, as llm.c
+#                ships), beside the llmc step's run with the epilogue
 #   torch        PyTorch on one GPU, tuned (scripts/bench_torch.py --tuned), the machine's torch
 #   t5           one t5-base step per kernel group (ncu), beside its prediction
 #   larger       fsdp.c beside llm.c for the next GPT-2 size
 #   report       report.md from what is there (scripts/gpu_bundle_report.py)
 # A step whose tools or binaries are missing records "not available"; one that fails or times
-# out is recorded as such and the next step runs. The last steps (torch, t5, larger) run only
+# out is recorded as such and the next step runs. The last steps (gelu-off to larger) run only
 # while the budget (default 480 s from the start) leaves room for their timeout.
 #
 # OUT gets at most these files, rewritten as each step ends, so a run cut off at any point
@@ -43,7 +45,7 @@
 # nothing. Exit status: 0 when every step that ran passed, 1 otherwise, 2 on usage.
 set -u
 BUNDLE=$(cd "$(dirname "$0")" && pwd)
-STEPS_ALL=machine,kernels,train-check,llmc,profile,profile-llmc,detail,torch,t5,larger,report
+STEPS_ALL=machine,kernels,train-check,llmc,profile,profile-llmc,detail,gelu-off,torch,t5,larger,report
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 OUT="" ONLY="" SKIP="" BUDGET="" DRY=0
 while [ $# -gt 0 ]; do
@@ -349,11 +351,13 @@ kernels() {
   TEST_FILTER=$KERNEL_TEST_FILTER bin/test_kernels_gpu $KERNEL_TEST_ARGS | tee "$W/kernels.txt"
 }
 
-# side_by_side OUTSUB MODEL BATCHES: fsdp.c beside the bundle's llm.c (scripts/bench_llmc.sh)
+# side_by_side OUTSUB MODEL BATCHES [FSDP-OPTIONS]: fsdp.c beside the bundle's llm.c
+# (scripts/bench_llmc.sh); with FSDP-OPTIONS, fsdp.c alone with them
 side_by_side() {
   local args=(--models "$2" --batches "$3" --seq "$BENCH_SEQ" --rounds "$BENCH_ROUNDS" --steps "$BENCH_STEPS"
               --warmup "$BENCH_WARMUP" --out "$W/$1")
-  [ -x llmc/cuda/train_gpt2cu ] && args+=(--prebuilt-llmc llmc)
+  export BENCH_FSDP_ARGS=${4:-}
+  [ -x llmc/cuda/train_gpt2cu ] && [ -z "$BENCH_FSDP_ARGS" ] && args+=(--prebuilt-llmc llmc)
   if [ "$DRY" = 1 ]; then
     local d
     d=$(mktemp -d)
@@ -395,6 +399,7 @@ step profile "$T_PROFILE" profile fsdp.c "$BENCH_MODEL" "$PROFILE_BATCH" "$BENCH
 step profile-llmc "$T_PROFILE_LLMC" profile llm.c "$BENCH_MODEL" "$PROFILE_BATCH" "$BENCH_SEQ"
 step detail "$T_DETAIL" profile detail "$BENCH_MODEL" "$PROFILE_BATCH" "$BENCH_SEQ"
 OPTIONAL=1  # these only while the budget leaves room
+step gelu-off "$T_GELU_OFF" side_by_side llmc-gelu-off "$BENCH_MODEL" "$PROFILE_BATCH" "--gelu-epilogue off"
 step torch "$T_TORCH" torch_tuned
 step t5 "$T_T5" profile fsdp.c "$T5_MODEL" "$T5_BATCH" 0
 step larger "$T_LARGER" side_by_side llmc-larger "$LARGER_MODEL" "$PROFILE_BATCH"
@@ -402,7 +407,7 @@ OPTIONAL=0
 step report 60 report
 
 if [ $DRY = 1 ]; then
-  echo "(the budget: ${BUDGET}s; torch, t5 and larger run only while it leaves room for their timeout)"
+  echo "(the budget: ${BUDGET}s; gelu-off, torch, t5 and larger run only while it leaves room for their timeout)"
   exit 0
 fi
 pack

@@ -332,6 +332,15 @@ def report(d):
     det = detail_section(d)
     if det:
         L += ["", "## Attention, one launch each (ncu sections)", ""] + det
+    off, _ = load_side_by_side(d, "llmc-gelu-off")
+    for cfg in (off or {}).get("configs", []):
+        on = [c for c in (llmc_res or {}).get("configs", []) if (c["model"], c["batch"]) == (cfg["model"], cfg["batch"])]
+        s_off, s_on = cfg["sides"].get("fsdp.c"), on[0]["sides"].get("fsdp.c") if on else None
+        if s_off:
+            L += ["", "## The GELU epilogue", "", "%s B=%d: %s ms with `--gelu-epilogue off` (the product, then the GELU "
+                  "kernel)%s." % (cfg["model"], cfg["batch"], ms(s_off["median_ms"]),
+                                 ", %s ms with the epilogue (the llmc step): off / on %.3f" % (
+                                     ms(s_on["median_ms"]), s_off["median_ms"] / s_on["median_ms"]) if s_on else "")]
     tuned = load_json(os.path.join(d, "torch", "tuned.json"))
     if tuned:
         L += ["", "## PyTorch on one GPU, tuned", "", "%s B=%s: median %s ms, %.0f tokens/s (bench_torch.py --tuned, "

@@ -60,11 +60,12 @@ if want dry-run; then
   rc=$?
   check "dry-run: exits 0 and creates nothing" bash -c "test $rc = 0 && ! test -e '$TMP/dry'"
   check "dry-run: every step, in order" diff <(grep -o '^step [a-z0-9-]*' "$TMP/dry.txt") \
-    <(printf 'step %s\n' machine kernels train-check llmc profile profile-llmc detail torch t5 larger report)
-  check "dry-run: the commands: the kernel test, train-check, fsdp.c at B=8 and 32, ncu on step 4 and on attention" bash -c "
+    <(printf 'step %s\n' machine kernels train-check llmc profile profile-llmc detail gelu-off torch t5 larger report)
+  check "dry-run: the commands: the kernel test, train-check, fsdp.c at B=8 and 32 and without the GELU epilogue, ncu on step 4 and on attention" bash -c "
     grep -q 'bin/test_kernels_gpu --profile full' '$TMP/dry.txt' &&
     test \$(grep -c './train_gpt --model gpt:L=2.*--steps 10' '$TMP/dry.txt') = 1 &&
-    test \$(grep -cE './train_gpt --model gpt2-124m .*--batch (8|32) --seq 1024 --steps 10 --bench' '$TMP/dry.txt') = 2 &&
+    test \$(grep -cE './train_gpt --model gpt2-124m .*--batch (8|32) --seq 1024 --steps 10 --bench' '$TMP/dry.txt') = 3 &&
+    grep -qE './train_gpt --model gpt2-124m .*--batch 8 .*--gelu-epilogue off' '$TMP/dry.txt' &&
     grep -q 'ncu --nvtx --nvtx-include step..4/ .* --model gpt2-124m --batch 8' '$TMP/dry.txt' &&
     grep -q 'regex:attn_bwd --launch-count 1' '$TMP/dry.txt'"
   expect "dry-run: an unknown step is refused" 2 "unknown step 'bogus'" bash "$B/run.sh" --only bogus "$TMP/x"
@@ -79,7 +80,7 @@ if want sim; then
   bash "$S/run.sh" "$O" > "$TMP/sim.txt" 2>&1
   rc=$?
   want_st="machine=not available kernels=ok train-check=ok llmc=ok profile=not available profile-llmc=not available"
-  want_st+=" detail=not available torch=not available t5=not available larger=ok report=ok"
+  want_st+=" detail=not available gelu-off=ok torch=not available t5=not available larger=ok report=ok"
   got=$(statuses "$O/steps.tsv")
   [ "$got" = "$want_st" ] && ok "sim: every step's status (no nvidia-smi, ncu, llm.c or CUDA torch here)" ||
     bad "sim: statuses '$got'"
@@ -92,7 +93,8 @@ if want sim; then
   check "sim: the report: the steps, the kernel test's count, fsdp.c's side by side rows at B=2 and 4" bash -c "
     grep -q '^| kernels | ok |' '$O/report.md' && grep -qE '^- kernels .*: [1-9][0-9]* passed, 0 failed' '$O/report.md' &&
     grep -qE '^- train-check .*: 3 passed, 0 failed' '$O/report.md' &&
-    test \$(grep -cE '^\| gpt:L=2,C=64,H=2,V=512,T=32 \| (2|4)x32 \| fsdp.c \| ' '$O/report.md') = 2"
+    test \$(grep -cE '^\| gpt:L=2,C=64,H=2,V=512,T=32 \| (2|4)x32 \| fsdp.c \| ' '$O/report.md') = 2 &&
+    grep -qE '^gpt:L=2,C=64,H=2,V=512,T=32 B=2: [0-9.]+ ms with .--gelu-epilogue off.*, [0-9.]+ ms with the epilogue' '$O/report.md'"
   $PY scripts/gpu_bundle_report.py "$O/results.tgz" --out "$TMP/again.md" > /dev/null 2>&1
   check "sim: the report made again from results.tgz alone is the same (with the report step's own row)" \
     diff <(grep -v '^| report | ok |' "$TMP/again.md") "$O/report.md"
