@@ -95,7 +95,7 @@ static int64_t report_step(Reporter* rp, int step) {
 }
 
 int main(int argc, char** argv) {
-  predict_exec_if_asked(argc, argv);  // --predict: the timeline backend's binary (timeline/)
+  predict_exec_if_asked(argc, argv);  // --predict: the timeline backend's binary (predict/)
   plan_exec_if_asked(argc, argv);     // --plan for the CUDA dtypes from the CPU binary: the same
   dist_init(&argc, &argv);
   Options o = parse_options(argc, argv);

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "infra/checkpoint_format.h"
+#include "fsdp/checkpoint_format.h"
 #include "infra/dist.h"
 #include "infra/files.h"
 

@@ -9,27 +9,28 @@
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
 //   skipped non-finite steps, loss scaling       kernels/step_control.h (decided on the device),
 //                                                fsdp/optimizer.c, fsdp/scaler.c
-//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c (its files: infra/checkpoint_format.c)
+//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c (its files: fsdp/checkpoint_format.c)
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   CPU offload: shards and AdamW on the host    fsdp/schedule.c, fsdp/optimizer.c
 //   CPU offload: block outputs (a device ring)   fsdp/offload.c
 //   mixed precision (act_t, DType)               kernels/precision.h
-//   communication (MPI / NCCL)                   fsdp/comm.h
+//   communication (MPI / NCCL)                   kernels/comm.h
 //   --trace timeline, drawn at the four points   fsdp/trace.c
 //   one optimizer step (the loop body)           train/step.c
-//   the schedule on modelled clocks (--predict)  timeline/timeline.h
+//   the schedule on modelled clocks (--predict)  kernels/timeline/timeline.h
 // fsdp/README.md explains each concept and the paper section it comes from. What the runtime
-// stands on is in infra/: processes, ranks and fatal errors (dist.c), starting without mpirun
-// (launch.c), the checkpoint file format (checkpoint_format.c), the one strict JSON reader
-// (json.c), and the rules of every file read and path written (files.c: regular files, size
-// bounds, name lengths, directory locks).
+// stands on: the backends in kernels/ (the compute API kernels.h, the device API device.h, the
+// communication API comm.h; one folder per backend: cpu/, cuda/, timeline/), and infra/:
+// processes, ranks and fatal errors (dist.c), starting without mpirun (launch.c), the one strict
+// JSON reader (json.c), and the rules of every file read and path written (files.c: regular
+// files, size bounds, name lengths, directory locks).
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fsdp/comm.h"
-#include "fsdp/device.h"
+#include "kernels/comm.h"
+#include "kernels/device.h"
 #include "fsdp/memplan.h"
 #include "fsdp/trace.h"
 #include "kernels/kernels.h"

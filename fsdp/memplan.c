@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 
 static void add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target, int host) {

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 
 double trace_now(void) {

@@ -2,7 +2,7 @@
 // Perfetto or chrome://tracing): each unit's all-gather, forward and backward compute,
 // reduce-scatter, and the optimizer step, on three tracks that mirror the three streams.
 //
-// Spans are read from device marks (fsdp/device.h): CUDA timing events recorded on the
+// Spans are read from device marks (kernels/device.h): CUDA timing events recorded on the
 // stream that does the work, so a span is when the GPU ran it, not when the host issued it;
 // on the CPU backend, the host clock.
 #ifndef FSDP_TRACE_H

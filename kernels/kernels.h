@@ -41,7 +41,7 @@ typedef struct KernelCtx KernelCtx;  // backend-private; NULL is valid on the CP
 KernelCtx* kernels_init(int device);
 void kernels_shutdown(KernelCtx* ctx);
 // The same context launching on another stream (1: all-gather, 2: reduce-scatter; the
-// values of fsdp/device.h's StreamId), for the elementwise work the FSDP runtime does beside
+// values of kernels/device.h's StreamId), for the elementwise work the FSDP runtime does beside
 // its collectives. The CPU backend has one "stream" and returns ctx.
 KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream);
 // The backend's name and its device's name ("cpu", "NVIDIA H100 80GB HBM3", ...).

@@ -55,7 +55,7 @@ part data "token shards and the sampler" "build/test/test_data" build/test/test_
 part span "T5 span corruption" "build/test/test_span" build/test/test_span
 part kernels "the CPU kernels against finite differences" "build/test/test_kernels" build/test/test_kernels
 part timeline "the timeline backend's models against hand-drawn timelines" "build/predict/test_timeline" build/predict/test_timeline
-part table "timeline/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
+part table "predict/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
 part plan-table "the README's plan table is current" "$CPU predict_gpt" bash test/test_plan_table.sh
 part build "the build's MPI stamp" "" bash test/test_build.sh
 part sim-ptx "the simulator's PTX fragment tables against the ISA" "$SIM" build/sim/test_ptx

@@ -1,5 +1,5 @@
 // step.c: one optimizer step, the one home of its sequence. train_gpt.c's loop and the
-// timeline backend (timeline/predict.c) both call train_step, so --predict models the calls a
+// timeline backend (predict/predict.c) both call train_step, so --predict models the calls a
 // real step makes, and the run's shape (micro-batch, lengths, accumulation) is derived once.
 //
 //   the step's inputs (learning rate, bias corrections, tokens, stop signals) copied to the device; per

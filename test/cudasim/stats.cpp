@@ -1,5 +1,5 @@
 // stats.cpp: the per-step counts of a simulated run, the GPU performance facts measurable
-// without a GPU. Between device_step_begin and device_step_end (fsdp/device_cuda.c calls
+// without a GPU. Between device_step_begin and device_step_end (kernels/cuda/device.c calls
 // cudasim_step), it counts kernel launches (the project's own kernels), library calls that
 // launch kernels of their own (cuBLASLt products, cub sorts), host-blocking calls
 // (synchronizations), device allocations and frees (the design says none inside the step loop),
@@ -105,7 +105,7 @@ static void print_table() {
 
 using namespace cudasim;
 
-// Called by fsdp/device_cuda.c at the start (begin = 1) and end of each optimizer step.
+// Called by kernels/cuda/device.c at the start (begin = 1) and end of each optimizer step.
 extern "C" void cudasim_step(int step, int begin) {
   static int registered = 0;
   if (!registered) {

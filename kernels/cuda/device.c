@@ -1,5 +1,5 @@
-// device_cuda.c: the CUDA device of the FSDP runtime: device memory, the three streams and
-// events between them (fsdp/device.h). Host C, built only into the CUDA binary.
+// device.c (CUDA): the CUDA device of the FSDP runtime: device memory, the three streams and
+// events between them (kernels/device.h). Host C, built only into the CUDA binary.
 //
 // Streams: kernels_init (kernels/cuda/backend.cu) creates, at start-up, the compute stream that
 // every kernel runs on and two communication streams; StreamId maps onto them in order:
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 #include "kernels/cuda/kernels_cuda.h"
 

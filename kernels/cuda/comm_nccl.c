@@ -1,4 +1,4 @@
-// comm_nccl.c: the GPU implementation of fsdp/comm.h over NCCL.
+// comm_nccl.c: the GPU implementation of kernels/comm.h over NCCL.
 //
 // Collectives are issued on the stream their communicator is bound to (comm_bind_stream):
 // the shard group's all-gather communicator on the all-gather stream, the reduce-scatter and
@@ -26,8 +26,8 @@
 #include <mpi.h>
 #endif
 
-#include "fsdp/comm.h"
-#include "fsdp/device.h"
+#include "kernels/comm.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 #include "infra/launch.h"
 

@@ -1,11 +1,11 @@
-// device_cpu.c: the CPU "device": host memory, and no-op streams and events (collectives
+// device.c (CPU): the CPU "device": host memory, and no-op streams and events (collectives
 // complete synchronously on the MPI backend, so program order is already the schedule).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 
 struct DeviceEvent {

@@ -1,4 +1,4 @@
-// comm_mpi.c: the CPU implementation of fsdp/comm.h over MPI, with deterministic sums.
+// comm_mpi.c: the CPU implementation of kernels/comm.h over MPI, with deterministic sums.
 //
 // MPI only moves bytes here; every sum is folded by us in rank order so that a result has
 // the same bits whatever MPI's reduction algorithm and whatever the world size (the
@@ -9,7 +9,7 @@
 // watchdog that ends every rank (MPI_Abort) when the collective has not finished within
 // --comm-timeout seconds, naming this rank and the collective. A rank that is stopped, killed
 // without MPI noticing, or cut off by the network otherwise leaves the others waiting forever.
-#include "fsdp/comm.h"
+#include "kernels/comm.h"
 
 #include <limits.h>
 #include <signal.h>

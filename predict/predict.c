@@ -8,7 +8,7 @@
 // through layers/ and fsdp/schedule.c, the loss all-reduce, the gradient norm and the sharded
 // AdamW, on placeholder micro-batches. The step is run three times and the last one is measured
 // (the first has no previous optimizer step to wait for).
-#include "timeline/predict.h"
+#include "predict/predict.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "infra/dist.h"
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 #define PREDICT_STEPS 3
 

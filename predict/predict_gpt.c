@@ -1,10 +1,10 @@
-// predict_main.c: predict_gpt, the prediction binary: train_gpt's options on the timeline
+// predict_gpt.c: predict_gpt, the prediction binary: train_gpt's options on the timeline
 // backend. train_gpt and train_gpt_cpu hand --predict over to it (train/predict_exec.c).
 #include <stdio.h>
 #include <string.h>
 
 #include "infra/dist.h"
-#include "timeline/predict.h"
+#include "predict/predict.h"
 
 // --plan: the memory plan with train_gpt's dtypes (act_t is bf16 in this build), as train_gpt
 // would print it, for a machine without a GPU.
