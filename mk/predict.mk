@@ -5,7 +5,7 @@
 # advances modelled clocks, and predict/ (the run, the report and the sweep). Built like the
 # CUDA trainer's host code (-DFSDP_CUDA: act_t is bf16 bits, so the memory plan is train_gpt's),
 # single-process (-DNO_MPI). The trainers re-execute it for --predict (train/predict_exec.c).
-PREDICT_LIB_SRCS := $(filter-out fsdp/init.c,$(CORE_SRCS)) $(wildcard kernels/timeline/*.c) predict/predict.c
+PREDICT_LIB_SRCS := $(CORE_SRCS) $(wildcard kernels/timeline/*.c) predict/predict.c
 PREDICT_LIB_OBJS := $(patsubst %.c,$(BUILD)/predict/%.o,$(PREDICT_LIB_SRCS))
 CFLAGS_PREDICT := -O2 -std=c11 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -I. -D_GNU_SOURCE \
   -DFSDP_CUDA -DNO_MPI

@@ -58,6 +58,8 @@ part timeline "the timeline backend's models against hand-drawn timelines" "buil
 part table "predict/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
 part plan-table "the README's plan table is current" "$CPU predict_gpt" bash test/test_plan_table.sh
 part build "the build's MPI stamp" "" bash test/test_build.sh
+part includes "dependencies point down: infra/ and kernels/ include nothing from fsdp/, layers/ or train/, fsdp/ nothing from layers/ or train/" \
+  "" bash test/test_includes.sh
 part sim-ptx "the simulator's PTX fragment tables against the ISA" "$SIM" build/sim/test_ptx
 part sim-cublaslt "the simulator's cuBLASLt and cub subset" "$SIM" build/sim/test_cublaslt
 

@@ -164,6 +164,8 @@ void device_delay(StreamId s, double seconds) { kernels_cuda_delay((int)s, secon
 
 void* device_stream(StreamId s) { return kernels_cuda_stream((int)s); }
 
+int device_holds_values(void) { return 1; }
+
 // Without a usable GPU (e.g. --plan on a machine without one) the limit is unknown: no limit.
 size_t device_free_bytes(void) {
   size_t free_b = 0, total_b = 0;
