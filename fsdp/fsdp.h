@@ -296,6 +296,15 @@ void fsdp_set_init_split(FSDP* fs, int unit, int param, int64_t split, float std
 void fsdp_finalize_layout(FSDP* fs);
 // After memplan_allocate: carves pools and writes the sharded initial values.
 void fsdp_materialize(FSDP* fs, uint64_t seed);
+// Where a parameter crosses this rank's shard of its unit: elements [first, end) of parameter p
+// of unit U lie in the shard, from shard element `local` on (the shard starts at the unit's
+// element shard_rank * shard). Only p's first `count` elements are considered: p->numel, or
+// p->live to leave out the vocabulary padding. Returns 0 when the shard holds none of them.
+// Initialization, the decay segments, checkpoints and weight files all cut parameters by it.
+typedef struct {
+  int64_t first, end, local;
+} ShardPart;
+int fsdp_shard_part(const FSDP* fs, const Unit* U, const ParamInfo* p, int64_t count, ShardPart* part);
 // Counts of parameters (unpadded elements) and of padded elements.
 int64_t fsdp_num_params(const FSDP* fs);
 int64_t fsdp_num_padded(const FSDP* fs);

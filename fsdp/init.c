@@ -51,17 +51,15 @@ void fsdp_init_shards(FSDP* fs, uint64_t seed) {
   float* host = xmalloc((size_t)max_shard * sizeof(float), "initialization staging");
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
-    int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
     memset(host, 0, (size_t)U->shard * sizeof(float));  // alignment gaps and padding stay zero
     for (int i = 0; i < U->nparams; i++) {
       const ParamInfo* p = &U->params[i];
-      int64_t a = p->offset > lo ? p->offset : lo;
-      int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+      ShardPart s;
+      if (!fsdp_shard_part(fs, U, p, p->numel, &s)) continue;
 #pragma omp parallel for schedule(static)
-      for (int64_t g = a; g < b; g++) {
-        int64_t e = g - p->offset;
+      for (int64_t e = s.first; e < s.end; e++) {
         float std = e < p->split ? p->std : p->std_tail;
-        host[g - lo] = e < p->live ? fsdp_init_value(seed, p->home_unit, p->home_param, e, p->init, std) : 0.0f;
+        host[s.local + (e - s.first)] = e < p->live ? fsdp_init_value(seed, p->home_unit, p->home_param, e, p->init, std) : 0.0f;
       }
     }
     device_copy_to_device(U->master, host, (size_t)U->shard * sizeof(float));

@@ -295,17 +295,23 @@ void fsdp_set_init_split(FSDP* fs, int unit, int param, int64_t split, float std
   fs->units[unit].params[param].std_tail = std_tail;
 }
 
+int fsdp_shard_part(const FSDP* fs, const Unit* U, const ParamInfo* p, int64_t count, ShardPart* part) {
+  int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;  // in the unit's flat buffer
+  int64_t a = p->offset > lo ? p->offset : lo;
+  int64_t b = p->offset + count < hi ? p->offset + count : hi;
+  *part = (ShardPart){.first = a - p->offset, .end = b - p->offset, .local = a - lo};
+  return a < b;
+}
+
 // The decay flags of the parameters cut by this rank's shard, as shard-local ranges.
 static void build_decay_segments(FSDP* fs, Unit* U) {
-  int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
   U->segs = xcalloc(U->nparams, sizeof(AdamWRange), "decay segments");
   U->nseg = 0;
   for (int i = 0; i < U->nparams; i++) {
     const ParamInfo* p = &U->params[i];
-    int64_t a = p->offset > lo ? p->offset : lo;
-    int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    if (a >= b) continue;
-    U->segs[U->nseg++] = (AdamWRange){a - lo, b - lo, p->decay};
+    ShardPart s;
+    if (!fsdp_shard_part(fs, U, p, p->numel, &s)) continue;
+    U->segs[U->nseg++] = (AdamWRange){s.local, s.local + (s.end - s.first), p->decay};
   }
 }
 

@@ -357,12 +357,7 @@ static int write_id(const char* dir, const char* run_id, const char* path,
     return set_error(err, errlen, "writing the NCCL id file %s: %s failed: %s", path, step,
                      strerror(e));
   }
-  // Make the rename itself durable (best effort: not every file system syncs directories).
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
+  dir_sync(dir);  // makes the rename itself durable
   return 0;
 }
 
