@@ -55,5 +55,4 @@ double trace_backward_seconds(Trace* t);
 // per step, outside the step's timed part.
 void trace_flush(Trace* t);
 void trace_close(Trace* t);
-double trace_now(void);
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "infra/clock.h"
 #include "infra/dist.h"
 #include "train/train.h"
 

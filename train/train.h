@@ -80,8 +80,7 @@ void stop_signals_install(void);
 int64_t stop_signal_word(void);
 const char* stop_signal_name(int64_t word);
 
-// ---- learning rate and time (train/schedule_lr.c) ------------------------------------
-double now_seconds(void);
+// ---- learning rate (train/schedule_lr.c) ---------------------------------------------
 // Linear warmup to the peak, then cosine decay to lr_final_frac of the peak.
 float learning_rate(const Options* o, int step);
 
