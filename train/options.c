@@ -160,6 +160,90 @@ static float parse_float(const char* opt, const char* s, float lo, float hi) {
   return v;
 }
 
+// ---- the command line's words for the FSDP options ------------------------------------
+const char* strategy_name(ShardStrategy s) {
+  switch (s) {
+    case SHARD_FULL: return "full";
+    case SHARD_GRAD_OP: return "grad-op";
+    case SHARD_NONE: return "none";
+    case SHARD_HYBRID: return "hybrid";
+    case SHARD_HPZ: return "hpz";
+  }
+  return "?";
+}
+
+int parse_strategy(const char* s, FSDPOptions* opt) {
+  if (!strcmp(s, "full")) opt->strategy = SHARD_FULL;
+  else if (!strcmp(s, "grad-op")) opt->strategy = SHARD_GRAD_OP;
+  else if (!strcmp(s, "none")) opt->strategy = SHARD_NONE;
+  else if (!strncmp(s, "hybrid:", 7)) {
+    char* end;
+    long f = strtol(s + 7, &end, 10);
+    if (*end || f < 1 || f > 1 << 20) return -1;
+    opt->strategy = SHARD_HYBRID;
+    opt->hybrid_factor = (int)f;
+  } else if (!strcmp(s, "hpz")) {
+    opt->strategy = SHARD_HPZ;
+    opt->hpz_factor = 0;  // the ranks per node, found at start-up
+  } else if (!strncmp(s, "hpz:", 4)) {
+    char* end;
+    long f = strtol(s + 4, &end, 10);
+    if (*end || f < 1 || f > 1 << 20) return -1;
+    opt->strategy = SHARD_HPZ;
+    opt->hpz_factor = (int)f;
+  } else return -1;
+  return 0;
+}
+
+static const struct {
+  const char* name;
+  int bit;
+} OFFLOADS[] = {{"params", OFFLOAD_PARAMS}, {"optim", OFFLOAD_OPTIM}, {"grads", OFFLOAD_GRADS},
+                {"activations", OFFLOAD_ACTIVATIONS}};
+#define NOFFLOADS (int)(sizeof OFFLOADS / sizeof *OFFLOADS)
+
+int parse_offload(const char* s, int* bits) {
+  *bits = 0;
+  if (!strcmp(s, "none")) return 0;
+  if (!strcmp(s, "all")) {
+    for (int i = 0; i < NOFFLOADS; i++) *bits |= OFFLOADS[i].bit;
+    return 0;
+  }
+  for (const char* p = s;;) {
+    size_t n = strcspn(p, ",");
+    int found = 0;
+    for (int i = 0; i < NOFFLOADS; i++)
+      if (n == strlen(OFFLOADS[i].name) && !strncmp(p, OFFLOADS[i].name, n)) *bits |= OFFLOADS[i].bit, found = 1;
+    if (!found) return -1;
+    if (!p[n]) return 0;
+    p += n + 1;
+  }
+}
+
+void shard_option(const FSDPOptions* f, char* out, size_t len) {
+  if (f->strategy == SHARD_HYBRID) snprintf(out, len, "hybrid:%d", f->hybrid_factor);
+  else if (f->strategy == SHARD_HPZ) snprintf(out, len, "hpz:%d", f->hpz_factor);
+  else snprintf(out, len, "%s", strategy_name(f->strategy));
+}
+
+const char* prefetch_name(const FSDPOptions* f) {
+  if (f->prefetch_forward) return f->prefetch_backward ? "both" : "forward";
+  return f->prefetch_backward ? "backward" : "none";
+}
+
+void offload_name(int bits, char* out, size_t len) {
+  size_t used = 0;
+  out[0] = 0;
+  if (bits == (OFFLOAD_PARAMS | OFFLOAD_OPTIM | OFFLOAD_GRADS | OFFLOAD_ACTIVATIONS)) {
+    snprintf(out, len, "all");
+    return;
+  }
+  for (int i = 0; i < NOFFLOADS; i++)
+    if (bits & OFFLOADS[i].bit) used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%s", used ? "," : "", OFFLOADS[i].name);
+  if (!bits) snprintf(out, len, "none");
+}
+
+
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
        OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
@@ -234,7 +318,7 @@ Options parse_options(int argc, char** argv) {
       case 'c': o.grad_clip = parse_float(name, optarg, 0.0f, 1e30f); break;
       case 's': o.seed = (uint64_t)parse_long(name, optarg, 0, 0x7fffffffffffffffL); break;
       case 'S':
-        if (fsdp_parse_strategy(optarg, &o.fsdp))
+        if (parse_strategy(optarg, &o.fsdp))
           usage_error("--shard expects full, grad-op, none, hybrid:F or hpz[:F2], got '%s'", optarg);
         break;
       case 'K': o.fsdp.limit_all_gathers = (int)parse_long(name, optarg, 1, 1024); break;
@@ -253,7 +337,7 @@ Options parse_options(int argc, char** argv) {
         else usage_error("--recompute expects none, block or selective, got '%s'", optarg);
         break;
       case OPT_OFFLOAD:
-        if (fsdp_parse_offload(optarg, &o.fsdp.offload))
+        if (parse_offload(optarg, &o.fsdp.offload))
           usage_error("--offload expects a comma-separated list of params, optim, grads, activations (or all, none), got '%s'", optarg);
         break;
       case OPT_WRAP:
@@ -369,4 +453,3 @@ Options parse_options(int argc, char** argv) {
   if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
   return o;
 }
-

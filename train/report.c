@@ -11,11 +11,6 @@
 #include "infra/dist.h"
 #include "train/train.h"
 
-static const char* prefetch_name(const FSDPOptions* f) {
-  if (f->prefetch_forward) return f->prefetch_backward ? "both" : "forward";
-  return f->prefetch_backward ? "backward" : "none";
-}
-
 void print_model_line(const ModelConfig* c) {
   if (c->kind == MODEL_T5)
     log0("fsdp.c | model %s | T5 %s | L=%d+%d C=%d H=%d D=%d F=%d V=%d (padded %d)\n", c->name,
@@ -31,7 +26,7 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
   if (o->fsdp.strategy == SHARD_HPZ)
     snprintf(shard, sizeof shard, "hpz (F=%d, node groups of %d)", fs->F, fs->secondary.F2);
   else
-    snprintf(shard, sizeof shard, "%s (F=%d, %d replica%s)", fsdp_strategy_name(o->fsdp.strategy), fs->F,
+    snprintf(shard, sizeof shard, "%s (F=%d, %d replica%s)", strategy_name(o->fsdp.strategy), fs->F,
              fs->replicas, fs->replicas > 1 ? "s" : "");
   log0("| %-22s | %-30s |\n", "setting", "value");
   log0("| %-22s | %-30d |\n", "ranks", W);
@@ -48,7 +43,7 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A) {
                                           : o->fsdp.recompute == RECOMPUTE_SELECTIVE ? "selective (norms, activations)"
                                                                                      : "none");
   char offload[64];
-  fsdp_offload_name(o->fsdp.offload, offload, sizeof offload);
+  offload_name(o->fsdp.offload, offload, sizeof offload);
   log0("| %-22s | %-30s |\n", "offload to host", offload);
   log0("| %-22s | %-30s |\n", "wrap", o->fsdp.wrap == WRAP_LINEAR ? "linear (a unit per matmul)" : "block");
   char precision[64], scale[64];
@@ -162,10 +157,10 @@ static void added_flags(const FSDPOptions* f, const FSDPOptions* g, char* out, s
   out[0] = 0;
 #define ADD(...) used += (size_t)snprintf(out + used, used < len ? len - used : 0, __VA_ARGS__)
   if (g->recompute != f->recompute) ADD("%s--recompute %s", used ? " " : "", rc[g->recompute]);
-  if (g->strategy != f->strategy) ADD("%s--shard %s", used ? " " : "", fsdp_strategy_name(g->strategy));
+  if (g->strategy != f->strategy) ADD("%s--shard %s", used ? " " : "", strategy_name(g->strategy));
   if (g->offload != f->offload) {
     char names[64];
-    fsdp_offload_name(g->offload, names, sizeof names);
+    offload_name(g->offload, names, sizeof names);
     ADD("%s--offload %s", used ? " " : "", names);
   }
   if (g->wrap != f->wrap) ADD("%s--wrap linear", used ? " " : "");
@@ -346,7 +341,7 @@ void bench_report(const Options* o, const Model* m, const FSDP* fs, int A, const
   double hw_tflops = hw_flops / W / (median / 1e3) / 1e12;
   double mfu = peak > 0 ? tflops * 1e12 / peak : NAN;
   log0("bench | %s | %s | %d rank%s | %s | median of %d steps\n", m->cfg.name, device, W, W > 1 ? "s" : "",
-       fsdp_strategy_name(o->fsdp.strategy), n);
+       strategy_name(o->fsdp.strategy), n);
   log0("| %-28s | %14s |\n", "metric", "value");
   log0("| %-28s | %14.2f |\n", "step time median (ms)", median);
   log0("| %-28s | %14.2f |\n", "step time min (ms)", lo);
@@ -371,7 +366,7 @@ void bench_report(const Options* o, const Model* m, const FSDP* fs, int A, const
                "\"tokens_per_s_per_rank\": %.6g, \"model_tflops_per_rank\": %.6g, \"hardware_tflops_per_rank\": %.6g, "
                "\"mfu\": %s, \"peak_tflops\": %.6g, \"peak_source\": \"%s\", \"exposed_comm_ms_median\": %.6g, "
                "\"memory_bytes_per_rank\": %zu}\n",
-            m->cfg.name, device, kernels_backend(), W, fsdp_strategy_name(o->fsdp.strategy), m->B, m->T, m->Te, A, n,
+            m->cfg.name, device, kernels_backend(), W, strategy_name(o->fsdp.strategy), m->B, m->T, m->Te, A, n,
             median, lo, hi, tokens / W / (median / 1e3), tflops, hw_tflops, mfu_s, peak / 1e12, peak_source, comm,
             fs->plan.total);
     if (fflush(f) != 0 || ferror(f)) fatal("--bench-json %s: writing failed: %s", o->bench_json, strerror(errno));

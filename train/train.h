@@ -50,6 +50,17 @@ typedef struct {
   FSDPOptions fsdp;
 } Options;
 
+// The command line's words for the FSDP options: parse_strategy takes "full", "grad-op",
+// "none", "hybrid:F", "hpz", "hpz:F2"; parse_offload "params,optim,grads,activations" (any
+// subset, any order), "all" or "none" as OFFLOAD_* bits; each returns 0 or -1. strategy_name
+// and offload_name write them back; shard_option writes the --shard value with its factor
+// (hybrid:F, hpz:F2), prefetch_name the --prefetch value.
+int parse_strategy(const char* s, FSDPOptions* opt);
+int parse_offload(const char* s, int* bits);
+const char* strategy_name(ShardStrategy s);
+void offload_name(int bits, char* out, size_t len);
+void shard_option(const FSDPOptions* f, char* out, size_t len);
+const char* prefetch_name(const FSDPOptions* f);
 // The usage line of the binary that was run ("usage: NAME --model NAME ...").
 const char* usage_line(void);
 Options parse_options(int argc, char** argv);
