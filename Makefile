@@ -14,6 +14,7 @@
 #   make kernel-report    registers, spills, shared memory and occupancy of every CUDA kernel for
 #                         sm_90, from ptxas (no GPU): docs/kernel_report.md
 #   make deps             install OpenMPI, g++ and PyTorch (for /usr/bin/python3) when missing
+# Every binary is the same core sources plus one backend folder of kernels/ (CORE_SRCS below).
 # The variants are in mk/: cuda.mk (the CUDA build, fp16, GPU tests, cuda-config), sim.mk (the
 # CUDA simulator), predict.mk (the timeline backend), tests.mk (test programs, sanitizer builds).
 .DEFAULT_GOAL := train_gpt_cpu

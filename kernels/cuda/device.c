@@ -113,9 +113,6 @@ void device_synchronize(void) { CUDA_OK(cudaDeviceSynchronize()); }
 
 void device_event_synchronize(DeviceEvent* e) { CUDA_OK(cudaEventSynchronize(e->e)); }
 
-// Present only when the binary is linked with the CUDA simulator (test/cudasim/stats.cpp).
-void cudasim_step(int step, int begin) __attribute__((weak));
-
 void device_step_begin(int step) {
   if (!banks_created) {  // before the first step
     for (int k = 0; k < 2; k++)
@@ -125,13 +122,17 @@ void device_step_begin(int step) {
       }
     banks_created = 1;
   }
-  if (cudasim_step) cudasim_step(step, 1);
+#ifdef CUDASIM  // the simulator's per-step counts (test/cudasim/stats.cpp)
+  cudasim_step(step, 1);
+#endif
   open_bank = step & 1;
   banks[open_bank].n = 0;
 }
 void device_step_end(int step) {
   open_bank = -1;
-  if (cudasim_step) cudasim_step(step, 0);
+#ifdef CUDASIM
+  cudasim_step(step, 0);
+#endif
 }
 
 // Timeline marks: timing events, read relative to the first mark ever taken (the origin).
