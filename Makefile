@@ -17,6 +17,7 @@
 #                         sm_90, from ptxas, and the main loops' machine code, from cuobjdump (no
 #                         GPU): docs/kernel_report.md
 #   make deps             install OpenMPI, g++ and PyTorch (for /usr/bin/python3) when missing
+# Every binary is the same core sources plus one backend folder of kernels/ (CORE_SRCS below).
 # The variants are in mk/: cuda.mk (the CUDA build, fp16, GPU tests, cuda-config), sim.mk (the
 # CUDA simulator), predict.mk (the timeline backend), tests.mk (test programs, sanitizer builds),
 # bundle.mk (the GPU bundle; bundle-gpu.conf and bundle-sim.conf: what its run script runs).
@@ -42,10 +43,18 @@ BUILD := build
 # linked in.
 MPI_STAMP := $(BUILD)/mpi
 $(shell mkdir -p $(BUILD) && { [ -f $(MPI_STAMP) ] && [ "$$(cat $(MPI_STAMP))" = "$(MPICC)" ] || echo "$(MPICC)" > $(MPI_STAMP); })
-CPU_LIB_SRCS := $(wildcard kernels/cpu/*.c) $(filter-out %_nccl.c %_cuda.c,$(wildcard fsdp/*.c)) $(wildcard infra/*.c) \
-                $(wildcard layers/*.c) $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c)
+# Every binary is the same core (the FSDP algorithm, the models, the loop around them and what
+# they stand on) plus one backend folder of kernels/, which holds all three parts of a backend:
+# its compute kernels, its device (memory, streams, events) and its communication.
+#   train_gpt_cpu  core + kernels/cpu/       (fp32, OpenMP, MPI)
+#   train_gpt      core + kernels/cuda/      (nvcc, cuBLASLt, NCCL; mk/cuda.mk)
+#   train_gpt_sim  core + kernels/cuda/ on the CUDA simulator (mk/sim.mk)
+#   predict_gpt    core + kernels/timeline/  (modelled clocks; predict/, mk/predict.mk)
+CORE_SRCS := $(wildcard fsdp/*.c infra/*.c layers/*.c data/*.c train/*.c weights/*.c)
+CPU_LIB_SRCS := $(CORE_SRCS) $(wildcard kernels/cpu/*.c)
 CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
-HEADERS := $(wildcard kernels/*.h kernels/cpu/*.h fsdp/*.h infra/*.h layers/*.h data/*.h train/*.h test/*.h weights/*.h)
+HEADERS := $(wildcard kernels/*.h kernels/*/*.h fsdp/*.h infra/*.h layers/*.h data/*.h train/*.h test/*.h weights/*.h \
+  predict/*.h)
 
 $(BUILD)/cpu/%.o: %.c $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)

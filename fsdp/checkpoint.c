@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "infra/checkpoint_format.h"
+#include "fsdp/checkpoint_format.h"
 #include "infra/dist.h"
 #include "infra/files.h"
 
@@ -41,16 +41,6 @@ static int64_t live_total(const FSDP* fs) {
   for (int u = 0; u < fs->nunits; u++)
     for (int i = 0; i < fs->units[u].nparams; i++) n += fs->units[u].params[i].live;
   return n;
-}
-
-static int is_dir(const char* path) {
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static int exists(const char* path) {
-  struct stat st;
-  return lstat(path, &st) == 0;
 }
 
 // ---- which directories are checkpoints ------------------------------------------------------
@@ -82,35 +72,14 @@ static int foreign_entry(const char* dir, char* what, size_t cap) {
 // Removes a checkpoint directory: only our own files, then the directory (which fails, and is
 // reported, if it holds anything else: nothing but our own files is ever deleted).
 static int remove_checkpoint_dir(const char* dir) {
-  if (!exists(dir)) return 0;
-  static const char* files[] = {CKPT_MARKER, "meta.json", "params.bin", "adam_m.bin", "adam_v.bin",
-                                "meta.json.part", CKPT_MARKER ".part"};
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {  // the marker first
-    char path[PATH_CAP + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    unlink(path);
-  }
-  return rmdir(dir);
-}
-
-// Makes a rename durable: fsync the directory that holds the name.
-static void sync_parent(const char* path) {
-  char parent[PATH_CAP];
-  snprintf(parent, sizeof parent, "%s", path);
-  char* slash = strrchr(parent, '/');
-  if (!slash) snprintf(parent, sizeof parent, ".");
-  else if (slash == parent) parent[1] = 0;
-  else *slash = 0;
-  int fd = open(parent, O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
+  static const char* const files[] = {CKPT_MARKER, "meta.json", "params.bin", "adam_m.bin", "adam_v.bin",
+                                      "meta.json.part", CKPT_MARKER ".part"};  // the marker first
+  return dir_remove_named(dir, files, sizeof files / sizeof files[0]);
 }
 
 typedef enum { CK_ABSENT, CK_INCOMPLETE, CK_COMPLETE } CkState;
 static CkState classify(const char* dir, int* step) {
-  if (!exists(dir)) return CK_ABSENT;
+  if (!file_exists(dir)) return CK_ABSENT;
   char err[512];
   *step = -1;
   return ckpt_read_marker(dir, step, 0, NULL, err, sizeof err) == 0 ? CK_COMPLETE : CK_INCOMPLETE;
@@ -143,12 +112,12 @@ int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen)
   char parent[PATH_CAP];
   snprintf(parent, sizeof parent, "%.*s", (int)(base - dir), dir);
   if (!parent[0]) snprintf(parent, sizeof parent, ".");
-  if (!is_dir(parent))
+  if (!file_is_dir(parent))
     return snprintf(err, errlen, "--save %s: the directory %s does not exist; create it first", dir, parent), -1;
   if (access(parent, W_OK | X_OK) != 0)
     return snprintf(err, errlen, "--save %s: cannot write in %s (%s)", dir, parent, strerror(errno)), -1;
   char what[512];
-  if (exists(dir) && !is_dir(dir))
+  if (file_exists(dir) && !file_is_dir(dir))
     return snprintf(err, errlen, "--save %s: a file of that name exists and is not a checkpoint directory; "
                     "choose another path", dir), -1;
   if (keep) {
@@ -168,10 +137,10 @@ int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen)
   for (int i = 0; i < 3; i++) {
     char path[PATH_CAP + 8];
     snprintf(path, sizeof path, "%s%s", dir, suffixes[i]);
-    if (exists(path) && !is_dir(path))
+    if (file_exists(path) && !file_is_dir(path))
       return snprintf(err, errlen, "--save %s: %s exists and is not a checkpoint directory; move it away",
                       dir, path), -1;
-    if (is_dir(path) && foreign_entry(path, what, sizeof what))
+    if (file_is_dir(path) && foreign_entry(path, what, sizeof what))
       return snprintf(err, errlen, "--save %s: %s is not an fsdp.c checkpoint (it holds '%s'); choose another "
                       "path", dir, path, what), -1;
   }
@@ -195,12 +164,10 @@ static void for_each_piece(const FSDP* fs, PieceFn fn, void* ctx) {
   int64_t base = 0;  // checkpoint index of the current parameter's first element
   for (int u = 0; u < fs->nunits; u++) {
     const Unit* U = &fs->units[u];
-    int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
     for (int i = 0; i < U->nparams; i++) {
       const ParamInfo* p = &U->params[i];
-      int64_t a = p->offset > lo ? p->offset : lo;
-      int64_t b = p->offset + p->live < hi ? p->offset + p->live : hi;
-      if (a < b) fn(ctx, U, p, a - lo, base + (a - p->offset), b - a);
+      ShardPart s;
+      if (fsdp_shard_part(fs, U, p, p->live, &s)) fn(ctx, U, p, s.local, base + s.first, s.end - s.first);
       base += p->live;
     }
   }
@@ -248,13 +215,13 @@ static void settle(const char* dir) {
     rc |= remove_checkpoint_dir(old);  // older than DIR.tmp
     if (d != CK_ABSENT) rc |= rename(dir, old);
     rc |= rename(tmp, dir);
-    sync_parent(dir);
+    dir_sync_parent(dir);
     rc |= remove_checkpoint_dir(old);
   } else if (o == CK_COMPLETE && (d != CK_COMPLETE || so > sd)) {
     rc |= remove_checkpoint_dir(tmp);  // older than DIR.old, or incomplete
     rc |= remove_checkpoint_dir(dir);  // incomplete or older
     rc |= rename(old, dir);
-    sync_parent(dir);
+    dir_sync_parent(dir);
   } else {
     rc |= remove_checkpoint_dir(tmp);
     rc |= remove_checkpoint_dir(old);
@@ -309,7 +276,7 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
   int ok = 1;
   if (fs->world_rank == 0) {
     if (keep) {
-      if (!is_dir(dir) && mkdir(dir, 0755) != 0) ok = 0, snprintf(err, sizeof err, "cannot create %s: %s", dir, strerror(errno));
+      if (!file_is_dir(dir) && mkdir(dir, 0755) != 0) ok = 0, snprintf(err, sizeof err, "cannot create %s: %s", dir, strerror(errno));
       if (ok && remove_checkpoint_dir(tmp) != 0) ok = 0, snprintf(err, sizeof err, "cannot remove %s: %s", tmp, strerror(errno));
     } else {
       settle(dir);
@@ -354,19 +321,19 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
   ok = 1;
   if (fs->world_rank == 0) {
     if (ckpt_write_marker(tmp, step, &c.sums, err, sizeof err)) ok = 0;
-    sync_parent(tmp);
+    dir_sync_parent(tmp);
     // The new checkpoint is complete: only now does it replace the older one.
     if (ok && !keep) {
       char old[PATH_CAP + 8];
       snprintf(old, sizeof old, "%s.old", final);
-      if ((exists(final) && rename(final, old) != 0) || rename(tmp, final) != 0)
+      if ((file_exists(final) && rename(final, old) != 0) || rename(tmp, final) != 0)
         ok = 0, snprintf(err, sizeof err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-      sync_parent(final);
+      dir_sync_parent(final);
       if (ok && remove_checkpoint_dir(old) != 0) fprintf(stderr, "warning: could not remove %s\n", old);
     } else if (ok) {
       if (remove_checkpoint_dir(final) != 0 || rename(tmp, final) != 0)  // the same step saved again
         ok = 0, snprintf(err, sizeof err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
-      sync_parent(final);
+      dir_sync_parent(final);
       if (ok) prune(dir, keep, final);
     }
   }
@@ -492,7 +459,7 @@ static void find_candidates(const char* dir, Candidates* c) {
   char meta[PATH_CAP + 16];
   snprintf(meta, sizeof meta, "%s/meta.json", dir);
   int tmpflag;
-  DIR* d = exists(meta) ? NULL : opendir(dir);
+  DIR* d = file_exists(meta) ? NULL : opendir(dir);
   struct dirent* e;
   int keep_dir = 0;
   while (d && (e = readdir(d)))

@@ -1,35 +1,41 @@
 // fsdp.h: the FSDP runtime (ZeRO-3): units, flat layout, shards, the schedule, the optimizer.
 //
 // Concept -> home:
-//   unit, parameter table, flat layout, shards   fsdp/layout.c
-//   sharded initialization (counter-based RNG)   fsdp/init.c
+//   strategy, sharding factor, process groups    fsdp/groups.c
+//   unit, parameter table, flat layout, shards,  fsdp/layout.c
+//   where a parameter crosses a shard
+//   carving the plan, sharded initialization     fsdp/init.c
 //   slots, the four unshard/reshard points,      fsdp/schedule.c
-//   prefetch, gradient reduction
-//   secondary shards (--shard hpz)               fsdp/schedule.c; node groups in fsdp/layout.c
+//   prefetch, gradient reduction, the
+//   collectives' instrumentation
+//   secondary shards (--shard hpz)               fsdp/schedule.c; node groups in fsdp/groups.c
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
 //   skipped non-finite steps, loss scaling       kernels/step_control.h (decided on the device),
-//                                                fsdp/optimizer.c, fsdp/scaler.c
-//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c (its files: infra/checkpoint_format.c)
+//                                                fsdp/optimizer.c (the host's record)
+//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c, their files fsdp/checkpoint_format.c
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   CPU offload: shards and AdamW on the host    fsdp/schedule.c, fsdp/optimizer.c
 //   CPU offload: block outputs (a device ring)   fsdp/offload.c
-//   mixed precision (act_t, DType)               kernels/precision.h
-//   communication (MPI / NCCL)                   fsdp/comm.h
 //   --trace timeline, drawn at the four points   fsdp/trace.c
+//   mixed precision (act_t, DType)               kernels/precision.h
+//   memory, streams, events                      kernels/device.h (kernels/{cpu,cuda,timeline}/device.c)
+//   communication (MPI / NCCL)                   kernels/comm.h (kernels/cpu/comm_mpi.c, kernels/cuda/comm_nccl.c)
+//   the schedule on modelled clocks (--predict)  kernels/timeline/timeline.h, predict/predict.c
 //   one optimizer step (the loop body)           train/step.c
-//   the schedule on modelled clocks (--predict)  timeline/timeline.h
+//   the --shard, --offload, --prefetch words     train/options.c
 // fsdp/README.md explains each concept and the paper section it comes from. What the runtime
-// stands on is in infra/: processes, ranks and fatal errors (dist.c), starting without mpirun
-// (launch.c), the checkpoint file format (checkpoint_format.c), the one strict JSON reader
-// (json.c), and the rules of every file read and path written (files.c: regular files, size
-// bounds, name lengths, directory locks).
+// stands on: the backends in kernels/ (the compute API kernels.h, the device API device.h, the
+// communication API comm.h; one folder per backend: cpu/, cuda/, timeline/), and infra/:
+// processes, ranks and fatal errors (dist.c), starting without mpirun (launch.c), the one strict
+// JSON reader (json.c), and the rules of every file read and path written (files.c: regular
+// files, size bounds, name lengths, directory locks).
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fsdp/comm.h"
-#include "fsdp/device.h"
+#include "kernels/comm.h"
+#include "kernels/device.h"
 #include "fsdp/memplan.h"
 #include "fsdp/trace.h"
 #include "kernels/kernels.h"
@@ -263,7 +269,7 @@ typedef struct {
   Trace* trace;                     // --trace timeline (fsdp/trace.c), NULL when off
 } FSDP;
 
-// ---- layout (fsdp/layout.c) --------------------------------------------------------
+// ---- the strategy and the process groups (fsdp/groups.c) ---------------------------
 // Creates the runtime for `nunits` units (unit 0 is the root); names are given to units by
 // the model with fsdp_unit_name. Sets up communicators from the strategy.
 void fsdp_init(FSDP* fs, int nunits, FSDPOptions opt, Comm* world, KernelCtx* kctx);
@@ -278,6 +284,8 @@ void fsdp_init_plan(FSDP* fs, int nunits, FSDPOptions opt, int world_size);
 // in; --shard hpz cuts its node groups of F2 from the same positions. node_of[r]: any id equal
 // for ranks on the same node (dist_node, or FSDP_NODE_MAP). position[r] in [0, W).
 void fsdp_group_positions(const int64_t* node_of, int W, int* position);
+
+// ---- layout (fsdp/layout.c) --------------------------------------------------------
 void fsdp_unit_name(FSDP* fs, int unit, const char* name);
 // Appends a parameter to a unit's table; returns its index in the unit.
 int fsdp_add_param(FSDP* fs, int unit, const char* name, int ndim, const int64_t* shape,
@@ -293,20 +301,23 @@ void fsdp_set_init_split(FSDP* fs, int unit, int param, int64_t split, float std
 // Computes padding, shard sizes and decay segments once every parameter is added, and adds
 // the runtime's regions (shards, optimizer state, slots, gradient buffers) to fs->plan.
 void fsdp_finalize_layout(FSDP* fs);
-// After memplan_allocate: carves pools and writes the sharded initial values.
-void fsdp_materialize(FSDP* fs, uint64_t seed);
+// Where a parameter crosses this rank's shard of its unit: elements [first, end) of parameter p
+// of unit U lie in the shard, from shard element `local` on (the shard starts at the unit's
+// element shard_rank * shard). Only p's first `count` elements are considered: p->numel, or
+// p->live to leave out the vocabulary padding. Returns 0 when the shard holds none of them.
+// Initialization, the decay segments, checkpoints and weight files all cut parameters by it.
+typedef struct {
+  int64_t first, end, local;
+} ShardPart;
+int fsdp_shard_part(const FSDP* fs, const Unit* U, const ParamInfo* p, int64_t count, ShardPart* part);
 // Counts of parameters (unpadded elements) and of padded elements.
 int64_t fsdp_num_params(const FSDP* fs);
 int64_t fsdp_num_padded(const FSDP* fs);
-const char* fsdp_strategy_name(ShardStrategy s);
-// Parses "params,optim,grads,activations" (any subset, any order), "all" or "none" into
-// OFFLOAD_* bits; returns 0 or -1. fsdp_offload_name writes the bits back as such a list.
-int fsdp_parse_offload(const char* s, int* bits);
-void fsdp_offload_name(int bits, char* out, size_t len);
-// Parses "full", "grad-op", "none", "hybrid:F", "hpz", "hpz:F2"; returns 0 or -1.
-int fsdp_parse_strategy(const char* s, FSDPOptions* opt);
 
 // ---- initialization (fsdp/init.c) --------------------------------------------------
+// After memplan_allocate: carves the shards, pools and staging buffers from the plan's regions,
+// creates the events, and writes the sharded initial values.
+void fsdp_materialize(FSDP* fs, uint64_t seed);
 // The initial value of element e of parameter p of unit u: a pure function of its arguments
 // (counter-based generator), so any rank can compute any element and every world size gets
 // the same model.
@@ -370,17 +381,15 @@ void fsdp_poison_grad(FSDP* fs, int u);
 // (decided on the device: s->update 0 leaves parameters and AdamW state as they were, and skips the
 // step on every rank); the gradient shards are zeroed either way.
 void fsdp_adamw_step(FSDP* fs, const AdamWStep* s);
-
-// ---- loss scaling (fsdp/scaler.c; the policy: kernels/step_control.h) ------------------
-// The host's record of the loss scale, for checkpoints and the step lines: the device keeps the
+// A 64-bit digest of all parameters (unpadded fp32 values in global order), equal on all ranks.
+uint64_t fsdp_params_digest(FSDP* fs);
+// Gathers unit u's fp32 master parameters, unpadded, into out[numel] on every rank.
+void fsdp_gather_master(FSDP* fs, int unit, float* out);
+// Loss scaling (the policy: kernels/step_control.h, decided on the device). The host's record of the loss scale, for checkpoints and the step lines: the device keeps the
 // live one (StepControl) and each step's outcome brings it back.
 typedef struct {
   double scale;
   int dynamic, window, good;
 } LossScaler;
 void scaler_init(LossScaler* s, double scale, int dynamic, int window);
-// A 64-bit digest of all parameters (unpadded fp32 values in global order), equal on all ranks.
-uint64_t fsdp_params_digest(FSDP* fs);
-// Gathers unit u's fp32 master parameters, unpadded, into out[numel] on every rank.
-void fsdp_gather_master(FSDP* fs, int unit, float* out);
 #endif

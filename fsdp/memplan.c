@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 
 static void add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target, int host) {
@@ -25,8 +25,21 @@ void memplan_add(MemPlan* p, const char* group, const char* name, size_t bytes, 
   add(p, group, name, bytes, target, 0);
 }
 
+void memplan_add_array(MemPlan* p, const char* group, const char* name, size_t n, size_t size, void** target) {
+  add(p, group, name, n * size, target, 0);
+}
+
 void memplan_add_host(MemPlan* p, const char* group, const char* name, size_t bytes, void** target) {
   add(p, group, name, bytes, target, 1);
+}
+
+void memplan_view(MemPlan* p, void** base, size_t offset, void** target) {
+  if (p->nviews == p->views_cap) {
+    p->views_cap = p->views_cap ? 2 * p->views_cap : 64;
+    p->views = realloc(p->views, (size_t)p->views_cap * sizeof(MemView));
+    if (!p->views) fatal("memory plan: out of host memory for %d views", p->views_cap);
+  }
+  p->views[p->nviews++] = (MemView){base, offset, target};
 }
 
 void memplan_allocate(MemPlan* p) {
@@ -35,12 +48,19 @@ void memplan_allocate(MemPlan* p) {
   for (int i = 0; i < p->n; i++)
     if (p->r[i].target)
       *p->r[i].target = p->r[i].bytes ? (char*)(p->r[i].host ? p->host_base : p->base) + p->r[i].offset : NULL;
+  for (int i = 0; i < p->nviews; i++) {
+    const MemView* v = &p->views[i];
+    *v->target = *v->base ? (char*)*v->base + v->offset : NULL;
+  }
 }
 
 void memplan_free(MemPlan* p) {
   device_free(p->base);
   if (p->host_base) device_host_free(p->host_base);
   p->base = p->host_base = NULL;
+  free(p->views);
+  p->views = NULL;
+  p->nviews = p->views_cap = 0;
 }
 
 static size_t group_bytes(const MemPlan* p, const char* group, int host) {

@@ -24,9 +24,19 @@ typedef struct {
   int host;         // in pinned host memory (the step's buffers, --offload), not device memory
 } MemRegion;
 
+// A pointer into a region, set when the plan is allocated: *target = *base + offset bytes
+// (base: a region's target, or an earlier view's).
+typedef struct {
+  void** base;
+  size_t offset;
+  void** target;
+} MemView;
+
 typedef struct {
   int n;
   MemRegion r[MEMPLAN_MAX_REGIONS];
+  MemView* views;     // in the order they were added
+  int nviews, views_cap;
   size_t total;       // device bytes: plan_bytes_per_rank
   size_t host_total;  // pinned host bytes: plan_host_bytes_per_rank
   void* base;         // the one device allocation (NULL until memplan_allocate)
@@ -35,10 +45,18 @@ typedef struct {
 
 // Adds a region; *target receives its address when the plan is allocated.
 void memplan_add(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
+// The same for an array of n elements of `size` bytes (the models' activations).
+void memplan_add_array(MemPlan* p, const char* group, const char* name, size_t n, size_t size, void** target);
 // The same in pinned host memory (what --offload moves off the device, the step's host buffers).
 void memplan_add_host(MemPlan* p, const char* group, const char* name, size_t bytes, void** target);
+// A tensor inside a region: when the plan is allocated, *target = *base + offset bytes (NULL
+// when *base is: an empty region). base is the target of a region, added before or after the
+// view, or of an earlier view; so a model plans its regions and, in the same walk, where every
+// tensor lies in them, and the allocation carves them all.
+void memplan_view(MemPlan* p, void** base, size_t offset, void** target);
 // Allocates the whole plan at once (host memory on the CPU backend, device memory on CUDA;
-// host regions in one pinned host allocation) and fills every target. Zero-fills the memory.
+// host regions in one pinned host allocation) and fills every target, then every view's.
+// Zero-fills the memory.
 void memplan_allocate(MemPlan* p);
 void memplan_free(MemPlan* p);
 // Prints the table of regions and the per-group totals, device then pinned host (rank 0 only).

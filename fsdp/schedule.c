@@ -30,14 +30,34 @@
 // program order below is the schedule. The CUDA backend runs the same calls on streams.
 #include <string.h>
 
+#include "infra/clock.h"
 #include "infra/dist.h"
 #include "fsdp/fsdp.h"
 
-// A ring all-gather or reduce-scatter of a buffer of `bytes` moves (W-1)/W of it through each
-// rank's link.
-static double ring_seconds(const FSDP* fs, double bytes) {
+// ---- instrumentation ---------------------------------------------------------------------
+// Every collective the schedule issues is measured here, around it: its span on the --trace
+// track of its stream, the host seconds it took (CommStats.comm_seconds: on the CPU backend,
+// where collectives block, all of their time), and with --sim-world the simulated link, which
+// holds the stream as long as a ring all-gather or reduce-scatter of ring_bytes would take on
+// sim_world ranks at --sim-link GB/s: (W-1)/W of the buffer through each rank's link (0: none).
+typedef struct {
+  double start;
+  int mark;
+  TraceTrack track;
+} CollectiveSpan;
+
+static CollectiveSpan collective_begin(FSDP* fs, TraceTrack track, double ring_bytes) {
+  CollectiveSpan c = {now_seconds(), trace_mark(fs->trace, track), track};
   int W = fs->opt.sim_world;
-  return (double)(W - 1) / W * bytes / (fs->opt.sim_gbps * 1e9);
+  if (W > 1 && ring_bytes > 0)
+    device_delay(track == TRACK_ALL_GATHER ? STREAM_ALL_GATHER : STREAM_REDUCE_SCATTER,
+                 (double)(W - 1) / W * ring_bytes / (fs->opt.sim_gbps * 1e9));
+  return c;
+}
+
+static void collective_end(FSDP* fs, CollectiveSpan c, const char* what, int unit) {
+  fs->stats.comm_seconds += now_seconds() - c.start;
+  trace_span(fs->trace, what, unit, c.track, c.mark, trace_mark(fs->trace, c.track));
 }
 
 static int free_slot(FSDP* fs) {
@@ -99,13 +119,11 @@ static void unshard(FSDP* fs, int u) {
     buf = fs->slots.buf[s];
     device_stream_wait(STREAM_ALL_GATHER, fs->slots.free[s]);  // the slot's last reader is done
   }
-  double t0 = trace_now();
-  int m0 = trace_mark(fs->trace, TRACK_ALL_GATHER);
   int from_node = U->secondary_held && fs->backward;
+  CollectiveSpan span = collective_begin(fs, TRACK_ALL_GATHER, from_node ? 0 : (double)U->padded * sizeof(act_t));
   if (from_node) {
     gather_secondary(fs, U, buf);
   } else {
-    if (fs->opt.sim_world > 1) device_delay(STREAM_ALL_GATHER, ring_seconds(fs, (double)U->padded * sizeof(act_t)));
     const float* master = U->master;
     if (fs->opt.offload & OFFLOAD_PARAMS) {  // the master shard is in host memory: copy it in first
       device_copy_async(fs->offload.master_in, U->master, (size_t)U->shard * sizeof(float), STREAM_ALL_GATHER);
@@ -114,9 +132,7 @@ static void unshard(FSDP* fs, int u) {
     cast_f32_to_act(fs->kctx_gather, buf + (size_t)fs->shard_rank * U->shard, master, U->shard);
     comm_all_gather(fs->gather_group, buf, U->shard, ACT_DTYPE);
   }
-  fs->stats.comm_seconds += trace_now() - t0;
-  trace_span(fs->trace, from_node ? "all-gather (node)" : "all-gather", u, TRACK_ALL_GATHER, m0,
-             trace_mark(fs->trace, TRACK_ALL_GATHER));
+  collective_end(fs, span, from_node ? "all-gather (node)" : "all-gather", u);
   device_event_record(fs->units[u].gathered, STREAM_ALL_GATHER);
   if (U->secondary && !from_node && fs->training && !fs->backward) keep_secondary(fs, U, buf);
   U->full_params = buf;
@@ -272,8 +288,7 @@ void fsdp_post_recompute(FSDP* fs, int u) {
 // The gradient already in its shard (direct_grads): the replicas' all-reduce, in place, or nothing.
 static void reduce_in_shard(FSDP* fs, Unit* U) {
   if (fs->replicas == 1) return;
-  double t0 = trace_now();
-  int m0 = trace_mark(fs->trace, TRACK_REDUCE_SCATTER);
+  CollectiveSpan span = collective_begin(fs, TRACK_REDUCE_SCATTER, 0);
   if (fs->opt.reduce_dtype != DT_F32) {  // 16 bits on the wire, through the staging copy
     cast_f32_to_act(fs->kctx_reduce, fs->grads.reduce_staging, U->grad, U->shard);
     comm_all_reduce(fs->replica_group, fs->grads.reduce_staging, U->shard, fs->opt.reduce_dtype);
@@ -281,8 +296,7 @@ static void reduce_in_shard(FSDP* fs, Unit* U) {
   } else {
     comm_all_reduce(fs->replica_group, U->grad, U->shard, DT_F32);
   }
-  fs->stats.comm_seconds += trace_now() - t0;
-  trace_span(fs->trace, "all-reduce", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
+  collective_end(fs, span, "all-reduce", U->index);
   fs->stats.reduce_scatters++;
 }
 
@@ -299,9 +313,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
     device_event_record(fs->units[U->index].grad_reduced, STREAM_REDUCE_SCATTER);
     return;
   }
-  double t0 = trace_now();
-  int m0 = trace_mark(fs->trace, TRACK_REDUCE_SCATTER);
-  if (fs->opt.sim_world > 1) device_delay(STREAM_REDUCE_SCATTER, ring_seconds(fs, (double)U->padded * sizeof(float)));
+  CollectiveSpan span = collective_begin(fs, TRACK_REDUCE_SCATTER, (double)U->padded * sizeof(float));
   if (fs->opt.reduce_dtype != DT_F32) {
     // Reduce in the 16-bit activation type (half the bytes on the wire, FSDP's reduce_dtype),
     // accumulate in fp32. A sharded unit's gradient is narrowed in place into the first half of
@@ -324,8 +336,7 @@ static void reduce_gradient(FSDP* fs, Unit* U) {
     comm_reduce_scatter(fs->shard_group, g, U->shard, DT_F32);
     comm_all_reduce(fs->replica_group, chunk, U->shard, DT_F32);
   }
-  fs->stats.comm_seconds += trace_now() - t0;
-  trace_span(fs->trace, "reduce-scatter", U->index, TRACK_REDUCE_SCATTER, m0, trace_mark(fs->trace, TRACK_REDUCE_SCATTER));
+  collective_end(fs, span, "reduce-scatter", U->index);
   if (fs->opt.offload & OFFLOAD_GRADS) {
     // The gradient shard is in host memory: bring it in, accumulate on the device, send it back
     // (all on this stream, so the staging buffer is reused in order). The step's last reduction

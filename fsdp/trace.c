@@ -4,16 +4,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
-
-double trace_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 Trace* trace_open(const char* path, int rank, int world, const char* const* unit_names) {
   char name[4096] = "";

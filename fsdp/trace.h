@@ -2,7 +2,7 @@
 // Perfetto or chrome://tracing): each unit's all-gather, forward and backward compute,
 // reduce-scatter, and the optimizer step, on three tracks that mirror the three streams.
 //
-// Spans are read from device marks (fsdp/device.h): CUDA timing events recorded on the
+// Spans are read from device marks (kernels/device.h): CUDA timing events recorded on the
 // stream that does the work, so a span is when the GPU ran it, not when the host issued it;
 // on the CPU backend, the host clock.
 #ifndef FSDP_TRACE_H
@@ -55,5 +55,4 @@ double trace_backward_seconds(Trace* t);
 // per step, outside the step's timed part.
 void trace_flush(Trace* t);
 void trace_close(Trace* t);
-double trace_now(void);
 #endif

@@ -167,6 +167,44 @@ int rename_noreplace(const char* from, const char* to) {
   return rename(from, to);
 }
 
+int file_exists(const char* path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+int file_is_dir(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void dir_sync(const char* dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+void dir_sync_parent(const char* path) {
+  char parent[PATH_MAX];
+  snprintf(parent, sizeof parent, "%s", path);
+  char* slash = strrchr(parent, '/');
+  if (!slash) snprintf(parent, sizeof parent, ".");
+  else if (slash == parent) parent[1] = 0;
+  else *slash = 0;
+  dir_sync(parent);
+}
+
+int dir_remove_named(const char* dir, const char* const* names, size_t n) {
+  if (!file_exists(dir)) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char path[PATH_MAX + 256];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+  return rmdir(dir);
+}
+
 // ---- directory locks ------------------------------------------------------------------------
 
 #define LOCK_MAGIC "fsdp.c lock"

@@ -40,6 +40,19 @@ int path_fits(const char* opt, const char* path, const char* suffix, char* err, 
 // rename(from, to) that fails (EEXIST) instead of replacing an existing `to`.
 int rename_noreplace(const char* from, const char* to);
 
+// Whether path names anything (a dangling link too), and whether it is a directory (following
+// links).
+int file_exists(const char* path);
+int file_is_dir(const char* path);
+// Makes the renames and new names inside dir durable: fsync of the directory (best effort: not
+// every file system syncs directories). dir_sync_parent does it for the directory holding path.
+void dir_sync(const char* dir);
+void dir_sync_parent(const char* path);
+// Removes the n named entries of dir, then dir itself, which fails (the result of rmdir: 0 or
+// -1) when it holds anything else: only files the caller knows as its own are ever deleted. 0
+// when dir does not exist.
+int dir_remove_named(const char* dir, const char* const* names, size_t n);
+
 // Takes the lock of directory dir for this process, held until it exits: an advisory lock
 // (flock) on the file "<dir>.lock" beside it (not inside: a save renames the directory). The
 // file records the holder's pid, host and start time. When another process holds it, -1 with

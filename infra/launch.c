@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "infra/clock.h"
 #include "infra/files.h"
 
 static const char* get_nonempty(LaunchGetenv get, void* ctx, const char* name) {
@@ -265,11 +266,6 @@ static uint64_t fnv1a64(const unsigned char* p, size_t n) {
   return h;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void sleep_s(double s) {
   if (s <= 0) return;
@@ -357,12 +353,7 @@ static int write_id(const char* dir, const char* run_id, const char* path,
     return set_error(err, errlen, "writing the NCCL id file %s: %s failed: %s", path, step,
                      strerror(e));
   }
-  // Make the rename itself durable (best effort: not every file system syncs directories).
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
+  dir_sync(dir);  // makes the rename itself durable
   return 0;
 }
 
@@ -483,7 +474,7 @@ int launch_exchange_id(const char* dir, const char* run_id, int rank, unsigned c
   if (check_args(dir, run_id, rank, id, idlen, path, sizeof path, err, errlen)) return -1;
   if (rank == 0) return write_id(dir, run_id, path, id, idlen, err, errlen);
 
-  const double t0 = now_s();
+  const double t0 = now_seconds();
   const double deadline = t0 + (timeout_s > 0 ? timeout_s : 0);
   // Rank 0 writes the file at most about as long before this rank starts as the launch's ranks
   // start apart; a file written LAUNCH_STALE_S before this rank started is another launch's.
@@ -494,7 +485,7 @@ int launch_exchange_id(const char* dir, const char* run_id, int rank, unsigned c
     int r = try_read(path, run_id, id, idlen, oldest, other, sizeof other, err, errlen);
     if (r == 1) return 0;
     if (r < 0) return -1;
-    double left = deadline - now_s();
+    double left = deadline - now_seconds();
     if (left <= 0) break;
     sleep_s(delay < left ? delay : left);
     delay = delay * 1.5 < 0.050 ? delay * 1.5 : 0.050;

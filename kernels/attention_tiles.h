@@ -1,5 +1,5 @@
 // attention_tiles.h: the tile sizes of the fused attention kernels (kernels/cuda/attention.cu),
-// one home for the kernels and for the timeline backend (timeline/kernels_timeline.c), which
+// one home for the kernels and for the timeline backend (kernels/timeline/kernels.c), which
 // counts the work those tiles do. Plain C, no CUDA.
 #ifndef FSDP_ATTENTION_TILES_H
 #define FSDP_ATTENTION_TILES_H

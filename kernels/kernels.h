@@ -41,7 +41,7 @@ typedef struct KernelCtx KernelCtx;  // backend-private; NULL is valid on the CP
 KernelCtx* kernels_init(int device);
 void kernels_shutdown(KernelCtx* ctx);
 // The same context launching on another stream (1: all-gather, 2: reduce-scatter; the
-// values of fsdp/device.h's StreamId), for the elementwise work the FSDP runtime does beside
+// values of kernels/device.h's StreamId), for the elementwise work the FSDP runtime does beside
 // its collectives. The CPU backend has one "stream" and returns ctx.
 KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream);
 // The backend's name and its device's name ("cpu", "NVIDIA H100 80GB HBM3", ...).
@@ -262,17 +262,11 @@ typedef struct {
   int step;           // 1-based
   int update;         // 0: the step is skipped: p, m, v and the working copy stay as they are
 } AdamWStep;
-// The by-value arguments of the same step (the host AdamW of --offload optim), and back (an update).
+// The by-value arguments of the same step (the host AdamW of --offload optim).
 static inline AdamWArgs adamw_step_args(const AdamWStep* s) {
   AdamWArgs a = {.lr = s->lr, .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps, .weight_decay = s->weight_decay,
                  .grad_scale = s->grad_scale, .step = s->step};
   return a;
-}
-static inline AdamWStep adamw_step_of(AdamWArgs a) {
-  AdamWStep s = {.lr = a.lr, .beta1 = a.beta1, .beta2 = a.beta2, .eps = a.eps, .weight_decay = a.weight_decay,
-                 .grad_scale = a.grad_scale, .bc1 = adamw_bias_correction(a.beta1, a.step),
-                 .bc2 = adamw_bias_correction(a.beta2, a.step), .step = a.step, .update = 1};
-  return s;
 }
 // adamw_update over every range of one shard (a unit's parameters) in one call, with the
 // scalars of s (in the backend's memory): range k with s->weight_decay if r[k].decay, else 0.

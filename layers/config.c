@@ -141,7 +141,8 @@ static double attention_pairs(int Tq, int Tk, int causal) {
   return causal ? (double)Tq * (Tq + 1) / 2 : (double)Tq * Tk;
 }
 
-double gpt_flops(const ModelConfig* c, int B, int T) {
+double gpt_flops(const ModelConfig* c, int B, int T, int Te) {
+  (void)Te;  // no encoder
   double N = (double)B * T, C = c->C, HD = (double)c->H * c->D;
   double block = 2 * N * C * 3 * HD                                // qkv
                  + 2 * 2 * B * attention_pairs(T, T, 1) * HD      // scores and weighted values

@@ -29,7 +29,7 @@ static const int STAGE_OF[NUM_BLOCK_PARAMS] = {S_QKV, S_QKV, S_QKV, S_QKV, S_PRO
                                                S_FC, S_FC, S_FC, S_FC, S_FCPROJ, S_FCPROJ};
 static const int STAGE_FIRST_PARAM[NUM_STAGES] = {P_LN1_W, P_PROJ_W, P_LN2_W, P_FCPROJ_W};
 
-int gpt_units_per_block(int wrap) { return wrap == WRAP_LINEAR ? NUM_STAGES : 1; }
+static int units_per_block(int wrap) { return wrap == WRAP_LINEAR ? NUM_STAGES : 1; }
 
 // The unit of stage s of block l, and where block parameter p sits (unit, index in it).
 static int stage_unit(const Model* m, int l, int s) {
@@ -81,11 +81,13 @@ static void add_block_params(Model* m, int l) {
   }
 }
 
-static void plan_acts(MemPlan* p, const char* group, const char* name, size_t elems, size_t esize, void** target) {
-  memplan_add(p, group, name, elems * esize, target);
+// Block l's pointer into a region planned for one kind of tensor: its slice (`slice` slices of
+// `bytes` in).
+static void slice_of(MemPlan* p, void* region, size_t slice, size_t bytes, void* block_field) {
+  memplan_view(p, (void**)region, slice * bytes, (void**)block_field);
 }
 
-void gpt_plan(Model* m) {
+static void plan(Model* m) {
   const ModelConfig* cfg = &m->cfg;
   FSDP* fs = m->fs;
   int B = m->B, T = m->T;
@@ -105,7 +107,7 @@ void gpt_plan(Model* m) {
   fsdp_add_param(fs, 0, "lnf.weight", 1, s_c, INIT_ONE, 0, 0);
   fsdp_add_param(fs, 0, "lnf.bias", 1, s_c, INIT_ZERO, 0, 0);
   static const char* stage_names[NUM_STAGES] = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"};
-  fs->block_units = gpt_units_per_block(fs->opt.wrap);
+  fs->block_units = units_per_block(fs->opt.wrap);
   for (int l = 0; l < L; l++) {
     for (int s = 0; s < fs->block_units; s++) {
       char name[32];
@@ -129,60 +131,56 @@ void gpt_plan(Model* m) {
   int mode = fs->opt.recompute;
   size_t Lm = mode == RECOMPUTE_BLOCK ? 1 : (size_t)L;                 // matmul and attention outputs
   size_t Lc = mode != RECOMPUTE_NONE ? 1 : (size_t)L;                  // norms, their statistics, GELU
-  plan_acts(p, A, Lc == 1 ? "ln1 (N x C, recomputed)" : "ln1 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln1);
-  plan_acts(p, A, Lm == 1 ? "qkv (N x 3C, recomputed)" : "qkv (L x N x 3C)", Lm * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
-  plan_acts(p, A, Lm == 1 ? "attention out (N x C, recomputed)" : "attention out (L x N x C)", Lm * N * C, sizeof(act_t), (void**)&g->r_atty);
-  plan_acts(p, A, Lm == 1 ? "residual 2 (N x C, recomputed)" : "residual 2 (L x N x C)", Lm * N * C, sizeof(act_t), (void**)&g->r_res2);
-  plan_acts(p, A, Lc == 1 ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln2);
-  plan_acts(p, A, Lm == 1 ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lm * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
-  plan_acts(p, A, Lc == 1 ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lc * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
+  memplan_add_array(p, A, Lc == 1 ? "ln1 (N x C, recomputed)" : "ln1 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln1);
+  memplan_add_array(p, A, Lm == 1 ? "qkv (N x 3C, recomputed)" : "qkv (L x N x 3C)", Lm * N * 3 * C, sizeof(act_t), (void**)&g->r_qkv);
+  memplan_add_array(p, A, Lm == 1 ? "attention out (N x C, recomputed)" : "attention out (L x N x C)", Lm * N * C, sizeof(act_t), (void**)&g->r_atty);
+  memplan_add_array(p, A, Lm == 1 ? "residual 2 (N x C, recomputed)" : "residual 2 (L x N x C)", Lm * N * C, sizeof(act_t), (void**)&g->r_res2);
+  memplan_add_array(p, A, Lc == 1 ? "ln2 (N x C, recomputed)" : "ln2 (L x N x C)", Lc * N * C, sizeof(act_t), (void**)&g->r_ln2);
+  memplan_add_array(p, A, Lm == 1 ? "mlp fc (N x 4C, recomputed)" : "mlp fc (L x N x 4C)", Lm * N * 4 * C, sizeof(act_t), (void**)&g->r_fch);
+  memplan_add_array(p, A, Lc == 1 ? "mlp gelu (N x 4C, recomputed)" : "mlp gelu (L x N x 4C)", Lc * N * 4 * C, sizeof(act_t), (void**)&g->r_fch_gelu);
   size_t* outs = xmalloc((size_t)L * sizeof(size_t), "block outputs");
   for (int l = 0; l < L; l++) outs[l] = (size_t)N * C;
   fsdp_plan_block_outputs(fs, L, outs);  // the block outputs: the schedule's (--offload activations)
   free(outs);
-  plan_acts(p, A, Lc == 1 ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lc * N, sizeof(float), (void**)&g->r_stats);
-  plan_acts(p, A, Lm == 1 ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lm * N * H, sizeof(float), (void**)&g->r_lse);
-  plan_acts(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
-  plan_acts(p, A, "final norm (N x C)", N * C, sizeof(act_t), (void**)&g->lnf);
-  plan_acts(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
-  plan_acts(p, A, "logits (N x Vp)", N * Vp, sizeof(act_t), (void**)&m->logits);
-  plan_acts(p, A, "losses (N)", N, sizeof(float), (void**)&m->losses);
-  plan_acts(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
+  memplan_add_array(p, A, Lc == 1 ? "norm statistics (4 x N, recomputed)" : "norm statistics (4 x L x N)", 4 * Lc * N, sizeof(float), (void**)&g->r_stats);
+  memplan_add_array(p, A, Lm == 1 ? "attention lse (B x H x T, recomputed)" : "attention lse (L x B x H x T)", Lm * N * H, sizeof(float), (void**)&g->r_lse);
+  memplan_add_array(p, A, "embedding out (N x C)", N * C, sizeof(act_t), (void**)&g->encoded);
+  memplan_add_array(p, A, "final norm (N x C)", N * C, sizeof(act_t), (void**)&g->lnf);
+  memplan_add_array(p, A, "final norm statistics", 2 * N, sizeof(float), (void**)&g->lnf_mean);
+  memplan_add_array(p, A, "logits (N x Vp)", N * Vp, sizeof(act_t), (void**)&m->logits);
+  memplan_add_array(p, A, "losses (N)", N, sizeof(float), (void**)&m->losses);
+  memplan_add_array(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
   const char* W = "workspace";
-  plan_acts(p, W, "scratch (N x C)", N * C, sizeof(act_t), (void**)&g->scratch_c);
-  plan_acts(p, W, "d residual (N x C)", N * C, sizeof(act_t), (void**)&g->dresidual);
-  plan_acts(p, W, "d norm (N x C)", N * C, sizeof(act_t), (void**)&g->dln);
-  plan_acts(p, W, "d qkv (N x 3C)", N * 3 * C, sizeof(act_t), (void**)&g->dqkv);
-  plan_acts(p, W, "d attention (N x C)", N * C, sizeof(act_t), (void**)&g->datty);
-  plan_acts(p, W, "d mlp (N x 4C)", N * 4 * C, sizeof(act_t), (void**)&g->dfch);
-  plan_acts(p, W, "tokens (2 x N)", 2 * N, sizeof(int32_t), (void**)&m->inputs);
-}
+  memplan_add_array(p, W, "scratch (N x C)", N * C, sizeof(act_t), (void**)&g->scratch_c);
+  memplan_add_array(p, W, "d residual (N x C)", N * C, sizeof(act_t), (void**)&g->dresidual);
+  memplan_add_array(p, W, "d norm (N x C)", N * C, sizeof(act_t), (void**)&g->dln);
+  memplan_add_array(p, W, "d qkv (N x 3C)", N * 3 * C, sizeof(act_t), (void**)&g->dqkv);
+  memplan_add_array(p, W, "d attention (N x C)", N * C, sizeof(act_t), (void**)&g->datty);
+  memplan_add_array(p, W, "d mlp (N x 4C)", N * 4 * C, sizeof(act_t), (void**)&g->dfch);
+  memplan_add_array(p, W, "tokens (2 x N)", 2 * N, sizeof(int32_t), (void**)&m->inputs);
+  memplan_view(p, (void**)&m->inputs, N * sizeof(int32_t), (void**)&m->targets);
+  memplan_view(p, (void**)&g->lnf_mean, N * sizeof(float), (void**)&g->lnf_rstd);
 
-void gpt_carve(Model* m) {
-  GPT* g = m->impl;
-  int L = m->cfg.L, mode = m->fs->opt.recompute;
-  int Lm = mode == RECOMPUTE_BLOCK ? 1 : L, Lc = mode != RECOMPUTE_NONE ? 1 : L;  // slices, as planned
-  size_t N = (size_t)m->B * m->T, C = m->cfg.C, H = m->cfg.H;
-  m->targets = m->inputs + N;
-  g->lnf_rstd = g->lnf_mean + N;
+  // Where each block's tensors lie in those regions: its own slice of a kind, or the one every
+  // block shares (recomputed). Its output is where the schedule puts it (fsdp_act_out in
+  // forward, fsdp_act_in in backward).
   g->blocks = xcalloc(L, sizeof(BlockActs), "activation table");
+  size_t a = sizeof(act_t), f = sizeof(float);
   for (int l = 0; l < L; l++) {
     BlockActs* b = &g->blocks[l];
-    // The block's slice of each kind: its own, or the one every block shares (recomputed).
     size_t sm = l % Lm, sc = l % Lc;
-    b->ln1 = g->r_ln1 + sc * N * C;
-    b->qkv = g->r_qkv + sm * N * 3 * C;
-    b->atty = g->r_atty + sm * N * C;
-    b->res2 = g->r_res2 + sm * N * C;
-    b->ln2 = g->r_ln2 + sc * N * C;
-    b->fch = g->r_fch + sm * N * 4 * C;
-    b->fch_gelu = g->r_fch_gelu + sc * N * 4 * C;
-    b->out = NULL;  // where the schedule puts it: fsdp_act_out in forward, fsdp_act_in in backward
-    b->ln1_mean = g->r_stats + (0 * Lc + sc) * N;
-    b->ln1_rstd = g->r_stats + (1 * Lc + sc) * N;
-    b->ln2_mean = g->r_stats + (2 * Lc + sc) * N;
-    b->ln2_rstd = g->r_stats + (3 * Lc + sc) * N;
-    b->lse = g->r_lse + sm * N * H;
+    slice_of(p, &g->r_ln1, sc, N * C * a, &b->ln1);
+    slice_of(p, &g->r_qkv, sm, N * 3 * C * a, &b->qkv);
+    slice_of(p, &g->r_atty, sm, N * C * a, &b->atty);
+    slice_of(p, &g->r_res2, sm, N * C * a, &b->res2);
+    slice_of(p, &g->r_ln2, sc, N * C * a, &b->ln2);
+    slice_of(p, &g->r_fch, sm, N * 4 * C * a, &b->fch);
+    slice_of(p, &g->r_fch_gelu, sc, N * 4 * C * a, &b->fch_gelu);
+    slice_of(p, &g->r_stats, 0 * Lc + sc, N * f, &b->ln1_mean);  // four statistics, Lc slices each
+    slice_of(p, &g->r_stats, 1 * Lc + sc, N * f, &b->ln1_rstd);
+    slice_of(p, &g->r_stats, 2 * Lc + sc, N * f, &b->ln2_mean);
+    slice_of(p, &g->r_stats, 3 * Lc + sc, N * f, &b->ln2_rstd);
+    slice_of(p, &g->r_lse, sm, N * H * f, &b->lse);
   }
 }
 
@@ -301,7 +299,8 @@ static const act_t* block_input(Model* m, int l) {
   return l == 0 ? ((GPT*)m->impl)->encoded : ((GPT*)m->impl)->blocks[l - 1].out;
 }
 
-void gpt_forward(Model* m, int use_targets, const float* dloss) {
+// Forward to the logits (model.c adds the classifier and ends the forward).
+static void forward(Model* m) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
@@ -314,11 +313,10 @@ void gpt_forward(Model* m, int use_targets, const float* dloss) {
   const act_t* last = block_input(m, L);
   layernorm_forward(k, g->lnf, g->lnf_mean, g->lnf_rstd, last, fsdp_param(fs, 0, R_LNF_W), fsdp_param(fs, 0, R_LNF_B), N, C, LN_EPS);
   matmul_forward(k, m->logits, g->lnf, fsdp_param(fs, 0, R_WTE), NULL, N, C, m->cfg.Vp);
-  if (use_targets) model_loss(m, dloss);
-  fsdp_end_forward(fs);
 }
 
-void gpt_backward(Model* m) {
+// Backward from the logit gradients the classifier left in m->logits.
+static void backward(Model* m) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   GPT* g = m->impl;
@@ -339,3 +337,6 @@ void gpt_backward(Model* m) {
   embedding_backward(k, fsdp_grad(fs, 0, R_WTE), fsdp_grad(fs, 0, R_WPE), g->dresidual, m->inputs, N, m->T, C);
   fsdp_post_backward(fs, 0);
 }
+
+const ModelFamily gpt_family = {.name = "GPT", .units_per_block = units_per_block, .plan = plan, .forward = forward,
+                                .backward = backward, .flops = gpt_flops};

@@ -1,21 +1,22 @@
-// model.c: the model interface, dispatched on the model kind.
+// model.c: the model interface: the family's functions, looked up by the model's kind, and what
+// every family shares (the classifier and its loss, the plan's allocation).
 #include <string.h>
 
 #include "infra/dist.h"
 #include "layers/model.h"
 
-// Units per block under a wrapping policy, as the model defines it (0: it has no such policy).
-static int units_per_block(const ModelConfig* cfg, int wrap) {
-  return cfg->kind == MODEL_GPT ? gpt_units_per_block(wrap) : t5_units_per_block(wrap);
+static const ModelFamily* family(const ModelConfig* cfg) {
+  static const ModelFamily* const families[] = {[MODEL_GPT] = &gpt_family, [MODEL_T5] = &t5_family};
+  return families[cfg->kind];
 }
 
 void model_check_options(const ModelConfig* cfg, const FSDPOptions* o) {
-  if (!units_per_block(cfg, o->wrap))
+  if (!family(cfg)->units_per_block(o->wrap))
     fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT models have one); use --wrap block", cfg->name);
 }
 
 int model_num_units(const ModelConfig* cfg, int wrap) {
-  int per = units_per_block(cfg, wrap);
+  int per = family(cfg)->units_per_block(wrap);
   return 1 + (cfg->L + cfg->Ld) * (per ? per : 1);
 }
 
@@ -29,14 +30,11 @@ void model_plan(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int Te
   model_check_options(cfg, &fs->opt);
   if (fs->nunits != model_num_units(cfg, fs->opt.wrap))
     fatal("model %s has %d units but the FSDP runtime was made for %d", cfg->name, model_num_units(cfg, fs->opt.wrap), fs->nunits);
-  if (cfg->kind == MODEL_GPT) gpt_plan(m);
-  else t5_plan(m);
+  family(cfg)->plan(m);
 }
 
 void model_allocate(Model* m, uint64_t seed) {
   memplan_allocate(&m->fs->plan);
-  if (m->cfg.kind == MODEL_GPT) gpt_carve(m);
-  else t5_carve(m);
   fsdp_materialize(m->fs, seed);
 }
 
@@ -45,7 +43,9 @@ void model_create(Model* m, const ModelConfig* cfg, FSDP* fs, int B, int T, int 
   model_allocate(m, seed);
 }
 
-void model_loss(Model* m, const float* dloss) {
+// The classifier over m->logits against m->targets (the end of every family's forward): adds the
+// sum of the per-token losses to m->loss_sum and, in training, leaves the logit gradients.
+static void loss(Model* m, const float* dloss) {
   int N = m->B * m->T;
   // Fused softmax + cross-entropy; in training it leaves d logits (scaled by dloss) in place.
   classifier_forward_backward(m->fs->kctx, m->losses, m->logits, m->targets, N, m->cfg.V, m->cfg.Vp,
@@ -53,10 +53,12 @@ void model_loss(Model* m, const float* dloss) {
   loss_accumulate(m->fs->kctx, m->loss_sum, m->losses, N);
 }
 
-// The model's own forward; with use_targets its loss sum is added to m->loss_sum.
+// The family's forward to the logits, the classifier when there are targets (its loss sum added
+// to m->loss_sum), and the forward's end (evaluation reshards the root there).
 static void forward(Model* m, int use_targets, const float* dloss) {
-  if (m->cfg.kind == MODEL_GPT) gpt_forward(m, use_targets, dloss);
-  else t5_forward(m, use_targets, dloss);
+  family(&m->cfg)->forward(m);
+  if (use_targets) loss(m, dloss);
+  fsdp_end_forward(m->fs);
 }
 
 void model_forward_accumulate(Model* m, const float* dloss) { forward(m, 1, dloss); }
@@ -73,14 +75,9 @@ double model_forward(Model* m, int use_targets, const float* dloss) {
   return use_targets ? model_take_loss(m) : 0.0;
 }
 
-void model_backward(Model* m) {
-  if (m->cfg.kind == MODEL_GPT) gpt_backward(m);
-  else t5_backward(m);
-}
+void model_backward(Model* m) { family(&m->cfg)->backward(m); }
 
-double model_flops(const ModelConfig* cfg, int B, int T, int Te) {
-  return cfg->kind == MODEL_GPT ? gpt_flops(cfg, B, T) : t5_flops(cfg, B, T, Te);
-}
+double model_flops(const ModelConfig* cfg, int B, int T, int Te) { return family(cfg)->flops(cfg, B, T, Te); }
 
 double model_recompute_flops(const ModelConfig* cfg, int B, int T, int Te, int recompute) {
   if (recompute != RECOMPUTE_BLOCK) return 0.0;

@@ -1,5 +1,7 @@
 // model.h: model configurations (presets and custom forms) and the model interface the
-// training loop uses. GPT lives in layers/gpt.c, T5 in layers/t5.c; model.c dispatches.
+// training loop uses. A model family is a table of functions (ModelFamily): GPT's in
+// layers/gpt.c, T5's in layers/t5.c; model.c looks the family up and runs what is common to
+// all of them (the classifier, the loss, the plan's allocation).
 #ifndef FSDP_MODEL_H
 #define FSDP_MODEL_H
 #include <stddef.h>
@@ -74,9 +76,6 @@ void model_forward_accumulate(Model* m, const float* dloss);
 // order); resets the sum.
 double model_take_loss(Model* m);
 void model_backward(Model* m);
-// The classifier over m->logits against m->targets (the end of every model's forward): adds
-// the sum of the per-token losses to m->loss_sum and, in training, leaves the logit gradients.
-void model_loss(Model* m, const float* dloss);
 // Matmul FLOPs of one forward + backward over one micro-batch (2mnk per product; backward
 // twice the forward; causal attention counts only the scores it computes).
 double model_flops(const ModelConfig* cfg, int B, int T, int Te);
@@ -84,19 +83,27 @@ double model_flops(const ModelConfig* cfg, int B, int T, int Te);
 // block), for hardware FLOPs = model_flops + this; MFU stays on model FLOPs.
 double model_recompute_flops(const ModelConfig* cfg, int B, int T, int Te, int recompute);
 
-// The per-model functions model.c dispatches to. *_units_per_block: the units a block is
-// wrapped into under --wrap (WRAP_BLOCK: 1), 0 when the model has no such policy.
-int gpt_units_per_block(int wrap);
-int t5_units_per_block(int wrap);
-void gpt_plan(Model* m);
-void gpt_carve(Model* m);
-void gpt_forward(Model* m, int use_targets, const float* dloss);
-void gpt_backward(Model* m);
-double gpt_flops(const ModelConfig* cfg, int B, int T);
-void t5_plan(Model* m);
-void t5_carve(Model* m);
-void t5_forward(Model* m, int use_targets, const float* dloss);
-void t5_backward(Model* m);
+// A model family: what model.c looks up by the configuration's kind.
+typedef struct {
+  const char* name;
+  // The units a block is wrapped into under --wrap (WRAP_BLOCK: 1); 0 when the family has no
+  // such policy.
+  int (*units_per_block)(int wrap);
+  // Declares the units and their parameters (fsdp_add_param), finalizes the layout, and plans
+  // the activations in one walk that also places every tensor in its region (memplan_view), so
+  // the plan's allocation carves them all.
+  void (*plan)(Model* m);
+  // Forward of the current micro-batch up to m->logits; backward from the logit gradients the
+  // classifier left there. The schedule's points of every unit are the family's to call.
+  void (*forward)(Model* m);
+  void (*backward)(Model* m);
+  // Matmul FLOPs of one forward + backward over B sequences of T tokens (T5: T decoder and Te
+  // encoder tokens), as model_flops counts them.
+  double (*flops)(const ModelConfig* cfg, int B, int T, int Te);
+} ModelFamily;
+extern const ModelFamily gpt_family, t5_family;
+// The FLOP counts (layers/config.c).
+double gpt_flops(const ModelConfig* cfg, int B, int T, int Te);
 double t5_flops(const ModelConfig* cfg, int B, int Td, int Te);
 // The T5 formula of the IBM post's appendix (Megatron style, with recompute: 4 passes).
 double t5_flops_ibm(const ModelConfig* cfg, int B, int s);

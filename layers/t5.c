@@ -90,33 +90,30 @@ static void add_decoder_params(FSDP* fs, int u, const ModelConfig* c) {
   fsdp_add_param(fs, u, "mlp.wo.weight", 2, s_wo, INIT_NORMAL, 1.0f / sqrtf((float)F), 1);
 }
 
-static void plan_region(MemPlan* p, const char* group, const char* name, size_t elems, size_t esize, void** target) {
-  memplan_add(p, group, name, elems * esize, target);
-}
-
-// Hands out consecutive pieces of a region, or only counts them (base NULL: planning).
+// Hands out consecutive pieces of a pair of regions (16-bit tensors, fp32 statistics) planned
+// after the walk from what it handed out: each piece is a view of the plan (memplan_view), set
+// when the plan is allocated.
 typedef struct {
-  act_t* act;
-  float* f32;
+  MemPlan* plan;
+  act_t** act;        // the regions' targets
+  float** f32;
   size_t acts, f32s;  // elements handed out
 } ActLayout;
-static act_t* take_act(ActLayout* r, size_t n) {
-  act_t* p = r->act ? r->act + r->acts : NULL;
+static void take_act(ActLayout* r, size_t n, act_t** at) {
+  memplan_view(r->plan, (void**)r->act, r->acts * sizeof(act_t), (void**)at);
   r->acts += n;
-  return p;
 }
-static float* take_f32(ActLayout* r, size_t n) {
-  float* p = r->f32 ? r->f32 + r->f32s : NULL;
+static void take_f32(ActLayout* r, size_t n, float** at) {
+  memplan_view(r->plan, (void**)r->f32, r->f32s * sizeof(float), (void**)at);
   r->f32s += n;
-  return p;
 }
 
-// The block activations, walked once to count (planning) and once to point every tensor into
-// its region (carving). Each tensor comes from `kept` (one per block) or from `shared` (one
-// slice for all blocks of a stack, refilled by recomputation before a block's backward):
-// --recompute block shares all but the block output; selective shares the cheap tensors,
-// RMS-norm outputs with their statistics and the feed-forward activation.
-static void t5_walk(Model* m, ActLayout* kept, ActLayout* shared) {
+// The block activations, walked once: it counts what the regions hold and places every tensor
+// in them. Each tensor comes from `kept` (one per block) or from `shared` (one slice for all
+// blocks of a stack, refilled by recomputation before a block's backward): --recompute block
+// shares all but the block output; selective shares the cheap tensors, RMS-norm outputs with
+// their statistics and the feed-forward activation.
+static void walk_blocks(Model* m, ActLayout* kept, ActLayout* shared) {
   T5* t = m->impl;
   const ModelConfig* c = &m->cfg;
   size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, C = c->C, H = c->H;
@@ -125,52 +122,53 @@ static void t5_walk(Model* m, ActLayout* kept, ActLayout* shared) {
   ActLayout* big = mode == RECOMPUTE_BLOCK ? shared : kept;    // matmul and attention outputs
   ActLayout* cheap = mode != RECOMPUTE_NONE ? shared : kept;   // norms, statistics, activations
   size_t stack_start_acts = shared->acts, stack_start_f32s = shared->f32s, enc_end_acts = 0, enc_end_f32s = 0;
-  T5Acts dummy;
+  t->enc = xcalloc(c->L, sizeof(T5Acts), "activation table");
+  t->dec = xcalloc(c->Ld, sizeof(T5Acts), "activation table");
   for (int l = 0; l < c->L; l++) {
-    T5Acts* e = t->enc ? &t->enc[l] : &dummy;
+    T5Acts* e = &t->enc[l];
     shared->acts = stack_start_acts, shared->f32s = stack_start_f32s;  // every block: the same slice
-    e->ln1 = take_act(cheap, Ne * C);
-    e->qkv = take_act(big, Ne * 3 * I);
-    e->att = take_act(big, Ne * I);
-    e->res2 = take_act(big, Ne * C);
-    e->ln2 = take_act(cheap, Ne * C);
-    e->ffh = take_act(big, Ne * FI);
-    e->ffa = take_act(cheap, Ne * F);
-    e->rstd1 = take_f32(cheap, Ne);
-    e->rstd2 = take_f32(cheap, Ne);
-    e->lse = take_f32(big, B * H * Te);
+    take_act(cheap, Ne * C, &e->ln1);
+    take_act(big, Ne * 3 * I, &e->qkv);
+    take_act(big, Ne * I, &e->att);
+    take_act(big, Ne * C, &e->res2);
+    take_act(cheap, Ne * C, &e->ln2);
+    take_act(big, Ne * FI, &e->ffh);
+    take_act(cheap, Ne * F, &e->ffa);
+    take_f32(cheap, Ne, &e->rstd1);
+    take_f32(cheap, Ne, &e->rstd2);
+    take_f32(big, B * H * Te, &e->lse);
     if (shared->acts > enc_end_acts) enc_end_acts = shared->acts;
     if (shared->f32s > enc_end_f32s) enc_end_f32s = shared->f32s;
   }
   for (int l = 0; l < c->Ld; l++) {
-    T5Acts* d = t->dec ? &t->dec[l] : &dummy;
+    T5Acts* d = &t->dec[l];
     shared->acts = enc_end_acts, shared->f32s = enc_end_f32s;  // after the encoder's slice
-    d->ln1 = take_act(cheap, Nd * C);
-    d->qkv = take_act(big, Nd * 3 * I);
-    d->att = take_act(big, Nd * I);
-    d->res2 = take_act(big, Nd * C);
-    d->ln2 = take_act(cheap, Nd * C);
-    d->cq = take_act(big, Nd * I);
-    d->res3 = take_act(big, Nd * C);
-    d->ln3 = take_act(cheap, Nd * C);
-    d->ffh = take_act(big, Nd * FI);
-    d->ffa = take_act(cheap, Nd * F);
-    d->catt = take_act(big, Nd * I);
-    d->ckv = take_act(big, Ne * 2 * I);
-    d->rstd1 = take_f32(cheap, Nd);
-    d->rstd2 = take_f32(cheap, Nd);
-    d->rstd3 = take_f32(cheap, Nd);
-    d->lse = take_f32(big, B * H * Td);
-    d->clse = take_f32(big, B * H * Td);
+    take_act(cheap, Nd * C, &d->ln1);
+    take_act(big, Nd * 3 * I, &d->qkv);
+    take_act(big, Nd * I, &d->att);
+    take_act(big, Nd * C, &d->res2);
+    take_act(cheap, Nd * C, &d->ln2);
+    take_act(big, Nd * I, &d->cq);
+    take_act(big, Nd * C, &d->res3);
+    take_act(cheap, Nd * C, &d->ln3);
+    take_act(big, Nd * FI, &d->ffh);
+    take_act(cheap, Nd * F, &d->ffa);
+    take_act(big, Nd * I, &d->catt);
+    take_act(big, Ne * 2 * I, &d->ckv);
+    take_f32(cheap, Nd, &d->rstd1);
+    take_f32(cheap, Nd, &d->rstd2);
+    take_f32(cheap, Nd, &d->rstd3);
+    take_f32(big, B * H * Td, &d->lse);
+    take_f32(big, B * H * Td, &d->clse);
   }
   if (shared->acts < enc_end_acts) shared->acts = enc_end_acts;
   if (shared->f32s < enc_end_f32s) shared->f32s = enc_end_f32s;
 }
 
 // A T5 block is one unit: no per-linear policy.
-int t5_units_per_block(int wrap) { return wrap == WRAP_BLOCK; }
+static int units_per_block(int wrap) { return wrap == WRAP_BLOCK; }
 
-void t5_plan(Model* m) {
+static void plan(Model* m) {
   const ModelConfig* c = &m->cfg;
   FSDP* fs = m->fs;
   if (m->Te < 1) fatal("T5 needs an encoder length (--enc-len)");
@@ -207,10 +205,12 @@ void t5_plan(Model* m) {
 
   size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, Nmax = Ne > Nd ? Ne : Nd;
   size_t I = (size_t)c->H * c->D, F = c->F, FI = ff_in(c);
-  // Block activations: the layout walk (t5_walk) counts what every block keeps and the one
-  // shared slice that --recompute refills before each block's backward.
-  ActLayout kept = {0}, shared = {0};
-  t5_walk(m, &kept, &shared);
+  // Block activations: the walk places every block's tensors and counts what the blocks keep and
+  // the one shared slice that --recompute refills before each block's backward.
+  MemPlan* p = &fs->plan;
+  ActLayout kept = {.plan = p, .act = &t->r_act, .f32 = &t->r_f32};
+  ActLayout shared = {.plan = p, .act = &t->r_act_shared, .f32 = &t->r_f32_shared};
+  walk_blocks(m, &kept, &shared);
   // The block outputs are the schedule's (--offload activations): the encoder's, then the
   // decoder's, in forward order.
   size_t* outs = xmalloc((size_t)(c->L + c->Ld) * sizeof(size_t), "block outputs");
@@ -222,45 +222,35 @@ void t5_plan(Model* m) {
   char name[2][128];
   snprintf(name[0], sizeof name[0], "encoder + decoder blocks%s", rc);
   snprintf(name[1], sizeof name[1], "block statistics%s", rc);
-  MemPlan* p = &fs->plan;
   const char* A = "activations";
-  plan_region(p, A, name[0], kept.acts, sizeof(act_t), (void**)&t->r_act);
-  plan_region(p, A, name[1], kept.f32s, sizeof(float), (void**)&t->r_f32);
-  if (shared.acts) plan_region(p, A, "one block's recomputed tensors", shared.acts, sizeof(act_t), (void**)&t->r_act_shared);
-  if (shared.f32s) plan_region(p, A, "one block's recomputed statistics", shared.f32s, sizeof(float), (void**)&t->r_f32_shared);
-  plan_region(p, A, "embeddings (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_emb);
-  plan_region(p, A, "final norms (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_final);
-  plan_region(p, A, "final norm statistics", Ne + Nd, sizeof(float), (void**)&t->enc_final_rstd);
-  plan_region(p, A, "logits (Nd x Vp)", Nd * Vp, sizeof(act_t), (void**)&m->logits);
-  plan_region(p, A, "losses (Nd)", Nd, sizeof(float), (void**)&m->losses);
-  plan_region(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
+  memplan_add_array(p, A, name[0], kept.acts, sizeof(act_t), (void**)&t->r_act);
+  memplan_add_array(p, A, name[1], kept.f32s, sizeof(float), (void**)&t->r_f32);
+  if (shared.acts) memplan_add_array(p, A, "one block's recomputed tensors", shared.acts, sizeof(act_t), (void**)&t->r_act_shared);
+  if (shared.f32s) memplan_add_array(p, A, "one block's recomputed statistics", shared.f32s, sizeof(float), (void**)&t->r_f32_shared);
+  memplan_add_array(p, A, "embeddings (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_emb);
+  memplan_add_array(p, A, "final norms (Ne+Nd x C)", (Ne + Nd) * C, sizeof(act_t), (void**)&t->enc_final);
+  memplan_add_array(p, A, "final norm statistics", Ne + Nd, sizeof(float), (void**)&t->enc_final_rstd);
+  memplan_add_array(p, A, "logits (Nd x Vp)", Nd * Vp, sizeof(act_t), (void**)&m->logits);
+  memplan_add_array(p, A, "losses (Nd)", Nd, sizeof(float), (void**)&m->losses);
+  memplan_add_array(p, A, "loss sum (1)", 1, sizeof(double), (void**)&m->loss_sum);
   const char* W = "workspace";
-  plan_region(p, W, "scratch (N x C)", Nmax * C, sizeof(act_t), (void**)&t->scratch);
-  plan_region(p, W, "d residual (N x C)", Nmax * C, sizeof(act_t), (void**)&t->dres);
-  plan_region(p, W, "d norm (N x C)", Nmax * C, sizeof(act_t), (void**)&t->dln);
-  plan_region(p, W, "d qkv (N x 3I)", Nmax * 3 * I, sizeof(act_t), (void**)&t->dqkv);
-  plan_region(p, W, "d attention (N x I)", Nmax * I, sizeof(act_t), (void**)&t->datt);
-  plan_region(p, W, "d activation (N x F)", Nmax * F, sizeof(act_t), (void**)&t->dact);
-  plan_region(p, W, "d feed-forward (N x FI)", Nmax * FI, sizeof(act_t), (void**)&t->dff);
-  plan_region(p, W, "d encoder output (Ne x C)", Ne * C, sizeof(act_t), (void**)&t->denc);
-  plan_region(p, W, "d encoder output, one block", Ne * C, sizeof(act_t), (void**)&t->denc_tmp);
-  plan_region(p, W, "d cross kv (Ne x 2I)", Ne * 2 * I, sizeof(act_t), (void**)&t->dkv);
-  plan_region(p, W, "tokens (Ne + 2 Nd)", Ne + 2 * Nd, sizeof(int32_t), (void**)&m->inputs);
-}
-
-void t5_carve(Model* m) {
-  T5* t = m->impl;
-  const ModelConfig* c = &m->cfg;
-  size_t B = m->B, Te = m->Te, Td = m->T, Ne = B * Te, Nd = B * Td, C = c->C;
-  m->targets = m->inputs + Nd;
-  m->enc_inputs = m->inputs + 2 * Nd;
-  t->dec_emb = t->enc_emb + Ne * C;
-  t->dec_final = t->enc_final + Ne * C;
-  t->dec_final_rstd = t->enc_final_rstd + Ne;
-  t->enc = xcalloc(c->L, sizeof(T5Acts), "activation table");
-  t->dec = xcalloc(c->Ld, sizeof(T5Acts), "activation table");
-  ActLayout kept = {.act = t->r_act, .f32 = t->r_f32}, shared = {.act = t->r_act_shared, .f32 = t->r_f32_shared};
-  t5_walk(m, &kept, &shared);
+  memplan_add_array(p, W, "scratch (N x C)", Nmax * C, sizeof(act_t), (void**)&t->scratch);
+  memplan_add_array(p, W, "d residual (N x C)", Nmax * C, sizeof(act_t), (void**)&t->dres);
+  memplan_add_array(p, W, "d norm (N x C)", Nmax * C, sizeof(act_t), (void**)&t->dln);
+  memplan_add_array(p, W, "d qkv (N x 3I)", Nmax * 3 * I, sizeof(act_t), (void**)&t->dqkv);
+  memplan_add_array(p, W, "d attention (N x I)", Nmax * I, sizeof(act_t), (void**)&t->datt);
+  memplan_add_array(p, W, "d activation (N x F)", Nmax * F, sizeof(act_t), (void**)&t->dact);
+  memplan_add_array(p, W, "d feed-forward (N x FI)", Nmax * FI, sizeof(act_t), (void**)&t->dff);
+  memplan_add_array(p, W, "d encoder output (Ne x C)", Ne * C, sizeof(act_t), (void**)&t->denc);
+  memplan_add_array(p, W, "d encoder output, one block", Ne * C, sizeof(act_t), (void**)&t->denc_tmp);
+  memplan_add_array(p, W, "d cross kv (Ne x 2I)", Ne * 2 * I, sizeof(act_t), (void**)&t->dkv);
+  memplan_add_array(p, W, "tokens (Ne + 2 Nd)", Ne + 2 * Nd, sizeof(int32_t), (void**)&m->inputs);
+  // The decoder's halves of the encoder-first regions, and the token buffer's parts.
+  memplan_view(p, (void**)&t->enc_emb, Ne * C * sizeof(act_t), (void**)&t->dec_emb);
+  memplan_view(p, (void**)&t->enc_final, Ne * C * sizeof(act_t), (void**)&t->dec_final);
+  memplan_view(p, (void**)&t->enc_final_rstd, Ne * sizeof(float), (void**)&t->dec_final_rstd);
+  memplan_view(p, (void**)&m->inputs, Nd * sizeof(int32_t), (void**)&m->targets);
+  memplan_view(p, (void**)&m->inputs, 2 * Nd * sizeof(int32_t), (void**)&m->enc_inputs);
 }
 
 static AttnShape self_shape(const Model* m, int T, int causal) {
@@ -427,7 +417,8 @@ static const act_t* lm_head(Model* m) {
   return fsdp_param(m->fs, 0, m->cfg.tied ? R_SHARED : R_LM_HEAD);
 }
 
-void t5_forward(Model* m, int use_targets, const float* dloss) {
+// Forward to the logits (model.c adds the classifier and ends the forward).
+static void forward(Model* m) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   T5* t = m->impl;
@@ -457,11 +448,10 @@ void t5_forward(Model* m, int use_targets, const float* dloss) {
   // in place: the unscaled norm output has no other reader.
   if (c->tied) scale_act(k, t->dec_final, 1.0f / sqrtf((float)C), (size_t)Nd * C);
   matmul_forward(k, m->logits, t->dec_final, lm_head(m), NULL, Nd, C, c->Vp);
-  if (use_targets) model_loss(m, dloss);
-  fsdp_end_forward(fs);
 }
 
-void t5_backward(Model* m) {
+// Backward from the logit gradients the classifier left in m->logits.
+static void backward(Model* m) {
   FSDP* fs = m->fs;
   KernelCtx* k = fs->kctx;
   T5* t = m->impl;
@@ -509,3 +499,6 @@ void t5_backward(Model* m) {
   embedding_backward(k, fsdp_grad(fs, 0, R_SHARED), NULL, t->dres, m->enc_inputs, Ne, m->Te, C);
   fsdp_post_backward(fs, 0);
 }
+
+const ModelFamily t5_family = {.name = "T5", .units_per_block = units_per_block, .plan = plan, .forward = forward,
+                               .backward = backward, .flops = t5_flops};

@@ -20,10 +20,11 @@ endif
 CUDA_BUILD := $(BUILD)/cuda$(PSUF)
 PRECISION_STAMP := $(BUILD)/precision
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(PRECISION_STAMP) 2>/dev/null)" = "$(PRECISION)" ] || echo $(PRECISION) > $(PRECISION_STAMP); })
-# kernels/cuda/*.cu with nvcc; the host C files (train_gpt.c, fsdp/ without *_cpu.c, layers/,
-# data/, train/) with the C compiler and -DFSDP_CUDA (act_t = bf16 bits).
-# Communication (CUDA_COMM): nccl (fsdp/comm_nccl.c, linked with NCCL, compiled with mpicc when
-# found) when NCCL is found, else single (comm_mpi.c's single-rank mode, -DNO_MPI: one GPU).
+# The core and kernels/cuda/: its *.cu kernels with nvcc; the host C files (train_gpt.c, the core,
+# the backend's device and NCCL files) with the C compiler and -DFSDP_CUDA (act_t = bf16 bits).
+# Communication (CUDA_COMM): nccl (kernels/cuda/comm_nccl.c, linked with NCCL, compiled with
+# mpicc when found) when NCCL is found, else single (kernels/cpu/comm_mpi.c's single-rank mode,
+# -DNO_MPI: one GPU).
 # After changing CUDA_COMM, `make clean` (the objects do not record it).
 # CUDA_HOME: /usr/local/cuda when it has nvcc, else the prefix of the nvcc on PATH, else the
 # pip wheels (python3 site-packages/nvidia/{cu13,cuda_nvcc}). Libraries are looked up in
@@ -71,17 +72,17 @@ NCCL_SO := $(call find_so,nccl,$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib /u
 NVCC_FLAGS ?= -O3 -std=c++17 -lineinfo -gencode arch=compute_$(CUDA_ARCH),code=sm_$(CUDA_ARCH) \
   -gencode arch=compute_$(CUDA_ARCH),code=compute_$(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(PRECISION_FLAGS)
 ifeq ($(origin CUDA_COMM),undefined)
-  CUDA_COMM := $(if $(and $(NCCL_SO),$(wildcard fsdp/comm_nccl.c)),nccl,single)
+  CUDA_COMM := $(if $(and $(NCCL_SO),$(wildcard kernels/cuda/comm_nccl.c)),nccl,single)
 endif
 ifeq ($(CUDA_COMM),nccl)
   CC_CUDA_HOST := $(or $(MPICC),$(CC),cc)
   CUDA_MPI_FLAGS := $(MPI_FLAGS) $(addprefix -I,$(filter-out $(CUDA_INC_DIRS),$(wildcard $(NCCL_HOME)/include)))
-  CUDA_COMM_EXCLUDE := %_cpu.c fsdp/comm_mpi.c
+  CUDA_COMM_SRCS := kernels/cuda/comm_nccl.c
   NCCL_LIBS := $(NCCL_SO)
 else
   CC_CUDA_HOST := $(or $(CC),cc)
   CUDA_MPI_FLAGS := -DNO_MPI
-  CUDA_COMM_EXCLUDE := %_cpu.c %_nccl.c
+  CUDA_COMM_SRCS := kernels/cpu/comm_mpi.c
   NCCL_LIBS :=
 endif
 CFLAGS_CUDA_HOST ?= -O3 -march=native -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE \
@@ -92,10 +93,10 @@ LDLIBS_CUDA := $(CUBLASLT_SO) $(CUBLAS_SO) $(CUDART_SO) $(NCCL_LIBS) \
 
 CUDA_KERNEL_SRCS := $(wildcard kernels/cuda/*.cu)
 CUDA_KERNEL_OBJS := $(patsubst %.cu,$(CUDA_BUILD)/%.o,$(CUDA_KERNEL_SRCS))
-CUDA_HOST_SRCS := train_gpt.c $(filter-out $(CUDA_COMM_EXCLUDE),$(wildcard fsdp/*.c)) $(wildcard infra/*.c) $(wildcard layers/*.c) \
-                  $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c) $(wildcard kernels/host/*.c)
+CUDA_BACKEND_SRCS := $(filter-out kernels/cuda/comm_nccl.c,$(wildcard kernels/cuda/*.c)) $(CUDA_COMM_SRCS)
+CUDA_HOST_SRCS := train_gpt.c $(CORE_SRCS) $(CUDA_BACKEND_SRCS)
 CUDA_HOST_OBJS := $(patsubst %.c,$(CUDA_BUILD)/%.o,$(CUDA_HOST_SRCS))
-CUDA_HEADERS := $(HEADERS) $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h)
+CUDA_HEADERS := $(HEADERS) $(wildcard kernels/cuda/*.cuh)
 
 # Each kernel object keeps ptxas's resource report beside it (OBJ.ptxas: registers, spills, shared
 # memory per kernel), which test/test_kernel_report.sh checks for spills; nvcc's other messages
@@ -109,7 +110,7 @@ $(CUDA_BUILD)/%.o: %.c $(CUDA_HEADERS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CUDA_HOST) $(CFLAGS_CUDA_HOST) -c $< -o $@
 # The host AdamW of --offload optim: vectorized sqrtf as in the CPU kernels (see CPU_KERNEL_FLAGS).
-$(CUDA_BUILD)/kernels/host/%.o: CFLAGS_CUDA_HOST += -fno-math-errno
+$(CUDA_BUILD)/kernels/cuda/adamw_host.o: CFLAGS_CUDA_HOST += -fno-math-errno
 
 ifneq ($(NVCC),)
 train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS) $(PRECISION_STAMP)
@@ -147,7 +148,9 @@ cuda-config:
 # test binary is build/test-gpu/test_kernels_gpu, or build/test-gpu-fp16/ for PRECISION=fp16.
 CPU_REF := $(BUILD)/test-gpu
 GPU_TEST := $(BUILD)/test-gpu$(PSUF)
-CPU_REF_OBJS := $(patsubst kernels/cpu/%.c,$(CPU_REF)/cpu_ref/%.o,$(wildcard kernels/cpu/*.c))
+# (kernels/cpu/'s compute kernels: its device and MPI files stay out)
+CPU_KERNEL_SRCS := $(filter-out kernels/cpu/device.c kernels/cpu/comm_mpi.c,$(wildcard kernels/cpu/*.c))
+CPU_REF_OBJS := $(patsubst kernels/cpu/%.c,$(CPU_REF)/cpu_ref/%.o,$(CPU_KERNEL_SRCS))
 CFLAGS_CPU_REF := -O3 -march=native -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE
 
 $(CPU_REF)/cpu_syms.txt: kernels/kernels.h

@@ -57,11 +57,10 @@ print-sim-host-objs:
 	@echo $(SIM_HOST_OBJS)
 .PRECIOUS: $(SIM)/kernels/%.cpp
 
-# ./train_gpt_sim: the CUDA trainer (train_gpt.c, fsdp/ with comm_nccl.c and device_cuda.c,
-# layers/, data/, train/) on the simulator, NCCL over MPI (test/cudasim/nccl.cpp). Same options
-# as train_gpt; run it under mpirun for several ranks.
-SIM_HOST_SRCS := train_gpt.c $(filter-out %_cpu.c fsdp/comm_mpi.c,$(wildcard fsdp/*.c)) $(wildcard infra/*.c) $(wildcard layers/*.c) \
-                 $(wildcard data/*.c) $(wildcard train/*.c) $(wildcard weights/*.c) $(wildcard kernels/host/*.c)
+# ./train_gpt_sim: the CUDA trainer (train_gpt.c, the core, kernels/cuda/'s device and NCCL
+# files) on the simulator, NCCL over MPI (test/cudasim/nccl.cpp). Same options as train_gpt;
+# run it under mpirun for several ranks.
+SIM_HOST_SRCS := train_gpt.c $(CORE_SRCS) $(wildcard kernels/cuda/*.c)
 SIM_HOST_OBJS := $(patsubst %.c,$(SIM)/host/%.o,$(SIM_HOST_SRCS))
 MPI_COMPILE_FLAGS := $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null))
 $(SIM)/host/%.o: %.c $(HEADERS) $(SIM_HEADERS) test/cudasim/include/nccl.h $(MPI_STAMP)

@@ -23,7 +23,7 @@
 #           GPU the strategies differ only in what they communicate, so they are compared under
 #           the simulated link.
 #           Every fsdp.c run without a simulated link is also predicted by the timeline backend
-#           (--predict GPU --world 1 with the same options; timeline/README.md) for the catalogue
+#           (--predict GPU --world 1 with the same options; predict/README.md) for the catalogue
 #           GPU this one is, and the report puts the predicted step beside the measured one.
 #   profile where one step's time goes: ncu (Nsight Compute) times every kernel of a 2-step run
 #           of the first GPT and the first T5 model (profile/<run>.csv); the report sums them
@@ -186,7 +186,7 @@ if [ $MODE = gpu ] && [ -z "$FREE_BYTES" ] && [ $DRY = 0 ]; then
   say "warning: no nvidia-smi: configurations are not checked against free memory (train_gpt refuses what does not fit)"
 fi
 
-# The catalogue GPU the timeline predicts the runs on (timeline/catalogue.c): this one's kind.
+# The catalogue GPU the timeline predicts the runs on (kernels/timeline/catalogue.c): this one's kind.
 PREDICT_GPU=""
 if [ $MODE = gpu ]; then
   case "$GPU_INFO" in

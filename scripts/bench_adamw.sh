@@ -29,7 +29,7 @@ done
 PY=${BENCH_PYTHON:-/usr/bin/python3}
 BIN=build/bench/adamw_host
 mkdir -p build/bench
-cc -O3 -march=native -std=c11 -fopenmp -fno-math-errno -I. -D_GNU_SOURCE scripts/bench_adamw.c kernels/host/adamw_host.c \
+cc -O3 -march=native -std=c11 -fopenmp -fno-math-errno -I. -D_GNU_SOURCE scripts/bench_adamw.c kernels/cuda/adamw_host.c \
   -o "$BIN" -lm || exit 1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

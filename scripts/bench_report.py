@@ -732,7 +732,7 @@ def main(argv):
             "micro-batch; \"ours / FSDP2\" over PyTorch FSDP2 on one rank, eager / per-block torch.compile, "
             "which measures FSDP2's own per-unit overhead rather than a rival. \"predicted step ms\" is "
             "the timeline backend's step for the same run and options (`--predict GPU --world 1`, "
-            "timeline/README.md) on %s, and the measured median over it: above 1, this device was slower "
+            "predict/README.md) on %s, and the measured median over it: above 1, this device was slower "
             "than the model says." % predicted_on(runs), ""]
     out.append("## Results (%d runs)" % len(runs))
     out.append("")

@@ -7,9 +7,9 @@ parameters, fp32 shards and AdamW state) for the AWS post's runs, gpt3-175b at b
 techniques added one at a time, and prints a markdown table: device and pinned host memory per
 rank, whether the device part fits a 40 GB and an 80 GB A100, and the pinned host memory of an
 8-GPU node beside a p4d.24xlarge's 1152 GiB. With --write FILE it replaces the table between the
-markers "<!-- plan table -->" and "<!-- end of plan table -->" in FILE (README.md).
+markers "<!-- plan table -->" and "<!-- end of plan table -->" in FILE (docs/performance.md).
 
-usage: scripts/plan_table.py [--bin ./train_gpt_cpu] [--write README.md]
+usage: scripts/plan_table.py [--bin ./train_gpt_cpu] [--write docs/performance.md]
 """
 import argparse
 import re

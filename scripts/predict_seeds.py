@@ -4,8 +4,8 @@
 Runs ./predict_gpt for each published configuration (model, batch, sequence, options, GPUs,
 network) and prints a markdown table: the figure, our prediction, their ratio. With
 --write FILE it replaces the table between the markers "<!-- seed table -->" and
-"<!-- end of seed table -->" in FILE (timeline/README.md). No figure here tunes anything: the
-catalogue's constants are datasheet and microbenchmark values (timeline/catalogue.c).
+"<!-- end of seed table -->" in FILE (predict/README.md). No figure here tunes anything: the
+catalogue's constants are datasheet and microbenchmark values (kernels/timeline/catalogue.c).
 
 The GPT and T5 runs are predicted with --recompute block, as the seeds ran them (activation
 checkpointing), so they run the four passes (forward, recomputed forward, backward) that the
@@ -18,7 +18,7 @@ The T5 rows are scaling ratios of one configuration at two sizes, the same in bo
 The rows marked --shard hpz are not in the seeds: full sharding that reshards after forward to
 the node (ZeRO++ hpZ), predicted where the seeds' networks cost them most, beside their run.
 
-usage: scripts/predict_seeds.py [--bin ./predict_gpt] [--write timeline/README.md]
+usage: scripts/predict_seeds.py [--bin ./predict_gpt] [--write predict/README.md]
 """
 import argparse
 import re

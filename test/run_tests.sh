@@ -55,11 +55,13 @@ part data "token shards and the sampler" "build/test/test_data" build/test/test_
 part span "T5 span corruption" "build/test/test_span" build/test/test_span
 part kernels "the CPU kernels against finite differences" "build/test/test_kernels" build/test/test_kernels
 part timeline "the timeline backend's models against hand-drawn timelines" "build/predict/test_timeline" build/predict/test_timeline
-part table "timeline/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
-part plan-table "the README's plan table is current" "$CPU predict_gpt" bash test/test_plan_table.sh
+part table "predict/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
+part plan-table "docs/performance.md's plan table is current" "$CPU predict_gpt" bash test/test_plan_table.sh
 part gpu-bundle "the GPU bundle built, its run script end to end on the simulator, planted failures, its report" \
   "gpu-bundle gpu-bundle-sim" bash test/test_gpu_bundle.sh
 part build "the build's MPI stamp" "" bash test/test_build.sh
+part includes "dependencies point down: infra/ and kernels/ include nothing from fsdp/, layers/ or train/, fsdp/ nothing from layers/ or train/" \
+  "" bash test/test_includes.sh
 part sim-ptx "the simulator's PTX fragment tables against the ISA" "$SIM" build/sim/test_ptx
 part sim-cublaslt "the simulator's cuBLASLt and cub subset" "$SIM" build/sim/test_cublaslt
 

@@ -22,6 +22,8 @@
 #include "fsdp/fsdp.h"
 #include "kernels/exact_sum.h"
 #include "layers/model.h"
+#include "train/train.h"
+#include "test/adamw_step.h"
 #include "test/test.h"
 
 static Comm* g_world;
@@ -150,7 +152,7 @@ static int strategies(Strategy* out) {
       s.reshard = 1;
     }
     s.opt = default_options();
-    if (fsdp_parse_strategy(s.spec, &s.opt)) fatal("test: cannot parse strategy %s", s.spec);
+    if (parse_strategy(s.spec, &s.opt)) fatal("test: cannot parse strategy %s", s.spec);
     out[n++] = s;
   }
   for (int F2 = 2; F2 < g_W; F2++) {
@@ -162,7 +164,7 @@ static int strategies(Strategy* out) {
     s.reshard = 1;
     s.F2 = F2;
     s.opt = default_options();
-    if (fsdp_parse_strategy(s.spec, &s.opt)) fatal("test: cannot parse strategy %s", s.spec);
+    if (parse_strategy(s.spec, &s.opt)) fatal("test: cannot parse strategy %s", s.spec);
     out[n++] = s;
   }
   return n;
@@ -272,20 +274,20 @@ static float expected_value(const FSDP* fs, const ModelConfig* c, int u, int64_t
 static void test_parse(void) {
   Verdict v = verdict();
   FSDPOptions o = default_options();
-  VCHECK(&v, fsdp_parse_strategy("full", &o) == 0 && o.strategy == SHARD_FULL, "full");
-  VCHECK(&v, fsdp_parse_strategy("grad-op", &o) == 0 && o.strategy == SHARD_GRAD_OP, "grad-op");
-  VCHECK(&v, fsdp_parse_strategy("none", &o) == 0 && o.strategy == SHARD_NONE, "none");
-  VCHECK(&v, fsdp_parse_strategy("hybrid:3", &o) == 0 && o.strategy == SHARD_HYBRID && o.hybrid_factor == 3, "hybrid:3");
-  VCHECK(&v, fsdp_parse_strategy("hpz:3", &o) == 0 && o.strategy == SHARD_HPZ && o.hpz_factor == 3, "hpz:3");
-  VCHECK(&v, fsdp_parse_strategy("hpz", &o) == 0 && o.strategy == SHARD_HPZ && o.hpz_factor == 0, "hpz");
+  VCHECK(&v, parse_strategy("full", &o) == 0 && o.strategy == SHARD_FULL, "full");
+  VCHECK(&v, parse_strategy("grad-op", &o) == 0 && o.strategy == SHARD_GRAD_OP, "grad-op");
+  VCHECK(&v, parse_strategy("none", &o) == 0 && o.strategy == SHARD_NONE, "none");
+  VCHECK(&v, parse_strategy("hybrid:3", &o) == 0 && o.strategy == SHARD_HYBRID && o.hybrid_factor == 3, "hybrid:3");
+  VCHECK(&v, parse_strategy("hpz:3", &o) == 0 && o.strategy == SHARD_HPZ && o.hpz_factor == 3, "hpz:3");
+  VCHECK(&v, parse_strategy("hpz", &o) == 0 && o.strategy == SHARD_HPZ && o.hpz_factor == 0, "hpz");
   const char* bad[] = {"hybrid:0", "hybrid:", "hybrid:2x", "hybrid:-1", "half", "", "FULL", "hpz:0", "hpz:", "hpz:2x",
                        "hpz:-2", "hpz2", "HPZ"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-    VCHECK(&v, fsdp_parse_strategy(bad[i], &o) == -1, "'%s' was accepted", bad[i]);
-  VCHECK(&v, !strcmp(fsdp_strategy_name(SHARD_GRAD_OP), "grad-op") && !strcmp(fsdp_strategy_name(SHARD_HYBRID), "hybrid") &&
-                 !strcmp(fsdp_strategy_name(SHARD_HPZ), "hpz"),
+    VCHECK(&v, parse_strategy(bad[i], &o) == -1, "'%s' was accepted", bad[i]);
+  VCHECK(&v, !strcmp(strategy_name(SHARD_GRAD_OP), "grad-op") && !strcmp(strategy_name(SHARD_HYBRID), "hybrid") &&
+                 !strcmp(strategy_name(SHARD_HPZ), "hpz"),
          "strategy names");
-  report(&v, "parse: fsdp_parse_strategy accepts full, grad-op, none, hybrid:F, hpz[:F2] and rejects the rest");
+  report(&v, "parse: parse_strategy accepts full, grad-op, none, hybrid:F, hpz[:F2] and rejects the rest");
 }
 
 // Shard groups from placement: groups of F consecutive positions in (node, rank) order, so

@@ -21,6 +21,7 @@
 #include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
 #include "kernels/step_control.h"
+#include "test/adamw_step.h"
 #include "test/test.h"
 
 // ---- helpers ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // predict_exec.c: --predict from either trainer, and --plan for the CUDA backend from the CPU
-// one. The prediction runs on the timeline backend (timeline/), a third build of the same
+// one. The prediction runs on the timeline backend (kernels/timeline/), a third build of the same
 // layers/, fsdp/ and train/ code, linked into its own binary, predict_gpt, beside train_gpt and
 // train_gpt_cpu; its act_t is bf16, so it also plans train_gpt's memory. A backend is chosen at
 // link time, so a trainer cannot switch to it; it re-executes predict_gpt with its own

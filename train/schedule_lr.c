@@ -1,14 +1,7 @@
-// schedule_lr.c: the learning-rate schedule and the wall clock.
+// schedule_lr.c: the learning-rate schedule.
 #include <math.h>
-#include <time.h>
 
 #include "train/train.h"
-
-double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // Linear warmup to the peak, then cosine decay to lr_final_frac of the peak (GPT-3 paper).
 float learning_rate(const Options* o, int step) {

@@ -210,12 +210,8 @@ int weights_export_check(const char* opt, const char* dir, char* err, size_t err
 // Removes what the export created in tmp (its two files, then the directory); best effort, for
 // a failed export.
 static void remove_own(const char* tmp) {
-  char path[4400];
-  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-  unlink(path);
-  snprintf(path, sizeof path, "%s/config.json", tmp);
-  unlink(path);
-  rmdir(tmp);
+  static const char* const files[] = {"model.safetensors", "config.json"};
+  dir_remove_named(tmp, files, 2);
 }
 
 // Rank 0, once every rank's part is on disk: config.json last (it is what makes the directory
@@ -230,8 +226,7 @@ static int finish_export(const ModelConfig* cfg, const char* dir, const char* tm
     remove_own(tmp);
     return -1;
   }
-  int fd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // makes the new entries durable
-  if (fd >= 0) fsync(fd), close(fd);
+  dir_sync(tmp);  // makes the new entries durable
   struct stat st;
   int had = lstat(dir, &st) == 0;
   if (had && previous_export("--export", dir, why, sizeof why))
@@ -305,20 +300,19 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
     int k = 0;  // the file's tensors come in parameter order
     for (int u = 0; u < fs->nunits && ok; u++) {
       Unit* U = &fs->units[u];
-      int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
       device_copy_to_host(host, U->master, (size_t)U->shard * sizeof(float));
       for (int i = 0; i < U->nparams && ok; i++) {
         const ParamInfo* p = &U->params[i];
-        int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->live < hi ? p->offset + p->live : hi;
+        ShardPart s;
+        int held = fsdp_shard_part(fs, U, p, p->live, &s);
         ParamMap map;
         weights_map_param(export_format(cfg), cfg, export_prefix(cfg), u, p, &map);
-        for (int j = 0; j < map.npieces && ok; j++, k++) {
+        for (int j = 0; j < map.npieces && ok; j++, k++) {  // every piece counts: k is the file's tensor
           const Piece* pc = &map.piece[j];
           int64_t first = pc->row0 * pc->cols, last = first + pc->rows * pc->cols;
-          int64_t x0 = (a - p->offset) > first ? (a - p->offset) : first;
-          int64_t x1 = (b - p->offset) < last ? (b - p->offset) : last;
-          if (a < b && x0 < x1 &&
-              write_piece(fd, file, &out[k], x0 - first, x1 - first, host + (p->offset + x0 - lo), column, err, sizeof err))
+          int64_t x0 = s.first > first ? s.first : first, x1 = s.end < last ? s.end : last;
+          if (held && x0 < x1 && write_piece(fd, file, &out[k], x0 - first, x1 - first, host + s.local + (x0 - s.first), column,
+                                                 err, sizeof err))
             ok = 0;
         }
       }

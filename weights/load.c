@@ -153,20 +153,19 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path) {
   float* column = xmalloc((size_t)widest * sizeof(float), "weights column");
   for (int u = 0; u < fs->nunits; u++) {
     Unit* U = &fs->units[u];
-    int64_t lo = (int64_t)fs->shard_rank * U->shard, hi = lo + U->shard;
     memset(host, 0, (size_t)U->shard * sizeof(float));  // alignment gaps and padding stay zero
     for (int i = 0; i < U->nparams; i++) {
       const ParamInfo* p = &U->params[i];
-      int64_t a = p->offset > lo ? p->offset : lo, b = p->offset + p->live < hi ? p->offset + p->live : hi;
-      if (a >= b) continue;
+      ShardPart s;
+      if (!fsdp_shard_part(fs, U, p, p->live, &s)) continue;
       ParamMap map;
       weights_map_param(format, cfg, tf.prefix, u, p, &map);
       for (int k = 0; k < map.npieces; k++) {
         const Piece* pc = &map.piece[k];
         int64_t first = pc->row0 * pc->cols, last = first + pc->rows * pc->cols;  // param elements
-        int64_t x0 = (a - p->offset) > first ? (a - p->offset) : first, x1 = (b - p->offset) < last ? (b - p->offset) : last;
+        int64_t x0 = s.first > first ? s.first : first, x1 = s.end < last ? s.end : last;
         if (x0 >= x1) continue;
-        read_piece(&r, tensor_file_find(&tf, pc->name), pc, x0 - first, x1 - first, host + (p->offset + x0 - lo), column);
+        read_piece(&r, tensor_file_find(&tf, pc->name), pc, x0 - first, x1 - first, host + s.local + (x0 - s.first), column);
       }
     }
     device_copy_to_device(U->master, host, (size_t)U->shard * sizeof(float));

@@ -10,7 +10,7 @@
 void matmul_cache_create(KernelCtx* ctx);   // matmul.cu
 void matmul_cache_destroy(KernelCtx* ctx);  // matmul.cu
 
-// The context kernels_init created last: fsdp/device_cuda.c reaches the streams through it
+// The context kernels_init created last: kernels/cuda/device.c reaches the streams through it
 // (kernels_cuda_stream), since device.h's functions take no context.
 static KernelCtx* live_ctx = NULL;
 

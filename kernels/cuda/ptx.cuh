@@ -1,16 +1,12 @@
 // ptx.cuh: every inline PTX instruction the kernels use, in one place, behind small device
 // functions. Each names the section of the PTX ISA (version 8.x) that defines it.
 //
-// This is the one place where the CUDA simulator (test/cudasim/) differs from the GPU build:
-// with CUDASIM defined the same functions come from test/cudasim/include/cudasim/ptx.h, which
-// emulates them from the same ISA sections (fragment tables, cp.async groups). The kernels
-// call only these functions, never asm directly.
+// The kernels call only these functions, never asm directly, so this file is the one the CUDA
+// simulator (test/cudasim/) replaces: its cu2cpp.sh compiles the kernels with
+// test/cudasim/include/cudasim/ptx.h in its place, the same functions emulated from the same ISA
+// sections (fragment tables, cp.async groups).
 #pragma once
 #include <stdint.h>
-
-#ifdef CUDASIM
-#include "cudasim/ptx.h"
-#else
 
 // Shared-window address of a generic pointer to shared memory (what .shared operands take).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -112,5 +108,3 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-
-#endif  // CUDASIM

@@ -1,4 +1,4 @@
-// nccl.cpp: NCCL over MPI, so fsdp/comm_nccl.c runs unchanged on the simulator under mpirun.
+// nccl.cpp: NCCL over MPI, so kernels/cuda/comm_nccl.c runs unchanged on the simulator under mpirun.
 // A communicator is an MPI communicator of its own (ncclCommInitRank splits MPI_COMM_WORLD
 // ordered by NCCL rank; ncclCommSplit is MPI_Comm_split), so collectives on different
 // communicators never match each other and progress independently. Each collective is an

@@ -1,5 +1,5 @@
 // nccl_socket.h: the simulated NCCL's second transport, for ranks started without mpirun (the
-// NCCL_COMM_ID and --init-dir bootstraps of fsdp/comm_nccl.c): TCP sockets through a hub. The
+// NCCL_COMM_ID and --init-dir bootstraps of kernels/cuda/comm_nccl.c): TCP sockets through a hub. The
 // unique id carries the hub's address, as NCCL's does: NCCL_COMM_ID names it, or rank 0's
 // ncclGetUniqueId opens a port on the loopback interface that the id file then carries. Every
 // rank connects to the communicator's rank 0, which gathers, reduces in rank order and sends

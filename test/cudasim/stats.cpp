@@ -1,8 +1,8 @@
 // stats.cpp: the per-step counts of a simulated run, the GPU performance facts measurable
-// without a GPU. Inside each optimizer step's NVTX range ("step N", which fsdp/device_cuda.c
-// pushes in device_step_begin and pops in device_step_end, as a profiler sees it), it counts kernel launches (the project's own kernels), library calls that
-// launch kernels of their own (cuBLASLt products, cub sorts), host-blocking calls
-// (synchronizations), device allocations and frees (the design says none inside the step loop),
+// without a GPU. Inside each optimizer step's NVTX range ("step N", which kernels/cuda/device.c
+// pushes in device_step_begin and pops in device_step_end, as a profiler sees it), it counts
+// kernel launches (the project's own kernels), library calls that launch kernels of their own
+// (cuBLASLt products, cub sorts), host-blocking calls (synchronizations), device allocations and frees (the design says none inside the step loop),
 // bytes all-gathered and reduce-scattered (per rank), and the longest dependency chain of
 // operations each stream ran (stream.cpp). At exit, rank 0 prints a table with one row per
 // optimizer step; with CUDASIM_LAUNCHES=1 also the last step's launches and library calls by

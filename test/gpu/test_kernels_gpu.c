@@ -80,6 +80,7 @@
 #include "kernels/kernels.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/step_control.h"
+#include "test/adamw_step.h"
 #include "test/gpu/cpu_ref.h"
 #include "test/test.h"
 

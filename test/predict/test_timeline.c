@@ -6,7 +6,7 @@
 #include <getopt.h>
 
 #include "test/test.h"
-#include "timeline/predict.h"
+#include "predict/predict.h"
 
 // 4 GPUs per node; NVLink 100 GB/s per GPU (4 links), network 40 GB/s per node (2 NICs);
 // alphas 10 us (network), 1 us (NVLink); all efficiencies 1; compute 100 TFLOPS, memory 1 TB/s,

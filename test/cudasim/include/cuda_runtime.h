@@ -5,7 +5,7 @@
 #ifndef CUDASIM_CUDA_RUNTIME_H
 #define CUDASIM_CUDA_RUNTIME_H
 #ifndef __cplusplus
-// Host C code (fsdp/comm_nccl.c) includes cuda_runtime.h for the API alone.
+// Host C code (kernels/cuda/comm_nccl.c) includes cuda_runtime.h for the API alone.
 #include "cuda_runtime_api.h"
 #else
 #include <math.h>

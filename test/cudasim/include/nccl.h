@@ -1,4 +1,4 @@
-/* nccl.h (CUDA simulator): the NCCL API fsdp/comm_nccl.c uses, implemented over MPI by
+/* nccl.h (CUDA simulator): the NCCL API kernels/cuda/comm_nccl.c uses, implemented over MPI by
  * test/cudasim/nccl.cpp. Same names, types and result codes as NCCL 2.x. Collectives are
  * operations on their CUDA stream: they start when the stream reaches them and progress
  * (non-blocking MPI) while other streams run. */

@@ -1,5 +1,6 @@
-// cudasim/ptx.h: the simulator's branch of kernels/cuda/ptx.cuh: the same functions, emulated
-// by test/cudasim/ptx.cpp from the PTX ISA sections ptx.cuh cites.
+// cudasim/ptx.h: the simulator's kernels/cuda/ptx.cuh (cu2cpp.sh includes it in ptx.cuh's
+// place): the same functions, emulated by test/cudasim/ptx.cpp from the PTX ISA sections ptx.cuh
+// cites.
 #pragma once
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-// comm_nccl.c: the GPU implementation of fsdp/comm.h over NCCL.
+// comm_nccl.c: the GPU implementation of kernels/comm.h over NCCL.
 //
 // Collectives are issued on the stream their communicator is bound to (comm_bind_stream):
 // the shard group's all-gather communicator on the all-gather stream, the reduce-scatter and
@@ -26,8 +26,9 @@
 #include <mpi.h>
 #endif
 
-#include "fsdp/comm.h"
-#include "fsdp/device.h"
+#include "kernels/comm.h"
+#include "kernels/device.h"
+#include "infra/clock.h"
 #include "infra/dist.h"
 #include "infra/launch.h"
 
@@ -94,12 +95,6 @@ static struct {
 
 static const char* g_init_dir = NULL;
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // ncclCommAbort can block by itself (once a peer has exited), so it runs on a thread of its own and the process exits after ABORT_GRACE_S whether
 // or not it returned: exiting ends the process's kernels with its CUDA context.
 #define ABORT_GRACE_S 10
@@ -137,7 +132,7 @@ static void* watchdog(void* arg) {
       Pending* p = &watch.ring[watch.head];
       cudaError_t q = cudaEventQuery(p->done);
       if (q == cudaErrorNotReady) {
-        if (watch.timeout_s > 0 && now() - p->issued > watch.timeout_s) {
+        if (watch.timeout_s > 0 && now_seconds() - p->issued > watch.timeout_s) {
           char msg[512];
           snprintf(msg, sizeof msg, "%s on a communicator of %d ranks did not finish within %.0f s (--comm-timeout)",
                    p->what, p->size, watch.timeout_s);
@@ -200,7 +195,7 @@ static void track(const Comm* c, const char* what, cudaStream_t s) {
   }
   Pending* p = &watch.ring[(watch.head + watch.count) % MAX_PENDING];
   CUDA_OK(cudaEventRecord(p->done, s));
-  p->issued = now();
+  p->issued = now_seconds();
   p->what = what;
   p->size = c->size;
   watch.count++;

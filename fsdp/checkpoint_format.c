@@ -2,7 +2,7 @@
 // checkpoint_format.h). Every reader here validates, through the strict JSON reader
 // (infra/json.h): a file that is not JSON, or a field that is missing, twice, not a whole
 // number, out of range or inconsistent is refused with the file, the field and the reason.
-#include "infra/checkpoint_format.h"
+#include "fsdp/checkpoint_format.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -8,7 +8,7 @@
 // through layers/ and fsdp/schedule.c, the loss all-reduce, the gradient norm and the sharded
 // AdamW, on placeholder micro-batches. The step is run three times and the last one is measured
 // (the first has no previous optimizer step to wait for).
-#include "timeline/predict.h"
+#include "predict/predict.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "infra/dist.h"
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 #define PREDICT_STEPS 3
 
@@ -181,20 +181,9 @@ int predict_run(const Options* o, const Cluster* c, const ModelConfig* cfg, cons
   return 0;
 }
 
-static const char* prefetch_name(const FSDPOptions* f) {
-  if (f->prefetch_forward) return f->prefetch_backward ? "both" : "forward";
-  return f->prefetch_backward ? "backward" : "none";
-}
-
-static void strategy_name(const FSDPOptions* f, char* out, size_t len) {
-  if (f->strategy == SHARD_HYBRID) snprintf(out, len, "hybrid:%d", f->hybrid_factor);
-  else if (f->strategy == SHARD_HPZ) snprintf(out, len, "hpz:%d", f->hpz_factor);
-  else snprintf(out, len, "%s", fsdp_strategy_name(f->strategy));
-}
-
 void predict_print(const Options* o, const Cluster* c, const ModelConfig* cfg, const Prediction* p) {
   char strat[32];
-  strategy_name(&o->fsdp, strat, sizeof strat);
+  shard_option(&o->fsdp, strat, sizeof strat);
   int t5 = cfg->kind == MODEL_T5;
   printf("predict | %s | %d x %s | network %s (%d GPUs per node, %.0f GB/s per node) | %s | batch %d", cfg->name,
          c->world, c->gpu.name, c->net.name, c->net.gpus_per_node, c->net.node_bytes_s / 1e9, strat, o->batch);
@@ -342,8 +331,8 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
   static const char* rc_names[] = {"none", "block", "selective"};
   for (int i = 0; i < n && i < show; i++) {
     char strat[32], off[64];
-    strategy_name(&rows[i].fsdp, strat, sizeof strat);
-    fsdp_offload_name(rows[i].fsdp.offload, off, sizeof off);
+    shard_option(&rows[i].fsdp, strat, sizeof strat);
+    offload_name(rows[i].fsdp.offload, off, sizeof off);
     const Prediction* p = &rows[i].p;
     printf("| %4d | %-10s | %5d | %-8s | %-9s | %-6s | %-18s | %5d | %10.1f | %9.1f | %9.2f | %7.1f%% | %8.2f%s |\n", i + 1,
            strat, rows[i].fsdp.limit_all_gathers, prefetch_name(&rows[i].fsdp), rc_names[rows[i].fsdp.recompute],

@@ -1,14 +1,14 @@
-// comm_timeline.c: fsdp/comm.h for the timeline: a collective moves nothing and takes the
-// modelled time of its size on its group (timeline/collective.c), on the stream its
+// comm.c (timeline): kernels/comm.h for the timeline: a collective moves nothing and takes the
+// modelled time of its size on its group (kernels/timeline/collective.c), on the stream its
 // communicator is bound to. It needs this rank's links, so collectives on the all-gather and
 // reduce-scatter streams share them one after the other (their bandwidths add up to the link's).
 // A collective on host values (the loss, a token count) is synchronous, as comm_nccl.c's host
 // staging is: the host waits for it.
 #include <stdlib.h>
 
-#include "fsdp/comm.h"
+#include "kernels/comm.h"
 #include "infra/dist.h"
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 struct Comm {
   Group group;

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 #define GiB 1073741824.0
 
@@ -178,6 +178,6 @@ void catalogue_print(FILE* f) {
     fprintf(f, "| %-8s | %13d | %13.0f | %6.0f%% | %4d | %15.1f | %15.1f |\n", n->name, n->gpus_per_node,
             n->node_bytes_s / 1e9, 100 * n->net_eff, n->nics, n->latency_s * 1e6, n->base_latency_s * 1e6);
   }
-  fprintf(f, "(percentages: the share of each rate kernels and NCCL reach, measured where timeline/catalogue.c cites a\n"
+  fprintf(f, "(percentages: the share of each rate kernels and NCCL reach, measured where kernels/timeline/catalogue.c cites a\n"
              "measurement, assumed where it says so)\n");
 }

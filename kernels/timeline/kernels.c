@@ -1,4 +1,4 @@
-// kernels_timeline.c: kernels.h for the timeline: each call computes nothing and adds to its
+// kernels.c (timeline): kernels.h for the timeline: each call computes nothing and adds to its
 // stream the time the CUDA kernel would take, from the exact FLOPs and bytes of the call:
 //   max(FLOPs / (peak x matmul or attention efficiency), bytes / (HBM x efficiency)) + launch gap
 // (a roofline; catalogue.c cites each constant). Bytes are what the CUDA kernels read and write
@@ -11,7 +11,7 @@
 #include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
 #include "kernels/position_bucket.h"
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 struct KernelCtx {
   StreamId stream;

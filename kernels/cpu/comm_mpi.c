@@ -1,4 +1,4 @@
-// comm_mpi.c: the CPU implementation of fsdp/comm.h over MPI, with deterministic sums.
+// comm_mpi.c: the CPU implementation of kernels/comm.h over MPI, with deterministic sums.
 //
 // MPI only moves bytes here; every sum is folded by us in rank order so that a result has
 // the same bits whatever MPI's reduction algorithm and whatever the world size (the
@@ -9,7 +9,7 @@
 // watchdog that ends every rank (MPI_Abort) when the collective has not finished within
 // --comm-timeout seconds, naming this rank and the collective. A rank that is stopped, killed
 // without MPI noticing, or cut off by the network otherwise leaves the others waiting forever.
-#include "fsdp/comm.h"
+#include "kernels/comm.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "infra/clock.h"
 #include "infra/dist.h"
 
 static double g_timeout_s = 600;
@@ -76,23 +77,17 @@ struct Comm {
     }                                                                     \
   } while (0)
 
-static double seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 // Waits for a started collective. Spins on MPI_Test for the first 10 ms (MPI progresses inside
 // it), then tests every 200 us so that a long wait does not burn a core, and ends the job when
 // --comm-timeout passes.
 static void wait_collective(Comm* c, MPI_Request* req, const char* what, size_t count) {
-  double start = seconds(), now = start;
+  double start = now_seconds(), now = start;
   c->collectives++;
   for (long tries = 0;; tries++) {
     int done = 0;
     MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
     if (done) return;
-    if (tries % 256 == 0) now = seconds();
+    if (tries % 256 == 0) now = now_seconds();
     if (now - start > 0.01) nanosleep(&(struct timespec){0, 200000}, NULL);
     if (g_timeout_s > 0 && now - start > g_timeout_s) {
       fflush(stdout);

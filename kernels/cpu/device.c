@@ -1,11 +1,12 @@
-// device_cpu.c: the CPU "device": host memory, and no-op streams and events (collectives
+// device.c (CPU): the CPU "device": host memory, and no-op streams and events (collectives
 // complete synchronously on the MPI backend, so program order is already the schedule).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
+#include "infra/clock.h"
 #include "infra/dist.h"
 
 struct DeviceEvent {
@@ -23,14 +24,9 @@ void* device_alloc_zeroed(size_t bytes, const char* what) {
 void device_free(void* p) { free(p); }
 DeviceEvent* device_event_create(void) { return xcalloc(1, sizeof(DeviceEvent), "event"); }
 DeviceEvent* device_event_create_timed(void) { return device_event_create(); }
-static double host_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 void device_event_record(DeviceEvent* e, StreamId s) {
   (void)s;
-  e->t = host_seconds();
+  e->t = now_seconds();
 }
 double device_event_seconds(DeviceEvent* from, DeviceEvent* to) { return to->t - from->t; }
 void device_stream_wait(StreamId s, DeviceEvent* e) { (void)e; (void)s; }
@@ -40,7 +36,7 @@ static int nmarks = 0;
 int device_mark(StreamId s) {
   (void)s;
   if (nmarks == DEVICE_MAX_MARKS) return -1;
-  marks[nmarks] = host_seconds();
+  marks[nmarks] = now_seconds();
   return nmarks++;
 }
 double device_mark_seconds(int mark) { return marks[mark]; }
@@ -75,6 +71,8 @@ void* device_stream(StreamId s) {
   (void)s;
   return NULL;
 }
+
+int device_holds_values(void) { return 1; }
 
 // MemAvailable of /proc/meminfo, shared by the ranks of this host (OpenMPI tells how many).
 size_t device_free_bytes(void) {

@@ -5,12 +5,12 @@
 // those clocks is the predicted step time of one rank of a world of any size, from one process.
 //
 // Concept -> home:
-//   GPU and network catalogue (cited constants)   timeline/catalogue.c
-//   collective cost models (ring, tree, 2 levels) timeline/collective.c
-//   stream clocks, events, the host model, memory timeline/device_timeline.c
-//   kernel costs from exact FLOPs and bytes       timeline/kernels_timeline.c
-//   communicators of a simulated world            timeline/comm_timeline.c
-//   --predict / --predict-sweep: run and report   timeline/predict.c, timeline/predict_main.c
+//   GPU and network catalogue (cited constants)   kernels/timeline/catalogue.c
+//   collective cost models (ring, tree, 2 levels) kernels/timeline/collective.c
+//   stream clocks, events, the host model, memory kernels/timeline/device.c
+//   kernel costs from exact FLOPs and bytes       kernels/timeline/kernels.c
+//   communicators of a simulated world            kernels/timeline/comm.c
+//   --predict / --predict-sweep: run and report   predict/predict.c, predict/predict_gpt.c
 //   re-executing the prediction from a trainer    train/predict_exec.c
 //
 // It builds on --sim-world (fsdp/schedule.c), which keeps one rank and stretches each collective
@@ -21,9 +21,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 
-// ---- catalogue (timeline/catalogue.c) ---------------------------------------------------
+// ---- catalogue (kernels/timeline/catalogue.c) ---------------------------------------------------
 typedef struct {
   const char* name;          // a100-40gb, a100-80gb, h100-sxm, h200
   const char* label;         // what kernels_device_name reports
@@ -78,7 +78,7 @@ typedef struct {
   double alloc_retry_s;
   // The attention kernels, for comparison (--predict-attention eager): fsdp.c's fused kernel
   // (FlashAttention-2-style), or the unfused attention the seeds' PyTorch models ran, a kernel
-  // per step over the whole score tensor (kernels_timeline.c says which steps and their bytes).
+  // per step over the whole score tensor (kernels/timeline/kernels.c says which steps and their bytes).
   AttentionImpl attention;
   // The SMs a collective may hold (--predict-comm-sms N, as NCCL_MAX_CTAS caps them): -1 leaves
   // NCCL's own choice (collective.c); 0 models collectives that take no SMs from the kernels.
@@ -92,7 +92,7 @@ int catalogue_cluster(const char* spec, int world, Cluster* out, char* err, size
 // --predict list: every GPU and network with the figures a prediction uses.
 void catalogue_print(FILE* f);
 
-// ---- collectives (timeline/collective.c) ------------------------------------------------
+// ---- collectives (kernels/timeline/collective.c) ------------------------------------------------
 typedef enum { COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_ALL_REDUCE, COLL_BROADCAST } CollKind;
 // A communicator of n ranks, `stride` apart in world rank order (a shard group: stride 1; a
 // replica group: stride F), on nodes of gpus_per_node consecutive ranks.
@@ -110,7 +110,7 @@ typedef struct {
 // broadcast: the buffer every rank holds).
 CollCost collective_cost(const Cluster* c, CollKind kind, double bytes, Group g);
 
-// ---- device, clocks and the op log (timeline/device_timeline.c) ---------------------------
+// ---- device, clocks and the op log (kernels/timeline/device.c) ---------------------------
 void timeline_configure(const Cluster* c);
 const Cluster* timeline_cluster(void);
 // Clears the clocks, the op log and the counters (before a new prediction in the same process).
@@ -138,7 +138,7 @@ double timeline_sm_contention(void);
 // Is p inside the (reserved, untouched) device memory?
 int timeline_is_device(const void* p);
 
-// ---- kernels (timeline/kernels_timeline.c) ---------------------------------------------
+// ---- kernels (kernels/timeline/kernels.c) ---------------------------------------------
 // The eager attention's memory (--predict-attention eager), per score element: the bytes
 // PyTorch's autograd keeps of one attention for its backward, and the most that attention's
 // backward holds on top of them. predict.c counts the attentions alive at once.
@@ -147,7 +147,7 @@ typedef struct {
 } EagerScoreBytes;
 EagerScoreBytes timeline_eager_score_bytes(void);
 
-// ---- communicators (timeline/comm_timeline.c) -------------------------------------------
+// ---- communicators (kernels/timeline/comm.c) -------------------------------------------
 // A communicator of rank 0's groups: n ranks `stride` apart, issuing on stream s. comm_split
 // cannot build these (rank 0 alone does not know the other ranks' colors), so the prediction
 // makes the FSDP groups from the strategy, as fsdp_init's splits would.

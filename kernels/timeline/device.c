@@ -1,10 +1,10 @@
-// device_timeline.c: the timeline's device (fsdp/device.h): three stream clocks, events that
+// device.c (timeline): the timeline's device (kernels/device.h): three stream clocks, events that
 // carry a clock value, a host clock, and memory that is reserved but never touched.
 //
 // The host model: the training loop issues every kernel and collective (a few microseconds of
 // host time each, catalogue [LAUNCH]); work starts when its stream is free and the host has
 // issued it, so a GPU faster than its host waits for it. Copies of tokens in and of the loss out
-// are synchronous, as in device_cuda.c: the host waits for the compute stream there.
+// are synchronous, as in kernels/cuda/device.c: the host waits for the compute stream there.
 //
 // SMs: a collective's NCCL kernel holds some of the SMs for as long as it runs (one block per
 // channel, never sharing its SM: catalogue.c [CTA]), and a kernel beside it gets the rest. Each
@@ -22,10 +22,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
-#include "fsdp/fsdp.h"
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 #define NSTREAMS DEVICE_STREAMS
 #define MAX_REGIONS 64
@@ -221,10 +220,7 @@ void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s) {
 }
 
 // The sharded initialization writes values; here the shards hold none (nothing is computed).
-void fsdp_init_shards(FSDP* fs, uint64_t seed) {
-  (void)fs;
-  (void)seed;
-}
+int device_holds_values(void) { return 0; }
 
 DeviceEvent* device_event_create(void) {
   return xcalloc(1, sizeof(DeviceEvent), "event");
@@ -316,7 +312,7 @@ size_t device_free_bytes(void) {
   return (size_t)timeline_cluster()->gpu.memory_bytes;
 }
 
-// A synchronous copy on the compute stream (device_cuda.c): after the stream's work, and the
+// A synchronous copy on the compute stream (kernels/cuda/device.c): after the stream's work, and the
 // host waits for it. Only host memory is written (zeros: nothing was computed).
 static void sync_copy(size_t bytes, const char* what) {
   const Cluster* c = timeline_cluster();

@@ -28,7 +28,7 @@
 // the node's interfaces (a replica group, one rank per node) drives its share, at least one.
 #include <math.h>
 
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 
 typedef struct {
   int per_node, nodes;

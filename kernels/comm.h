@@ -1,7 +1,7 @@
 // comm.h: the communication interface of the FSDP runtime, with NCCL's semantics.
 //
-// Implementations: fsdp/comm_mpi.c (CPU, MPI; a single-rank build without MPI) and, for the
-// CUDA build, fsdp/comm_nccl.c. The schedule (fsdp/schedule.c) calls only these functions.
+// Implementations: kernels/cpu/comm_mpi.c (CPU, MPI; a single-rank build without MPI) and, for the
+// CUDA build, kernels/cuda/comm_nccl.c. The schedule (fsdp/schedule.c) calls only these functions.
 //
 // Buffer conventions follow NCCL's in-place forms, so the flat unit buffers are passed to the
 // collectives as they are, without copies (FSDP paper, section 3.2.1: the FlatParameter has
@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "kernels/precision.h"  // DType
 
 typedef struct Comm Comm;

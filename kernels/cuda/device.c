@@ -1,5 +1,5 @@
-// device_cuda.c: the CUDA device of the FSDP runtime: device memory, the three streams and
-// events between them (fsdp/device.h). Host C, built only into the CUDA binary.
+// device.c (CUDA): the CUDA device of the FSDP runtime: device memory, the three streams and
+// events between them (kernels/device.h). Host C, built only into the CUDA binary.
 //
 // Streams: kernels_init (kernels/cuda/backend.cu) creates, at start-up, the compute stream that
 // every kernel runs on and two communication streams; StreamId maps onto them in order:
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fsdp/device.h"
+#include "kernels/device.h"
 #include "infra/dist.h"
 #include "kernels/cuda/kernels_cuda.h"
 
@@ -181,6 +181,8 @@ void device_describe_gelu(struct KernelCtx* ctx, int N, int C, int OC, char* out
 }
 
 void* device_stream(StreamId s) { return kernels_cuda_stream((int)s); }
+
+int device_holds_values(void) { return 1; }
 
 // Without a usable GPU (e.g. --plan on a machine without one) the limit is unknown: no limit.
 size_t device_free_bytes(void) {

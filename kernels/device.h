@@ -57,6 +57,10 @@ void device_delay(StreamId s, double seconds);
 void* device_stream(StreamId s);
 // Memory the plan may use on this device: free GPU memory, or the host's available memory.
 size_t device_free_bytes(void);
+// Whether the device's memory holds values: 1 on the CPU and CUDA backends; 0 on the timeline
+// backend, whose memory is address space that nothing reads or writes (so the sharded
+// initialization has nothing to write there).
+int device_holds_values(void);
 void device_copy_to_host(void* dst, const void* src, size_t bytes);
 void device_copy_to_device(void* dst, const void* src, size_t bytes);
 // Pinned host memory (--offload): what the GPU copies to and from asynchronously. The CPU

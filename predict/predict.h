@@ -1,7 +1,7 @@
-// predict.h: --predict and --predict-sweep (timeline/predict.c).
+// predict.h: --predict and --predict-sweep (predict/predict.c).
 #ifndef FSDP_PREDICT_H
 #define FSDP_PREDICT_H
-#include "timeline/timeline.h"
+#include "kernels/timeline/timeline.h"
 #include "train/train.h"
 
 typedef struct {
