@@ -31,8 +31,19 @@ int main(int argc, char** argv) {
   // other process may be writing it (weights/export.c, infra/files.h).
   int ok = 1;
   char note[4400] = "";
-  if (dist_rank() == 0)
-    ok = !weights_export_check("DIR", argv[2], err, sizeof err) && !dir_lock("DIR", argv[2], note, sizeof note, err, sizeof err);
+  if (dist_rank() == 0) {
+    // The export replaces DIR (through DIR.tmp and DIR.old): none of them may be or hold SRC.
+    const char* names[3] = {"", ".tmp", ".old"};
+    for (int i = 0; i < 3 && ok; i++) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s%s", argv[2], names[i]);
+      if (path_overlap(path, argv[1]))
+        ok = 0, snprintf(err, sizeof err, "DIR %s would replace SRC %s (compared by device and inode, links resolved); "
+                         "export to another directory", argv[2], argv[1]);
+    }
+    ok = ok && !weights_export_check("DIR", argv[2], err, sizeof err) &&
+         !dir_lock("DIR", argv[2], note, sizeof note, err, sizeof err);
+  }
   if (note[0]) fprintf(stderr, "note: %s\n", note);
   if (!comm_all_true(comm_world(), ok)) {
     if (!ok) fprintf(stderr, "error: %s (nothing was written)\n", err);
@@ -44,7 +55,9 @@ int main(int argc, char** argv) {
   FSDP fs;
   fsdp_init(&fs, model_num_units(&cfg, opt.wrap), opt, comm_world(), kctx);
   Model m;  // the smallest activations: nothing is computed
-  model_create(&m, &cfg, &fs, 1, 1, cfg.kind == MODEL_T5 ? 1 : 0, 1);
+  model_plan(&m, &cfg, &fs, 1, 1, cfg.kind == MODEL_T5 ? 1 : 0);
+  if (model_source_check(&fs, argv[1], err, sizeof err)) fatal("%s", err);
+  model_allocate(&m, 1);
   model_source_load(&fs, &cfg, argv[1]);
   weights_export(&fs, &cfg, argv[2]);
   log0("exported %s (%s) to %s\n", argv[1], cfg.name, argv[2]);

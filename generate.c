@@ -220,7 +220,9 @@ int main(int argc, char** argv) {
   FSDP fs;
   fsdp_init(&fs, model_num_units(&cfg, opt.wrap), opt, comm_world(), kctx);
   Model m;
-  model_create(&m, &cfg, &fs, 1, T, Te, seed);
+  model_plan(&m, &cfg, &fs, 1, T, Te);
+  if (model_source_check(&fs, src, err, sizeof err)) fatal("%s", err);
+  model_allocate(&m, seed);
   model_source_load(&fs, &cfg, src);
 
   int32_t* seq = xcalloc((size_t)T + 1, sizeof(int32_t), "sequence");

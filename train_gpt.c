@@ -146,6 +146,19 @@ int main(int argc, char** argv) {
   check_outputs(&o, comm_world());  // a typo in an output path must not cost a finished run
   FSDP fs;
   fsdp_init(&fs, model_num_units(&cfg, o.fsdp.wrap), o.fsdp, comm_world(), kctx);
+  checkpoint_begin_run(&fs);  // this run's identity, in its checkpoints; a resume takes the saved one's
+  // A checkpoint names its model as its run spelled it: the same shape spelled another way
+  // (other key order, leading zeros, a trailing comma) resumes, and this run saves under that name.
+  char ckpt_model[256];
+  snprintf(ckpt_model, sizeof ckpt_model, "%s", cfg.name);
+  if (o.resume_dir) {
+    ModelConfig recorded;
+    char name[256];
+    if (rank == 0 && !checkpoint_recorded_model(o.resume_dir, name, sizeof name) &&
+        !model_config_parse(name, &recorded, err, sizeof err) && !weights_config_match(&cfg, &recorded, err, sizeof err))
+      snprintf(ckpt_model, sizeof ckpt_model, "%s", name);
+    comm_broadcast(comm_world(), ckpt_model, sizeof ckpt_model, 0);
+  }
   Model model;
   model_plan(&model, &cfg, &fs, B, T, Te);
   StepIO io;  // the step's control values on the device and its pinned host buffers (train/step.c)
@@ -200,7 +213,7 @@ int main(int argc, char** argv) {
   if (o.resume_dir) {
     char used[4300];
     LossScaler saved;
-    start_step = checkpoint_load(&fs, o.resume_dir, cfg.name, used, sizeof used, &saved);
+    start_step = checkpoint_load(&fs, "--resume", o.resume_dir, ckpt_model, used, sizeof used, &saved);
     log0("resumed from %s after step %d\n", used, start_step);
     // A dynamic scale goes on from where it was, as a GradScaler's state_dict would, unless
     // this run names its own starting scale.
@@ -216,14 +229,14 @@ int main(int argc, char** argv) {
       log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
            total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
   }
-  if (o.init_from) weights_load(&fs, &cfg, o.init_from), log0("initialized from %s\n", o.init_from);
+  if (o.init_from) weights_load(&fs, &cfg, o.init_from, "--init-from"), log0("initialized from %s\n", o.init_from);
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
     logf = fopen(o.log_path, "w");
     if (!logf) fatal("--log: cannot open '%s' for writing: %s", o.log_path, strerror(errno));
   }
   if (o.save_dir && total_steps == 0) {  // --steps 0 --save: the initialized model, said so
-    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler);
+    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, ckpt_model, 0, o.seed, &scaler);
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
@@ -269,7 +282,7 @@ int main(int argc, char** argv) {
     if (signals && !last) {
       stopped_by = stop_signal_name(signals);
       if (o.save_dir) {
-        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, ckpt_model, step + 1, o.seed, &scaler);
         log0("step %5d | saved %s\n", step + 1, o.save_dir);
       }
       log0("step %5d | stopped by %s: %s; exiting with status %d\n", step + 1, stopped_by,
@@ -287,7 +300,7 @@ int main(int argc, char** argv) {
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
     if (save_now) {
-      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, ckpt_model, step + 1, o.seed, &scaler);
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
     if (sample_now) sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);

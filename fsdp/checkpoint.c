@@ -14,9 +14,20 @@
 // the next save first settles them so that nothing complete is deleted before a newer complete
 // one exists. With --keep-checkpoints N, DIR instead holds step-numbered checkpoints
 // DIR/step_00000100, ..., each written through its own .tmp, the N newest kept.
+//
+// A run owns its checkpoints: each records the run's identity (run_id, drawn at start-up and
+// taken over by a run that resumes one), and nothing here ever deletes or replaces a checkpoint
+// of another run. At start-up a --save directory holding another run's checkpoints is refused
+// unless this run resumes that run. Rotation (--keep-checkpoints) deletes only this run's
+// checkpoints older than the save, and only once the N - 1 newest of them are verified
+// against their checksums, so the newest intact checkpoint always survives; with N >= 2 it
+// rotates before writing, so the disk needs room for N checkpoints, not N + 1. The save's
+// names are never followed through a symbolic link: DIR, DIR.tmp, DIR.old and DIR/step_* are
+// refused at start-up when they are links, and a link is never emptied (infra/files.h).
 #include "fsdp/checkpoint.h"
 
 #include <dirent.h>
+#include <sys/random.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -24,11 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fsdp/checkpoint_format.h"
 #include "infra/dist.h"
 #include "infra/files.h"
+#include "infra/json.h"
 
 #define PATH_CAP 1024  // checkpoint paths are refused at start-up beyond PATH_CAP - 64
 #define ERR_CAP 4096
@@ -96,6 +109,99 @@ static int keep_name_step(const char* name, int* tmp) {
   return step;
 }
 
+// ---- the run that owns a checkpoint ---------------------------------------------------------
+
+void checkpoint_begin_run(FSDP* fs) {
+  uint64_t id = 0;
+  if (fs->world_rank == 0 && getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+    struct timespec t;  // no entropy source: the clock and the process, still distinct runs
+    clock_gettime(CLOCK_REALTIME, &t);
+    id = ((uint64_t)t.tv_sec * 1000000007ULL) ^ ((uint64_t)t.tv_nsec << 20) ^ (uint64_t)getpid();
+  }
+  comm_broadcast(fs->world, &id, sizeof id, 0);
+  snprintf(fs->run_id, sizeof fs->run_id, "%016llx", (unsigned long long)id);
+}
+
+// The runs that own the complete checkpoints in or at dir (dir itself when it is one, DIR.tmp
+// and DIR.old beside it, or the step_NNNNNNNN inside it): up to max distinct run ids ("" for a
+// checkpoint without one), each with one of its checkpoints and that one's step.
+#define MAX_RUNS 8
+typedef struct {
+  int n;
+  char id[MAX_RUNS][CKPT_RUN_ID_LEN];
+  char example[MAX_RUNS][PATH_CAP + 40];
+  int step[MAX_RUNS];
+} Runs;
+
+static void add_run(Runs* r, const char* path) {
+  int step = -1;
+  char id[CKPT_RUN_ID_LEN];
+  if (classify(path, &step) != CK_COMPLETE || ckpt_read_run_id(path, id)) return;
+  for (int i = 0; i < r->n; i++)
+    if (!strcmp(r->id[i], id)) return;
+  if (r->n == MAX_RUNS) return;
+  snprintf(r->id[r->n], sizeof r->id[r->n], "%s", id);
+  snprintf(r->example[r->n], sizeof r->example[r->n], "%s", path);
+  r->step[r->n++] = step;
+}
+
+static void runs_in(const char* dir, Runs* r) {
+  memset(r, 0, sizeof *r);
+  char meta[PATH_CAP + 16];
+  snprintf(meta, sizeof meta, "%s/meta.json", dir);
+  if (file_exists(meta)) add_run(r, dir);
+  DIR* d = opendir(dir);
+  struct dirent* e;
+  int tmpflag;
+  while (d && (e = readdir(d))) {
+    char path[PATH_CAP + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (keep_name_step(e->d_name, &tmpflag) >= 0 && !tmpflag) add_run(r, path);
+  }
+  if (d) closedir(d);
+  const char* suffixes[2] = {".tmp", ".old"};
+  for (int i = 0; i < 2; i++) {
+    char path[PATH_CAP + 8];
+    snprintf(path, sizeof path, "%s%s", dir, suffixes[i]);
+    add_run(r, path);
+  }
+}
+
+// -1 when path is a symbolic link (the reason in err): a save renames, empties and replaces
+// these names, and through a link it would do that to whatever the link points at.
+static int refuse_link(const char* dir, const char* path, char* err, size_t errlen) {
+  struct stat st;
+  if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode)) return 0;
+  char target[PATH_CAP] = "";
+  ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n > 0) target[n] = 0;
+  return snprintf(err, errlen, "--save %s: %s is a symbolic link (to %s); a save renames and replaces it and would "
+                  "delete the files of what it points to. Give --save the real directory (not a link), and move "
+                  "the link away", dir, path, target[0] ? target : "?"), -1;
+}
+
+// -1 when dir holds a complete checkpoint of a run other than the one resumed from resume_dir
+// (NULL: a new run): saving there would replace it (or, with --keep-checkpoints, rank this run's
+// checkpoints among the other's and leave --resume to pick whichever has the higher step).
+int checkpoint_check_owner(const char* dir, int keep, const char* resume_dir, char* err, size_t errlen) {
+  Runs there, resumed = {0};
+  runs_in(dir, &there);
+  if (resume_dir) runs_in(resume_dir, &resumed);
+  for (int i = 0; i < there.n; i++) {
+    int mine = 0;
+    for (int j = 0; j < resumed.n; j++) mine |= !strcmp(there.id[i], resumed.id[j]);
+    if (mine) continue;
+    char who[64];
+    if (there.id[i][0]) snprintf(who, sizeof who, "run %s", there.id[i]);
+    else snprintf(who, sizeof who, "a run that recorded no identity");
+    return snprintf(err, errlen, "--save %s holds a checkpoint of another run (%s, step %d, %s): this run would %s. "
+                    "To continue that run, add --resume %s; to start a new one, give --save a new directory (or move "
+                    "that checkpoint away)", dir, there.example[i], there.step[i], who,
+                    keep ? "rank its own checkpoints with it by step and rotate out whichever are older" : "replace it", dir), -1;
+  }
+  return 0;
+}
+
 int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen) {
   if (!dir[0]) return snprintf(err, errlen, "--save needs a directory name, got ''"), -1;
   if (strlen(dir) > PATH_CAP - 64) return snprintf(err, errlen, "--save %s: the path is too long", dir), -1;
@@ -116,6 +222,12 @@ int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen)
     return snprintf(err, errlen, "--save %s: the directory %s does not exist; create it first", dir, parent), -1;
   if (access(parent, W_OK | X_OK) != 0)
     return snprintf(err, errlen, "--save %s: cannot write in %s (%s)", dir, parent, strerror(errno)), -1;
+  const char* link_suffixes[3] = {"", ".tmp", ".old"};
+  for (int i = 0; i < 3; i++) {
+    char path[PATH_CAP + 8];
+    snprintf(path, sizeof path, "%s%s", dir, link_suffixes[i]);
+    if (refuse_link(dir, path, err, errlen)) return -1;
+  }
   char what[512];
   if (file_exists(dir) && !file_is_dir(dir))
     return snprintf(err, errlen, "--save %s: a file of that name exists and is not a checkpoint directory; "
@@ -124,10 +236,16 @@ int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen)
     DIR* d = opendir(dir);
     struct dirent* e;
     int bad = 0, tmpflag;
-    while (d && !bad && (e = readdir(d)))
+    while (d && !bad && (e = readdir(d))) {
+      char path[PATH_CAP + 300];
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
       if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && keep_name_step(e->d_name, &tmpflag) < 0)
         bad = 1, snprintf(what, sizeof what, "%s", e->d_name);
+      else if (refuse_link(dir, path, err, errlen))
+        bad = 2;
+    }
     if (d) closedir(d);
+    if (bad == 2) return -1;
     if (bad)
       return snprintf(err, errlen, "--save %s --keep-checkpoints: %s holds '%s', which is not a step_NNNNNNNN "
                       "checkpoint; choose an empty or new directory", dir, dir, what), -1;
@@ -229,39 +347,103 @@ static void settle(const char* dir) {
   if (rc) fatal("checkpoint %s: cannot settle %s and %s: %s", dir, tmp, old, strerror(errno));
 }
 
-// Rank 0, after the save of `name` in a --keep-checkpoints directory: keep the newest `keep`
-// complete checkpoints and no incomplete ones.
-static void prune(const char* dir, int keep, const char* just_written) {
-  DIR* d = opendir(dir);
-  if (!d) return;
-  int cap = 64, n = 0, *steps = xmalloc(cap * sizeof(int), "checkpoint list");
+// What this process knows of checkpoints by their path: intact (it wrote or verified them) or
+// corrupt (verification failed; said once). Every rank keeps the same list: it changes only in
+// collective calls.
+typedef struct {
+  char* path;
+  int intact;
+} Known;
+static Known* known;
+static int nknown;
+static int known_state(const char* path) {
+  for (int i = 0; i < nknown; i++)
+    if (!strcmp(known[i].path, path)) return known[i].intact;
+  return -1;
+}
+static void remember(const char* path, int intact) {
+  for (int i = 0; i < nknown; i++)
+    if (!strcmp(known[i].path, path)) {
+      known[i].intact = intact;
+      return;
+    }
+  if (nknown % 64 == 0 && !(known = realloc(known, (size_t)(nknown + 64) * sizeof *known)))
+    fatal("out of host memory for the checkpoint list");
+  known[nknown].path = xmalloc(strlen(path) + 1, "checkpoint list");
+  strcpy(known[nknown].path, path);
+  known[nknown++].intact = intact;
+}
+static void forget(const char* path) {
+  for (int i = 0; i < nknown; i++)
+    if (!strcmp(known[i].path, path)) {
+      free(known[i].path);
+      known[i] = known[--nknown];
+      return;
+    }
+}
+
+static int load_or_verify(FSDP* fs, const char* dir, const char* model, int into_shards, CkptMeta* meta, char* err,
+                          size_t errlen);
+
+static int by_step_desc(const void* a, const void* b) { return *(const int*)b - *(const int*)a; }
+
+// Collective, in a --keep-checkpoints directory, around the save of step `step`: of this run's
+// complete checkpoints older than it, the `others` newest that verify against their checksums
+// are kept and the older ones deleted. Nothing of another run is touched; a corrupt checkpoint of
+// this run among the newest is left in place (said once) and not counted; this run's interrupted
+// saves are removed. Called before the write with others = N - 1 (N >= 2), so the disk holds N
+// checkpoints and the newest intact one is among them should the write fail, or after it with
+// others = 0 (N = 1: the only other checkpoint goes only once the new one is complete).
+static void rotate(FSDP* fs, const char* dir, int others, int step, const char* model) {
+  int n = 0, cap = 64, *steps = xmalloc((size_t)cap * sizeof(int), "checkpoint list");
+  static int said_newer;
+  DIR* d = fs->world_rank == 0 ? opendir(dir) : NULL;
   struct dirent* e;
-  while ((e = readdir(d))) {
-    int tmpflag, s = keep_name_step(e->d_name, &tmpflag);
-    char path[PATH_CAP + 300];
+  while (d && (e = readdir(d))) {
+    int tmpflag, at, s = keep_name_step(e->d_name, &tmpflag);
+    char path[PATH_CAP + 300], id[CKPT_RUN_ID_LEN];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if (s < 0 || !strcmp(path, just_written)) continue;
-    int ms;
-    if (tmpflag || classify(path, &ms) != CK_COMPLETE) {
-      remove_checkpoint_dir(path);
+    if (s < 0) continue;
+    int readable = ckpt_read_run_id(path, id) == 0;
+    if (readable && strcmp(id, fs->run_id)) continue;  // another run's: never touched
+    if (tmpflag || classify(path, &at) != CK_COMPLETE) {
+      if (s != step || tmpflag) remove_checkpoint_dir(path);  // an interrupted save: never loadable
       continue;
     }
-    if (n == cap) steps = realloc(steps, (cap *= 2) * sizeof(int));
+    if (!readable || s == step) continue;
+    if (s > step) {  // a corrupt one was skipped by the resume, and is said so then
+      if (known_state(path) != 0 && !said_newer++)
+        log0("note: --save %s: %s is this run's, from a step after %d (the run resumed from an earlier checkpoint); "
+             "--resume %s would continue from it: move it away if that is not what you want\n", dir, path, step, dir);
+      continue;
+    }
+    if (n == cap && !(steps = realloc(steps, (size_t)(cap *= 2) * sizeof(int)))) fatal("out of host memory for the checkpoint list");
     steps[n++] = s;
   }
-  closedir(d);
-  // The just-written one counts as one of the kept: remove all but the newest keep-1 others.
-  for (int kept = 0; kept < n; kept++) {
-    int newest = -1, at = -1;
-    for (int i = 0; i < n; i++)
-      if (steps[i] > newest) newest = steps[i], at = i;
-    if (at < 0) break;
-    steps[at] = -1;
-    if (kept >= keep - 1) {
-      char path[PATH_CAP + 32];
-      snprintf(path, sizeof path, "%s/step_%08d", dir, newest);
-      if (remove_checkpoint_dir(path) != 0) fprintf(stderr, "warning: could not remove %s\n", path);
+  if (d) closedir(d);
+  qsort(steps, (size_t)n, sizeof(int), by_step_desc);
+  comm_broadcast(fs->world, &n, sizeof n, 0);
+  if (fs->world_rank != 0 && !(steps = realloc(steps, (size_t)(n ? n : 1) * sizeof(int)))) fatal("out of host memory");
+  comm_broadcast(fs->world, steps, (size_t)n * sizeof(int), 0);
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    char path[PATH_CAP + 32], err[ERR_CAP];
+    snprintf(path, sizeof path, "%s/step_%08d", dir, steps[i]);
+    if (kept < others) {
+      int state = known_state(path);
+      if (state < 0) {
+        state = load_or_verify(fs, path, model, 0, NULL, err, sizeof err) == 0;
+        remember(path, state);
+        if (!state)
+          log0("warning: --keep-checkpoints: %s does not verify (%s); it is left in place for you to look at and not "
+               "counted among the %d kept\n", path, err, others + 1);
+      }
+      kept += state;
+      continue;
     }
+    if (fs->world_rank == 0 && remove_checkpoint_dir(path) != 0)
+      fprintf(stderr, "warning: could not remove %s: %s\n", path, strerror(errno));
+    forget(path);
   }
   free(steps);
 }
@@ -274,6 +456,7 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
   snprintf(tmp, sizeof tmp, "%s.tmp", final);
   int64_t total = live_total(fs);
   int ok = 1;
+  if (keep >= 2) rotate(fs, dir, keep - 1, step, model);
   if (fs->world_rank == 0) {
     if (keep) {
       if (!file_is_dir(dir) && mkdir(dir, 0755) != 0) ok = 0, snprintf(err, sizeof err, "cannot create %s: %s", dir, strerror(errno));
@@ -334,11 +517,12 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
       if (remove_checkpoint_dir(final) != 0 || rename(tmp, final) != 0)  // the same step saved again
         ok = 0, snprintf(err, sizeof err, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
       dir_sync_parent(final);
-      if (ok) prune(dir, keep, final);
     }
   }
   ckpt_sums_free(&c.sums);
   if (!comm_all_true(fs->world, ok)) fatal("checkpoint %s: %s", final, err[0] ? err : "rank 0 could not finish the save");
+  remember(final, 1);
+  if (keep == 1) rotate(fs, dir, 0, step, model);
 }
 
 // ---- loading --------------------------------------------------------------------------------
@@ -349,11 +533,12 @@ typedef struct {
   float* host;
   CkptSums sums;
   int add;          // this rank's pieces count toward the checksums (one replica of each)
+  int into_shards;  // load (1) or only verify (0)
+  char bad[ERR_CAP];  // the first non-finite value (or negative second moment) met, empty when none
   char err[ERR_CAP];
 } LoadCtx;
 
 static void load_piece(void* vctx, const Unit* U, const ParamInfo* p, int64_t local, int64_t global, int64_t n) {
-  (void)p;
   LoadCtx* c = vctx;
   float* arrays[CKPT_ARRAYS] = {U->master, U->m, U->v};
   for (int k = 0; k < CKPT_ARRAYS && !c->err[0]; k++) {
@@ -365,17 +550,26 @@ static void load_piece(void* vctx, const Unit* U, const ParamInfo* p, int64_t lo
       return;
     }
     if (c->add) ckpt_sums_add(&c->sums, k, global, c->host, n);
-    device_copy_to_device(arrays[k] + local, c->host, bytes);
+    // Saves refuse non-finite values, but a checkpoint is read from outside: one whose checksums
+    // match and which still holds a NaN (written by other means) is refused, naming the tensor.
+    for (int64_t j = 0; j < n && !c->bad[0]; j++)
+      if (!isfinite(c->host[j]) || (k == 2 && c->host[j] < 0))
+        snprintf(c->bad, sizeof c->bad, "%s/%s: %s.%s holds %s (%g) at element %lld; a checkpoint that trains must "
+                 "hold finite values (and AdamW's second moment is never negative)", c->dir, CKPT_ARRAY_NAMES[k], U->name,
+                 p->name, isfinite(c->host[j]) ? "a negative second moment" : "a non-finite value", c->host[j],
+                 (long long)(global + j));
+    if (c->into_shards) device_copy_to_device(arrays[k] + local, c->host, bytes);
   }
 }
 
-// Collective: loads DIR into the shards and verifies it; 0 with *step and *scaler, or -1 with the
-// reason (the same decision on every rank).
-static int try_load(FSDP* fs, const char* dir, const char* model, int* step, LossScaler* scaler, char* err,
-                    size_t errlen) {
+// Collective: loads DIR into the shards (into_shards) or only reads it, and verifies it (meta.json
+// against this model, the marker, the sizes, every chunk's checksum, finite values); 0 with *meta
+// (unless NULL), or -1 with the reason (the same decision on every rank).
+static int load_or_verify(FSDP* fs, const char* dir, const char* model, int into_shards, CkptMeta* meta_out, char* err,
+                          size_t errlen) {
   CkptMeta meta;
   CkptSums expected = {0};
-  LoadCtx c = {.dir = dir, .fd = {-1, -1, -1}, .add = comm_rank(fs->replica_group) == 0};
+  LoadCtx c = {.dir = dir, .fd = {-1, -1, -1}, .add = comm_rank(fs->replica_group) == 0, .into_shards = into_shards};
   int64_t total = live_total(fs);
   int marker_step = -1, ok = 1;
   if (ckpt_read_meta(fs, dir, model, &meta, c.err, sizeof c.err) == 0 &&
@@ -409,6 +603,8 @@ static int try_load(FSDP* fs, const char* dir, const char* model, int* step, Los
           ok = 0;
         }
     ckpt_sums_free(&c.sums);
+    // Checked once the checksums hold, so a corrupt file is reported as corrupt.
+    if (ok && !comm_all_true(fs->world, !c.bad[0])) snprintf(c.err, sizeof c.err, "%s", c.bad), ok = 0;
   }
   for (int k = 0; k < CKPT_ARRAYS; k++)
     if (c.fd[k] >= 0) close(c.fd[k]);
@@ -418,8 +614,7 @@ static int try_load(FSDP* fs, const char* dir, const char* model, int* step, Los
     if (c.err[0] && fs->world_rank != 0) fprintf(stderr, "[rank %d] %s\n", fs->world_rank, c.err);
     return -1;
   }
-  *step = meta.step;
-  *scaler = meta.scaler;
+  if (meta_out) *meta_out = meta;
   return 0;
 }
 
@@ -479,34 +674,84 @@ static void find_candidates(const char* dir, Candidates* c) {
   }
 }
 
-int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen, LossScaler* scaler) {
+int checkpoint_load(FSDP* fs, const char* opt, const char* dir, const char* model, char* used, size_t usedlen,
+                    LossScaler* scaler) {
   Candidates* c = xcalloc(1, sizeof(Candidates), "checkpoint candidates");
   if (fs->world_rank == 0) find_candidates(dir, c);
   comm_broadcast(fs->world, c, sizeof *c, 0);
   char reasons[3 * ERR_CAP] = "", err[ERR_CAP];
   int step = -1;
-  LossScaler saved;
+  CkptMeta meta;
   for (int i = 0; i < c->n; i++) {
-    if (try_load(fs, c->path[i], model, &step, &saved, err, sizeof err) == 0) {
-      if (scaler) *scaler = saved;
+    int rc = load_or_verify(fs, c->path[i], model, 1, &meta, err, sizeof err);
+    remember(c->path[i], rc == 0);
+    if (rc == 0) {
+      step = meta.step;
+      if (scaler) *scaler = meta.scaler;
+      // The run goes on as the one that saved it (a checkpoint from before identities: a new one).
+      if (meta.run_id[0]) snprintf(fs->run_id, sizeof fs->run_id, "%s", meta.run_id);
       snprintf(used, usedlen, "%s", c->path[i]);
-      if (strcmp(c->path[i], dir)) log0("--resume %s: using %s, the newest complete checkpoint there\n", dir, c->path[i]);
-      if (reasons[0] || c->note[0]) log0("--resume %s: skipped: %s%s%s\n", dir, reasons, reasons[0] && c->note[0] ? "; " : "", c->note);
+      if (strcmp(c->path[i], dir)) log0("%s %s: using %s, the newest complete checkpoint there\n", opt, dir, c->path[i]);
+      if (reasons[0] || c->note[0]) log0("%s %s: skipped: %s%s%s\n", opt, dir, reasons, reasons[0] && c->note[0] ? "; " : "", c->note);
       break;
     }
     size_t u = strlen(reasons);
     snprintf(reasons + u, sizeof reasons - u, "%s%s", u ? "; " : "", err);
-    step = -1;
   }
   if (step < 0) {
     if (!c->n && !c->note[0])
-      fatal("--resume %s: no checkpoint there (none of %s, %s.tmp, %s.old exists, and it holds no step_NNNNNNNN "
-            "checkpoints); is it the --save directory of an earlier run?", dir, dir, dir, dir);
-    fatal("--resume %s: no complete, intact checkpoint: %s%s%s", dir, reasons, reasons[0] && c->note[0] ? "; " : "", c->note);
+      fatal("%s %s: no checkpoint there (none of %s, %s.tmp, %s.old exists, and it holds no step_NNNNNNNN "
+            "checkpoints); is it the --save directory of an earlier run?", opt, dir, dir, dir, dir);
+    fatal("%s %s: no complete, intact checkpoint: %s%s%s", opt, dir, reasons, reasons[0] && c->note[0] ? "; " : "", c->note);
   }
   free(c);
   for (int u = 0; u < fs->nunits; u++) fill_zero_f32(fs->kctx, fs->units[u].grad, fs->units[u].shard);
   fsdp_masters_changed(fs);
   device_event_record(fs->params_updated, STREAM_COMPUTE);
   return step;
+}
+
+int checkpoint_check_source(const FSDP* fs, const char* opt, const char* dir, const char* model, char* err, size_t errlen) {
+  Candidates* c = xcalloc(1, sizeof(Candidates), "checkpoint candidates");
+  find_candidates(dir, c);
+  int64_t total = live_total(fs);
+  char reasons[2 * ERR_CAP] = "";
+  int rc = -1;
+  for (int i = 0; i < c->n && rc; i++) {
+    CkptMeta meta;
+    char why[ERR_CAP] = "";
+    if (ckpt_read_meta(fs, c->path[i], model, &meta, why, sizeof why) == 0)
+      for (int k = 0; k < CKPT_ARRAYS && !why[0]; k++) {
+        char path[PATH_CAP + 64];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", c->path[i], CKPT_ARRAY_NAMES[k]);
+        if (stat(path, &st) != 0) snprintf(why, sizeof why, "cannot read %s: %s", path, strerror(errno));
+        else if (st.st_size != (off_t)total * 4)
+          snprintf(why, sizeof why, "%s has %lld bytes, the model's %lld parameters need %lld", path, (long long)st.st_size,
+                   (long long)total, (long long)total * 4);
+      }
+    if (!why[0]) rc = 0;
+    size_t u = strlen(reasons);
+    if (rc) snprintf(reasons + u, sizeof reasons - u, "%s%s", u ? "; " : "", why);
+  }
+  if (rc) set_error(err, errlen, "%s %s: no checkpoint there fits its model (checked before anything of the model's size "
+                    "is allocated): %s", opt, dir, reasons[0] ? reasons : "none is complete");
+  free(c);
+  return rc;
+}
+
+int checkpoint_recorded_model(const char* dir, char* model, size_t cap) {
+  Candidates* c = xcalloc(1, sizeof(Candidates), "checkpoint candidates");
+  find_candidates(dir, c);
+  int rc = -1;
+  for (int i = 0; i < c->n && rc; i++) {
+    char path[PATH_CAP + 64], err[ERR_CAP];
+    snprintf(path, sizeof path, "%s/meta.json", c->path[i]);
+    JsonDoc d;
+    if (json_read_object(path, (size_t)64 << 20, &d, err, sizeof err)) continue;
+    rc = json_member_string(&d, 0, "model", model, cap, err, sizeof err);
+    json_free(&d);
+  }
+  free(c);
+  return rc;
 }

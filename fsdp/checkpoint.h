@@ -8,21 +8,38 @@
 
 #include "fsdp/fsdp.h"
 
+// Collective, at start-up: draws this run's identity (fs->run_id), which its checkpoints record.
+void checkpoint_begin_run(FSDP* fs);
 // At start-up, before any step: -1 with the reason when --save DIR could not be saved to or
-// would clobber something that is not a checkpoint ('' or '/', a file, a directory of other
-// files, a missing or read-only parent). keep: --keep-checkpoints N (DIR holds step_NNNNNNNN).
+// would clobber something that is not a checkpoint: '' or '/', a file, a directory of other
+// files, a missing or read-only parent, a symbolic link at DIR, DIR.tmp, DIR.old or DIR/step_*.
+// keep: --keep-checkpoints N (DIR holds step_NNNNNNNN).
 int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen);
-// Collective: every rank calls it. Writes DIR (keep = 0) or DIR/step_NNNNNNNN (keep = N, the N
-// newest kept) with the parameters and AdamW state after `step` completed optimizer steps, and
-// the loss scaler's state when it is dynamic (scaler may be NULL).
+// At start-up, once DIR is locked for this run: -1 with the reason when DIR holds a complete
+// checkpoint of another run, one that resume_dir (the --resume directory, or NULL for a new run)
+// does not hold: saving there would replace it or, with keep, rotate it out.
+int checkpoint_check_owner(const char* dir, int keep, const char* resume_dir, char* err, size_t errlen);
+// Collective: every rank calls it. Writes DIR (keep = 0) or DIR/step_NNNNNNNN (keep = N: this
+// run's N newest kept, the older verified ones rotated out) with the parameters and AdamW state
+// after `step` completed optimizer steps, the run's identity, and the loss scaler's state when it
+// is dynamic (scaler may be NULL).
 // Refuses (fatal) to save a non-finite value; the previous checkpoint is then untouched.
 void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed,
                      const LossScaler* scaler);
 // Collective: loads the newest complete, intact checkpoint of DIR (DIR itself, DIR.tmp or DIR.old
 // left by an interrupted save, or the newest step_NNNNNNNN inside DIR) into the shards (master,
-// m, v; gradients zeroed), names it in `used`, and returns its step; *scaler (unless NULL) gets
-// the saved dynamic scaler's state, or .dynamic = 0 when none was saved. Refuses, with the reason,
-// a checkpoint of another model, a parameter table that differs, a meta.json field that is
-// missing or out of range, truncated arrays, or bytes that do not match their checksums.
-int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen, LossScaler* scaler);
+// m, v; gradients zeroed), names it in `used`, takes over its run identity, and returns its step;
+// *scaler (unless NULL) gets the saved dynamic scaler's state, or .dynamic = 0 when none was
+// saved. Refuses, with the reason, a checkpoint of another model, a parameter table that
+// differs, a meta.json field that is missing or out of range, truncated arrays, bytes that do
+// not match their checksums, or a non-finite value. opt names DIR in messages ("--resume").
+int checkpoint_load(FSDP* fs, const char* opt, const char* dir, const char* model, char* used, size_t usedlen,
+                    LossScaler* scaler);
+// Before anything of the model's size is allocated (after model_plan laid it out): whether DIR
+// holds a complete checkpoint whose meta.json matches this layout and whose arrays have its
+// size; 0, or -1 with the reason (a meta.json naming a large model beside small files, say).
+int checkpoint_check_source(const FSDP* fs, const char* opt, const char* dir, const char* model, char* err, size_t errlen);
+// The model recorded in the newest readable checkpoint of DIR (as checkpoint_load would look for
+// it), so a caller can tell another spelling of its own model; 0, or -1 when there is none.
+int checkpoint_recorded_model(const char* dir, char* model, size_t cap);
 #endif

@@ -105,15 +105,32 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
 
 // ---- meta.json ------------------------------------------------------------------------------
 
+// text as a JSON string's contents: quotes, backslashes and control characters escaped (a model
+// name comes from the command line).
+static void json_escape(const char* text, char* out, size_t cap) {
+  size_t o = 0;
+  for (const unsigned char* p = (const unsigned char*)text; *p && o + 7 < cap; p++) {
+    if (*p == '"' || *p == '\\') out[o++] = '\\', out[o++] = (char)*p;
+    else if (*p < 0x20) o += (size_t)snprintf(out + o, cap - o, "\\u%04x", *p);
+    else out[o++] = (char)*p;
+  }
+  out[o] = 0;
+}
+
+// A run identity as written: 16 lowercase hex digits.
+static int run_id_valid(const char* id) { return strlen(id) == 16 && strspn(id, "0123456789abcdef") == 16; }
+
 int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step, uint64_t seed,
                     const LossScaler* scaler, int64_t elements, char* err, size_t errlen) {
   size_t cap = 4096, len = 0;
   for (int u = 0; u < fs->nunits; u++) cap += 64 + (size_t)fs->units[u].nparams * (FSDP_NAME_LEN + 32);
   char* text = xmalloc(cap, "checkpoint meta.json");
+  char name[6 * 256 + 1];
+  json_escape(model, name, sizeof name);
   len += (size_t)snprintf(text + len, cap - len,
-                          "{\"format\": \"%s\", \"model\": \"%s\", \"step\": %d, \"seed\": %llu, "
+                          "{\"format\": \"%s\", \"model\": \"%s\", \"run_id\": \"%s\", \"step\": %d, \"seed\": %llu, "
                           "\"elements\": %lld, \"saved_by_world_size\": %d,",
-                          CKPT_FORMAT, model, step, (unsigned long long)seed, (long long)elements, fs->world_size);
+                          CKPT_FORMAT, name, fs->run_id, step, (unsigned long long)seed, (long long)elements, fs->world_size);
   // A dynamic scale is whole (a power of two from 1 to 2^24), so it is written as an integer.
   if (scaler && scaler->dynamic)
     len += (size_t)snprintf(text + len, cap - len, "\n \"loss_scale\": %lld, \"loss_scale_good\": %d,",
@@ -196,6 +213,15 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
       json_member_int(&d, 0, "saved_by_world_size", 1, 1 << 24, &world, err, errlen))
     goto done;
   m->step = (int)step, m->seed = (uint64_t)seed, m->elements = elements, m->saved_by_world_size = (int)world;
+  // Checkpoints written before runs had identities have no run_id; one that is there is checked.
+  m->run_id[0] = 0;
+  if (json_get(&d, 0, "run_id") >= 0) {
+    if (json_member_string(&d, 0, "run_id", m->run_id, sizeof m->run_id, err, errlen)) goto done;
+    if (!run_id_valid(m->run_id)) {
+      set_error(err, errlen, "%s: \"run_id\" is \"%s\", not 16 hex digits", path, m->run_id);
+      goto done;
+    }
+  }
   // The scaler's state is there only when the saving run scaled dynamically.
   memset(&m->scaler, 0, sizeof m->scaler);
   if (json_get(&d, 0, "loss_scale") >= 0) {
@@ -223,6 +249,19 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
   }
   rc = 0;
 done:
+  json_free(&d);
+  return rc;
+}
+
+int ckpt_read_run_id(const char* dir, char run_id[CKPT_RUN_ID_LEN]) {
+  char path[4300], err[ERR_CAP];
+  snprintf(path, sizeof path, "%s/meta.json", dir);
+  JsonDoc d;
+  if (json_read_object(path, (size_t)64 << 20, &d, err, sizeof err)) return -1;
+  run_id[0] = 0;
+  int rc = 0;
+  if (json_get(&d, 0, "run_id") >= 0)
+    rc = json_member_string(&d, 0, "run_id", run_id, CKPT_RUN_ID_LEN, err, sizeof err) || !run_id_valid(run_id) ? -1 : 0;
   json_free(&d);
   return rc;
 }

@@ -1,6 +1,7 @@
 // checkpoint_format.h: what is inside a checkpoint directory, and how it is verified.
 //
 //   meta.json      written first: format, model, step, seed, element count, the parameter table,
+//                  the run's identity (run_id: which run owns the checkpoint, fsdp/checkpoint.c),
 //                  and a dynamic loss scaler's state (loss_scale, loss_scale_good) when one ran
 //   params.bin, adam_m.bin, adam_v.bin
 //                  flat fp32 arrays in global order (see checkpoint.c)
@@ -40,19 +41,25 @@ void ckpt_sums_combine(CkptSums* s, Comm* world);
 
 // What meta.json and complete.json hold, parsed and validated (every field, with the reason
 // in err when one is missing or wrong). Return 0 or -1.
+#define CKPT_RUN_ID_LEN 17  // 16 hex digits and the NUL
 typedef struct {
   char model[256];
+  char run_id[CKPT_RUN_ID_LEN];  // "" for a checkpoint written before runs had identities
   int step, saved_by_world_size;
   uint64_t seed;
   int64_t elements;
   LossScaler scaler;  // .dynamic = 0 when the run that saved it had no dynamic scale
 } CkptMeta;
-// scaler: the run's loss scaler; its state is written when it is dynamic (NULL: none).
+// scaler: the run's loss scaler; its state is written when it is dynamic (NULL: none). The run's
+// identity is fs->run_id.
 int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step, uint64_t seed,
                     const LossScaler* scaler, int64_t elements, char* err, size_t errlen);
 // Reads DIR/meta.json and checks it against this run's model name and parameter table.
 int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta* m, char* err, size_t errlen);
 int ckpt_write_marker(const char* dir, int step, const CkptSums* s, char* err, size_t errlen);
+// Only the run identity of DIR/meta.json, for deciding whose a checkpoint is without checking it
+// against a model: 0 with run_id ("" when it records none), or -1 when meta.json cannot be read.
+int ckpt_read_run_id(const char* dir, char run_id[CKPT_RUN_ID_LEN]);
 // Reads DIR/complete.json; sums NULL reads only the step (to order candidates).
 int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sums, char* err, size_t errlen);
 

@@ -12,7 +12,8 @@
 //   sharded AdamW, global-norm clipping          fsdp/optimizer.c
 //   skipped non-finite steps, loss scaling       kernels/step_control.h (decided on the device),
 //                                                fsdp/optimizer.c (the host's record)
-//   checkpoints (verified, crash-safe)           fsdp/checkpoint.c, their files fsdp/checkpoint_format.c
+//   checkpoints (verified, crash-safe), the run  fsdp/checkpoint.c, their files fsdp/checkpoint_format.c
+//   that owns them, rotation
 //   memory plan (one allocation)                 fsdp/memplan.c
 //   CPU offload: shards and AdamW on the host    fsdp/schedule.c, fsdp/optimizer.c
 //   CPU offload: block outputs (a device ring)   fsdp/offload.c
@@ -267,6 +268,9 @@ typedef struct {
   int micro_step, accum_steps;      // current micro-step of the optimizer step, and their number
   CommStats stats;
   Trace* trace;                     // --trace timeline (fsdp/trace.c), NULL when off
+  // The run's identity, recorded in its checkpoints (16 hex digits; fsdp/checkpoint.c): drawn at
+  // start-up, taken over from the checkpoint a run resumes. Rotation deletes only its own.
+  char run_id[17];
 } FSDP;
 
 // ---- the strategy and the process groups (fsdp/groups.c) ---------------------------

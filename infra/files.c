@@ -196,13 +196,61 @@ void dir_sync_parent(const char* path) {
 }
 
 int dir_remove_named(const char* dir, const char* const* names, size_t n) {
-  if (!file_exists(dir)) return 0;
+  struct stat st;
+  if (lstat(dir, &st) != 0) return 0;
+  if (S_ISLNK(st.st_mode)) {  // its names would be those of the link's target
+    errno = ELOOP;
+    return -1;
+  }
   for (size_t i = 0; i < n; i++) {
     char path[PATH_MAX + 256];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     unlink(path);
   }
   return rmdir(dir);
+}
+
+// ---- outputs against inputs -----------------------------------------------------------------
+
+// The identities of path (when it exists: *self = 1) or, when it does not exist yet, of its
+// parent, and of every directory above, links resolved: chain[0] first, then up to "/".
+static int id_chain(const char* path, struct stat* chain, int max, int* self) {
+  char real[PATH_MAX], parent[PATH_MAX];
+  *self = realpath(path, real) != NULL;
+  if (!*self) {
+    snprintf(parent, sizeof parent, "%s", path);
+    char* slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = 0;
+    else *slash = 0;
+    if (!realpath(parent, real)) return 0;
+  }
+  int n = 0;
+  while (n < max && stat(real, &chain[n]) == 0) {
+    n++;
+    char* slash = strrchr(real, '/');
+    if (!slash || !strcmp(real, "/")) break;
+    if (slash == real) real[1] = 0;
+    else *slash = 0;
+  }
+  return n;
+}
+
+static int same_file(const struct stat* a, const struct stat* b) { return a->st_dev == b->st_dev && a->st_ino == b->st_ino; }
+
+int path_overlap(const char* out, const char* in) {
+  struct stat a[128], b[128];
+  int self_a, self_b;
+  int na = id_chain(out, a, 128, &self_a), nb = id_chain(in, b, 128, &self_b);
+  if (!na || !nb || !self_b) return 0;  // an input that is not there has nothing to lose
+  if (self_a && same_file(&a[0], &b[0])) return 1;
+  if (self_a && S_ISDIR(a[0].st_mode))
+    for (int i = 1; i < nb; i++)
+      if (same_file(&a[0], &b[i])) return 2;
+  if (S_ISDIR(b[0].st_mode))
+    for (int i = self_a; i < na; i++)
+      if (same_file(&a[i], &b[0])) return 3;
+  return 0;
 }
 
 // ---- directory locks ------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 //            waited on), their size bounded before anything is allocated for them, the file
 //            named in every message;
 //   outputs  every name checked at start-up against the file system's limits, so that a name
-//            that cannot be created fails before the first step, not after training;
+//            that cannot be created fails before the first step, not after training, and
+//            against every input the run reads (path_overlap: by device and inode), so that
+//            no output ever is, holds or lies inside an input;
 //   locks    a run's --save and --export directories locked for the run, so that a second run
 //            given the same directory is refused at start-up instead of both writing into it.
 //
@@ -37,6 +39,13 @@ int file_pwrite_all(int fd, const void* buf, size_t n, off_t at);
 // option in the message.
 int path_fits(const char* opt, const char* path, const char* suffix, char* err, size_t errlen);
 
+// Whether writing the output path `out` could destroy the input `in`, compared by device and
+// inode with links resolved (a link, a hard link or another spelling of the same path is the
+// same file): 1 when they are the same file or directory, 2 when out is a directory that holds
+// in, 3 when out lies inside the directory in; 0 when none of these (an input that does not
+// exist has nothing to lose; an output that does not exist yet is judged by its directory).
+int path_overlap(const char* out, const char* in);
+
 // rename(from, to) that fails (EEXIST) instead of replacing an existing `to`.
 int rename_noreplace(const char* from, const char* to);
 
@@ -50,7 +59,7 @@ void dir_sync(const char* dir);
 void dir_sync_parent(const char* path);
 // Removes the n named entries of dir, then dir itself, which fails (the result of rmdir: 0 or
 // -1) when it holds anything else: only files the caller knows as its own are ever deleted. 0
-// when dir does not exist.
+// when dir does not exist; -1 (ELOOP) when dir is a symbolic link, which is never followed.
 int dir_remove_named(const char* dir, const char* const* names, size_t n);
 
 // Takes the lock of directory dir for this process, held until it exits: an advisory lock

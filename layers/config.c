@@ -70,7 +70,8 @@ static int parse_kv(const char* s, const char* keys, int* vals, char* err, size_
       return -1;
     }
     char* end;
-    long v = strtol(s + 2, &end, 10);
+    // Digits only: strtol would also take leading blanks (a TAB would then reach meta.json) and a sign.
+    long v = s[2] >= '0' && s[2] <= '9' ? strtol(s + 2, &end, 10) : (end = (char*)s + 2, 0);
     if (end == s + 2 || (*end && *end != ',') || v < 1 || v > 1 << 24) {
       snprintf(err, errlen, "bad value for %c in '%s': expected a positive integer", key, s);
       return -1;

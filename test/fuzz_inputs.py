@@ -377,6 +377,14 @@ def gpt2_llmc(weights):
     return header + b"".join(parts + [w("ln_f.weight"), w("ln_f.bias")])
 
 
+def float32(x):
+    """x rounded to a float, as the C code compares it (None when it does not fit one)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except (OverflowError, struct.error):
+        return None
+
+
 def config_model(cfg):
     """(L, C, H, V, T) of a GPT-2 config.json as fsdp.c must read it, or None when it must be refused."""
     if not isinstance(cfg, dict) or cfg.get("model_type") != "gpt2":
@@ -395,6 +403,13 @@ def config_model(cfg):
         return None
     if C % dims["n_head"] or dims["vocab_size"] > 65536:
         return None
+    # Fields that change the model without changing its tensors: only fsdp.c's values load.
+    eps = cfg.get("layer_norm_epsilon")
+    if eps is not None and (type(eps) not in (int, float) or float32(eps) != float32(1e-5)):
+        return None
+    for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+        if key in cfg and cfg[key] is not want:
+            return None
     return dims["n_layer"], C, dims["n_head"], dims["vocab_size"], dims["n_positions"]
 
 
@@ -474,7 +489,7 @@ def mutate_config(rng, cfg):
     kind = rng.choice(["value", "value", "remove", "duplicate", "nested", "pad", "escape", "type", "text", "text",
                        "truncate", "bom"])
     key = rng.choice(["n_layer", "n_embd", "n_head", "vocab_size", "n_positions", "n_inner", "tie_word_embeddings",
-                      "activation_function", "model_type"])
+                      "activation_function", "model_type", "layer_norm_epsilon", "scale_attn_weights"])
     if kind == "value":
         c[key] = rng.choice(JSON_VALUES + ["gelu_new", "relu", "gpt2", "t5"])
         return f"{key} = {c[key]!r}", json.dumps(c).encode()

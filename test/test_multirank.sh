@@ -229,8 +229,8 @@ $MPIRUN -np 2 $BIN $CKARGS --steps 6 --resume "$CK" > "$TMP/ck2.out" 2>&1
 [ -n "$(digest "$TMP/ck2.out")" ] && [ "$(digest "$TMP/ck2.out")" = "$(digest "$TMP/ref2.out")" ] &&
   ok "checkpoint saved on 1 rank, resumed on 2: bit-identical to an uninterrupted run" ||
   bad "checkpoint 1 -> 2 ranks: $(digest "$TMP/ck2.out") vs $(digest "$TMP/ref2.out") $(tail -2 "$TMP/ck2.out")"
-$MPIRUN -np 3 $BIN $CKARGS --steps 3 --shard none --save "$CK" > "$TMP/ck3.out" 2>&1
-$BIN $CKARGS --steps 6 --accum 3 --resume "$CK" > "$TMP/ck4.out" 2>&1
+$MPIRUN -np 3 $BIN $CKARGS --steps 3 --shard none --save "$CK.none" > "$TMP/ck3.out" 2>&1
+$BIN $CKARGS --steps 6 --accum 3 --resume "$CK.none" > "$TMP/ck4.out" 2>&1
 [ -n "$(digest "$TMP/ck4.out")" ] && [ "$(digest "$TMP/ck4.out")" = "$(digest "$TMP/ref3.out")" ] &&
   ok "checkpoint saved on 3 replicas (--shard none), resumed on 1: bit-identical to an uninterrupted run" ||
   bad "checkpoint 3 -> 1 ranks: $(digest "$TMP/ck4.out") vs $(digest "$TMP/ref3.out")"

@@ -183,7 +183,7 @@ run full $BIN $M --steps 2 --log /dev/full
   bad "full disk" "$(show full)"
 if [ -f "$TMP/enospc.so" ]; then
   restore
-  run fullck env LD_PRELOAD="$TMP/enospc.so" ENOSPC_AFTER_BYTES=100000 $BIN $M $CONST --steps 4 --save "$CK"
+  run fullck env LD_PRELOAD="$TMP/enospc.so" ENOSPC_AFTER_BYTES=100000 $BIN $M $CONST --steps 4 --resume "$CK" --save "$CK"
   [ $rc = 1 ] && has fullck "No space left on device" && grep -q '"step": 3' "$CK/complete.json" &&
     run after $BIN $M $CONST --steps 5 --resume "$CK" --digest && [ "$(digest "$TMP/after.out")" = "$(digest "$TMP/ref.out")" ] &&
     ok "a checkpoint save onto a full disk fails naming it and leaves the previous checkpoint intact" ||

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   fsdp_init(&fs, model_num_units(&cfg, opt.wrap), opt, comm_world(), NULL);
   Model m;
   model_create(&m, &cfg, &fs, B, T, cfg.kind == MODEL_T5 ? Te : 0, 1);
-  weights_load(&fs, &cfg, path);
+  weights_load(&fs, &cfg, path, "--init-from");
   size_t N = (size_t)B * T, V = cfg.V, Vp = cfg.Vp;
   int32_t* toks = xmalloc(N * sizeof(int32_t), "tokens");
   int32_t* targets = xmalloc(N * sizeof(int32_t), "targets");

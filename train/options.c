@@ -1,5 +1,6 @@
 // options.c: the command line of the trainer: defaults, --help, and strict parsing
 // (unknown or malformed options are refused with the usage line).
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -151,16 +152,23 @@ static long parse_long(const char* opt, const char* s, long lo, long hi) {
   return v;
 }
 
-static float parse_float(const char* opt, const char* s, float lo, float hi) {
+// A number for a float option: the whole argument, in [lo, hi] (or (lo, hi] when lo_open),
+// and representable: a value strtof can only round to 0 or to the largest float (1e-50, 1e39)
+// is refused rather than trained with as 0 or inf.
+static float parse_float_range(const char* opt, const char* s, float lo, float hi, int lo_open) {
   char* end;
+  errno = 0;
   float v = strtof(s, &end);
-  if (!*s || *end || !(v >= lo && v <= hi)) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "option --%s expects a number in [%g, %g], got '%%s'", opt, lo, hi);
+  int range = errno == ERANGE;
+  if (!*s || *end || range || !(lo_open ? v > lo : v >= lo) || !(v <= hi)) {
+    char msg[320];
+    snprintf(msg, sizeof msg, "option --%s expects a number in %c%g, %g], got '%%s'%s", opt, lo_open ? '(' : '[', lo, hi,
+             range && *s && !*end ? " (beyond what a float holds: it would be read as 0 or infinity)" : "");
     usage_error(msg, s);
   }
   return v;
 }
+static float parse_float(const char* opt, const char* s, float lo, float hi) { return parse_float_range(opt, s, lo, hi, 0); }
 
 // ---- the command line's words for the FSDP options ------------------------------------
 const char* strategy_name(ShardStrategy s) {
@@ -317,7 +325,7 @@ Options parse_options(int argc, char** argv) {
       case 'E': o.fsdp.decay_embeddings = 1; break;
       case '1': o.beta1 = parse_float(name, optarg, 0.0f, 0.999999f); break;
       case '2': o.beta2 = parse_float(name, optarg, 0.0f, 0.999999f); break;
-      case 'e': o.adam_eps = parse_float(name, optarg, 0.0f, 1.0f); break;
+      case 'e': o.adam_eps = parse_float_range(name, optarg, 0.0f, 1.0f, 1); break;  // eps 0 divides by 0 where v is 0
       case 'c': o.grad_clip = parse_float(name, optarg, 0.0f, 1e30f); break;
       case 's': o.seed = (uint64_t)parse_long(name, optarg, 0, 0x7fffffffffffffffL); break;
       case 'S':
@@ -473,13 +481,24 @@ int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, 
     snprintf(err, len, "--seq %d exceeds the model's maximum sequence length %d (%s)", s->T, cfg->T, cfg->name);
     return -1;
   }
+  // Products of sizes in 64 bits, bounded before anything is planned: every count the run derives
+  // from them (sequences and tokens per step, a micro-batch's tokens) fits an int.
+  int64_t per_micro = (int64_t)s->B * world;  // B <= 2^20, world <= 2^24
   if (o->global_batch) {
-    if (o->global_batch % (s->B * world)) {
+    if (o->global_batch % per_micro) {
       snprintf(err, len, "--global-batch %d cannot be split into micro-batches of --batch %d on %d ranks: it must be "
-               "a multiple of batch x ranks = %d", o->global_batch, s->B, world, s->B * world);
+               "a multiple of batch x ranks = %lld", o->global_batch, s->B, world, (long long)per_micro);
       return -1;
     }
-    s->A = o->global_batch / (s->B * world);
+    s->A = (int)(o->global_batch / per_micro);
+  }
+  // per_micro < 2^44 and A <= 2^20: their product is exact in 64 bits.
+  int64_t tokens = (int64_t)s->B * (s->T > s->Te ? s->T : s->Te), sequences = per_micro * s->A;
+  if (tokens > RUN_MAX_COUNT || sequences > RUN_MAX_COUNT) {
+    snprintf(err, len, "--batch %d x %d tokens on %d ranks x %d micro-steps is %lld tokens per micro-batch and %lld "
+             "sequences per step; at most %d of each: lower --batch, --accum or the ranks", s->B, s->T > s->Te ? s->T : s->Te,
+             world, s->A, (long long)tokens, (long long)sequences, RUN_MAX_COUNT);
+    return -1;
   }
   s->M = world * s->A;
   return 0;

@@ -77,7 +77,9 @@ typedef struct {
   int M;   // micro-batches per optimizer step over all ranks: W x A
 } RunShape;
 // Returns 0, or -1 with the reason in err (a --seq beyond the model, a --global-batch that does
-// not split into micro-batches).
+// not split into micro-batches, more than RUN_MAX_COUNT tokens per micro-batch or sequences per
+// step: each fits an int wherever it is used).
+#define RUN_MAX_COUNT (1 << 30)
 int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len);
 // The options a run on `world` ranks derives and checks once the model is known, before any
 // data is read: its shape (run_shape; --accum and the FSDP options' micro-steps set from it),

@@ -138,9 +138,10 @@ static int write_piece(int fd, const char* path, const OutTensor* t, int64_t x0,
   return 0;
 }
 
-// Whether dir is a previous export of fsdp.c: a directory holding exactly config.json and
-// model.safetensors, regular files, whose safetensors header names fsdp.c as its writer.
-// 0 when it is, -1 with what it is instead.
+// Whether dir is a previous export of fsdp.c (a directory holding exactly config.json and
+// model.safetensors, regular files, whose safetensors header names fsdp.c as its writer) or an
+// empty directory, which an export may replace: nothing of anyone's is in it. 0 when it is
+// either, -1 with what it is instead.
 static int previous_export(const char* opt, const char* dir, char* err, size_t errlen) {
   struct stat st;
   if (lstat(dir, &st) != 0) return set_error(err, errlen, "%s %s: %s", opt, dir, strerror(errno));
@@ -162,6 +163,7 @@ static int previous_export(const char* opt, const char* dir, char* err, size_t e
   }
   closedir(d);
   if (rc) return -1;
+  if (files == 0) return 0;  // an empty directory, made ready for the export
   if (files != 2) return set_error(err, errlen, "%s %s exists and is not an earlier export (it lacks config.json or "
                                    "model.safetensors); choose another path", opt, dir);
   char path[4400], why[4400] = "", writer[64] = "";

@@ -9,6 +9,7 @@
 // column run, each run a contiguous byte range of the file.
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@ static float f16_to_f32(uint16_t h) {
 typedef struct {
   int fd;
   const TensorFile* tf;
+  const char* opt;     // the option or argument that named the file, for messages
   unsigned char* buf;  // raw bytes of one read
   size_t cap;          // in elements
 } Reader;
@@ -58,7 +60,7 @@ static void read_elements(Reader* r, const FileTensor* t, int64_t first, int64_t
     off_t at = (off_t)(t->start + first * es);
     ssize_t got = pread(r->fd, r->buf, bytes, at);
     if (got != (ssize_t)bytes)
-      fatal("--init-from %s: reading tensor %s (%zu bytes at %lld) failed: %s", r->tf->path, t->name, bytes,
+      fatal("%s %s: reading tensor %s (%zu bytes at %lld) failed: %s", r->opt, r->tf->path, t->name, bytes,
             (long long)at, got < 0 ? strerror(errno) : "short read (did the file change?)");
     for (int64_t i = 0; i < k; i++) {
       if (t->dtype == WT_F32) memcpy(&out[i], r->buf + 4 * i, 4);
@@ -67,6 +69,12 @@ static void read_elements(Reader* r, const FileTensor* t, int64_t first, int64_t
         memcpy(&h, r->buf + 2 * i, 2);
         out[i] = t->dtype == WT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
       }
+      // Every weight from outside is checked once, here, as it is read: a NaN or inf would
+      // otherwise train (or generate) without a word until the first step fails.
+      if (!isfinite(out[i]))
+        fatal("%s %s: tensor %s holds a non-finite value (%g) at element %lld; nothing was trained from it. The file is "
+              "damaged or was saved from a diverged model: use another copy", r->opt, r->tf->path, t->name, out[i],
+              (long long)(first + i));
     }
     first += k, n -= k, out += k;
   }
@@ -90,7 +98,7 @@ static void read_piece(Reader* r, const FileTensor* t, const Piece* pc, int64_t 
   }
 }
 
-static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
+static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf, const char* opt) {
   ProblemList* pl = xcalloc(1, sizeof *pl, "problem list");
   char want[64], have[64];
   for (int u = 0; u < fs->nunits; u++)
@@ -98,7 +106,7 @@ static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
       const ParamInfo* p = &fs->units[u].params[i];
       ParamMap map;
       if (weights_map_param(tf->format, cfg, tf->prefix, p->home_unit, p, &map))
-        fatal("--init-from: no tensor maps to parameter %s.%s of model %s", fs->units[u].name, p->name, cfg->name);
+        fatal("%s: no tensor maps to parameter %s.%s of model %s", opt, fs->units[u].name, p->name, cfg->name);
       for (int k = 0; k < map.npieces; k++) {
         const Piece* pc = &map.piece[k];
         int ndim;
@@ -124,24 +132,24 @@ static void check_tensors(FSDP* fs, const ModelConfig* cfg, TensorFile* tf) {
     problem_add(pl, "unexpected tensor %s (shape %s): model %s has no place for it", t->name, have, cfg->name);
   }
   if (pl->count)
-    fatal("--init-from %s does not fit model %s (%d problem%s, nothing loaded):%s%s", tf->path, cfg->name, pl->count,
+    fatal("%s %s does not fit model %s (%d problem%s, nothing loaded):%s%s", opt, tf->path, cfg->name, pl->count,
           pl->count > 1 ? "s" : "", pl->text, pl->count > PROBLEMS_SHOWN ? "\n  ..." : "");
   free(pl);
 }
 
-void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path) {
+void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path, const char* opt) {
   char err[4096], tensors[4200];
   WeightsFormat format;
   TensorFile tf;
   if (weights_locate(path, &format, tensors, sizeof tensors, err, sizeof err)) fatal("%s", err);
   int rc = format == FMT_LLMC ? tensor_file_open_llmc(tensors, &tf, err, sizeof err)
                               : tensor_file_open_safetensors(tensors, format, &tf, err, sizeof err);
-  if (rc) fatal("--init-from: %s; nothing loaded", err);
-  check_tensors(fs, cfg, &tf);
+  if (rc) fatal("%s: %s; nothing loaded", opt, err);
+  check_tensors(fs, cfg, &tf, opt);
 
-  Reader r = {.tf = &tf, .cap = 1 << 20};
+  Reader r = {.tf = &tf, .opt = opt, .cap = 1 << 20};
   r.fd = file_open_regular(tensors, err, sizeof err);
-  if (r.fd < 0) fatal("--init-from: %s", err);
+  if (r.fd < 0) fatal("%s: %s", opt, err);
   r.buf = xmalloc(r.cap * 4, "weights read buffer");
   int64_t largest = 0, widest = 1;
   for (int u = 0; u < fs->nunits; u++) {

@@ -283,10 +283,47 @@ static int cfg_str(const JsonDoc* d, const char* key, const char* otherwise, cha
   return json_string(d, v, key, out, cap, err, errlen);
 }
 
+// A number of config.json (absent or null: `otherwise`).
+static int cfg_number(const JsonDoc* d, const char* key, double otherwise, double* out, char* err, size_t errlen) {
+  int32_t v = json_get(d, 0, key);
+  if (v < 0 || json_type(d, v) == JSON_NULL) return *out = otherwise, 0;
+  char shown[64];
+  if (json_type(d, v) != JSON_NUMBER)
+    return set_error(err, errlen, "%s: \"%s\" is %s, not a number", d->what, key, json_show(d, v, shown, sizeof shown));
+  *out = strtod(json_str(d, v), NULL);
+  return 0;
+}
+
+// Fields of config.json that change the model in transformers but not its tensors: fsdp.c has
+// one value of each (its kernels' constants), and a file with another is refused by name rather
+// than loaded as a different model. A float field is compared as the float the kernels use.
+static int cfg_fixed(const JsonDoc* d, const char* model, char* err, size_t errlen) {
+  double eps = 0;
+  int scale = 1, by_layer = 0;
+  float want = !strcmp(model, "gpt2") ? 1e-5f : 1e-6f;
+  if (cfg_number(d, "layer_norm_epsilon", want, &eps, err, errlen)) return -1;
+  if ((float)eps != want)
+    return set_error(err, errlen, "%s: layer_norm_epsilon %g; fsdp.c's %s normalizes with %g (another epsilon would load "
+                     "as a different model): use a model with the standard value", d->what, eps,
+                     !strcmp(model, "gpt2") ? "GPT-2" : "T5", (double)want);
+  if (strcmp(model, "gpt2")) return 0;
+  if (cfg_bool(d, "scale_attn_weights", 1, &scale, err, errlen) ||
+      cfg_bool(d, "scale_attn_by_inverse_layer_idx", 0, &by_layer, err, errlen))
+    return -1;
+  if (!scale)
+    return set_error(err, errlen, "%s: scale_attn_weights false; fsdp.c's GPT-2 scales attention scores by 1/sqrt(head "
+                     "size), as the standard models do", d->what);
+  if (by_layer)
+    return set_error(err, errlen, "%s: scale_attn_by_inverse_layer_idx true; fsdp.c's GPT-2 does not scale attention by "
+                     "the layer's index (the standard models do not)", d->what);
+  return 0;
+}
+
 // The spec of the model config.json describes ("gpt:L=..", "t5:L=.."), from its top-level
 // fields only (nested objects such as task_specific_params are never read).
 static int config_spec(const JsonDoc* d, WeightsFormat f, char* spec, size_t cap, char* err, size_t errlen) {
   const char* cpath = d->what;
+  if (cfg_fixed(d, f == FMT_HF_GPT2 ? "gpt2" : "t5", err, errlen)) return -1;
   if (f == FMT_HF_GPT2) {
     long long L, C, H, V, T, inner;
     int tied;

@@ -32,11 +32,20 @@ int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t err
   return weights_model_config(src, cfg, err, errlen);
 }
 
+int model_source_check(const FSDP* fs, const char* src, char* err, size_t errlen) {
+  char model[256];
+  int ck = checkpoint_model(src, model, sizeof model, err, errlen);
+  if (ck < 0) return -1;
+  // Weights files were checked against their model when it was read from them.
+  return ck ? checkpoint_check_source(fs, "SRC", src, model, err, errlen) : 0;
+}
+
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src) {
   char model[256], err[4096];
   char used[4300];
   int ck = checkpoint_model(src, model, sizeof model, err, sizeof err);
   if (ck < 0) fatal("%s", err);
-  if (ck) checkpoint_load(fs, src, cfg->name, used, sizeof used, NULL);
-  else weights_load(fs, cfg, src);
+  // The checkpoint's own spelling of its model (cfg was parsed from it).
+  if (ck) checkpoint_load(fs, "SRC", src, model, used, sizeof used, NULL);
+  else weights_load(fs, cfg, src, "SRC");
 }

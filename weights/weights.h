@@ -28,8 +28,9 @@ int weights_resolve_model(const char* spec, const char* init_from, ModelConfig* 
 int weights_config_match(const ModelConfig* given, const ModelConfig* found, char* err, size_t errlen);
 // Collective: replaces this rank's master shards by the weights of path (AdamW state and
 // gradients zeroed). Every missing, extra or misshapen tensor is named in one error, before
-// anything is read into the shards.
-void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
+// anything is read into the shards; a non-finite value is refused, naming its tensor, as it is
+// read. opt names path in messages ("--init-from").
+void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path, const char* opt);
 // Collective: writes a Hugging Face directory (config.json, model.safetensors) for the
 // model's current parameters: rank 0 writes the header, every rank its own byte ranges. Goes
 // through DIR.tmp (config.json written last), renamed when complete; an earlier export of
@@ -37,14 +38,17 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
 void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
 // At start-up, before anything is written: -1 with the reason when DIR cannot be exported to
 // or would clobber what is not ours: a name that does not fit, a missing or read-only parent,
-// a DIR.tmp or DIR.old already there, or a DIR that is not an earlier export of fsdp.c
-// (exactly config.json and model.safetensors, its header naming fsdp.c as the writer). opt
+// a DIR.tmp or DIR.old already there, or a DIR that is neither empty nor an earlier export of
+// fsdp.c (exactly config.json and model.safetensors, its header naming fsdp.c as the writer). opt
 // names the option in messages ("--export", or the tool's argument).
 int weights_export_check(const char* opt, const char* dir, char* err, size_t errlen);
 
 // A model source for tools that run a trained model (generate, export_weights): an fsdp.c
 // checkpoint directory (meta.json, written by --save), a Hugging Face directory or an llm.c
 // .bin. model_source_config gives its model; model_source_load (collective) its weights.
+// model_source_check, between model_plan and model_allocate, refuses a source whose files do not
+// hold that model before anything of its size is allocated (0, or -1 with the reason).
 int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen);
+int model_source_check(const FSDP* fs, const char* src, char* err, size_t errlen);
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src);
 #endif

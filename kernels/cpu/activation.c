@@ -40,10 +40,12 @@ static inline float exp_lanes(float x) {
 //   0.5 (1 + tanh u) = s,   0.5 (1 - tanh^2 u) = 2 s (1 - s) = 2 e s^2.
 // Written this way nothing cancels (tanh near -1 would), so the error stays within a few float
 // rounding errors relative to the result (bounds tested in test/test_kernels.c over [-20, 20]).
-// -2u is clamped to [-87, 88], where s is already 1, or below every float GELU can show.
+// -2u is clamped to [-87, 88], where s is already 1, or below every float GELU can show; a NaN
+// is clamped too (the first test is false for it), so exp_lanes never converts a NaN to an int
+// (undefined) and a NaN input still gives NaN through the factor x.
 static inline float gelu_s(float u, float* e_out) {
   float z = -2.0f * u;
-  z = z < -87.0f ? -87.0f : z;
+  z = !(z >= -87.0f) ? -87.0f : z;
   z = z > 88.0f ? 88.0f : z;
   float e = exp_lanes(z);
   *e_out = e;
