@@ -28,7 +28,8 @@ typedef struct {
   int total_steps, start_step, W, rank, on_cpu;
   double flops_step, recompute_step, peak;
   size_t cpu_plan, resident_before;
-  double *step_ms, *comm_ms;
+  double *step_ms, *comm_ms;  // by step % timing_slots: every step for --bench, else the two in flight
+  int timing_slots;
   int failed;  // the --max-bad-steps-th skipped step was read: the run ends with status 1
 } Reporter;
 
@@ -41,13 +42,14 @@ static int64_t report_step(Reporter* rp, int step) {
   const Options* o = rp->o;
   StepResult r = train_step_result(rp->io, step);
   double loss = r.loss, norm = r.norm, ms = r.seconds * 1e3;
-  rp->step_ms[step] = ms;
-  rp->comm_ms[step] += device_step_waited_seconds(step + 1) * 1e3;
+  int slot = step % rp->timing_slots;
+  rp->step_ms[slot] = ms;
+  rp->comm_ms[slot] += device_step_waited_seconds(step + 1) * 1e3;
   rp->scaler->scale = r.next_scale, rp->scaler->good = r.good;
   double tok_s = r.tokens / (ms / 1e3);
   double tflops = rp->flops_step / rp->W / (ms / 1e3) / 1e12;  // per rank
   log0("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | comm %.1f ms | %.0f tok/s | %.3g TFLOPS", step + 1,
-       rp->total_steps, loss, r.lr, norm, ms, rp->comm_ms[step], tok_s, tflops);
+       rp->total_steps, loss, r.lr, norm, ms, rp->comm_ms[slot], tok_s, tflops);
   if (rp->recompute_step > 0) log0(" | hw %.3g TFLOPS", (rp->flops_step + rp->recompute_step) / rp->W / (ms / 1e3) / 1e12);
   if (rp->peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / rp->peak);
   if (!r.update) log0(" | SKIPPED");
@@ -67,7 +69,7 @@ static int64_t report_step(Reporter* rp, int step) {
                       "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss_s, r.lr, norm_s, ms, tok_s, tflops);
     if (rp->peak > 0) fprintf(rp->logf, "%.6g", tflops * 1e12 / rp->peak);
     else fprintf(rp->logf, "null");
-    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", rp->comm_ms[step],
+    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", rp->comm_ms[slot],
             rp->fs->plan.total, r.scale, r.update ? "" : ", \"skipped\": true");
     if (fflush(rp->logf) != 0 || ferror(rp->logf)) fatal("--log %s: writing failed: %s", o->log_path, strerror(errno));
   }
@@ -143,10 +145,13 @@ int main(int argc, char** argv) {
   char device[128];
   kernels_device_name(kctx, device, sizeof device);
   comm_configure(o.init_dir, o.comm_timeout);
+  check_agreement(&o, &train, &val, comm_world());  // one set of options and inputs on every rank
   check_outputs(&o, comm_world());  // a typo in an output path must not cost a finished run
   FSDP fs;
   fsdp_init(&fs, model_num_units(&cfg, o.fsdp.wrap), o.fsdp, comm_world(), kctx);
   checkpoint_begin_run(&fs);  // this run's identity, in its checkpoints; a resume takes the saved one's
+  char data_id[sizeof fs.data_id];
+  token_stream_identity(&train, data_id, sizeof data_id);
   // A checkpoint names its model as its run spelled it: the same shape spelled another way
   // (other key order, leading zeros, a trailing comma) resumes, and this run saves under that name.
   char ckpt_model[256];
@@ -215,6 +220,10 @@ int main(int argc, char** argv) {
     LossScaler saved;
     start_step = checkpoint_load(&fs, "--resume", o.resume_dir, ckpt_model, used, sizeof used, &saved);
     log0("resumed from %s after step %d\n", used, start_step);
+    if (fs.data_id[0] && strcmp(fs.data_id, data_id))
+      log0("note: --resume %s: the checkpoint was trained on other data (%s) than this run's --data %s (%s): the "
+           "batches from step %d on are not those the saved run would have read\n", used, fs.data_id, o.data, data_id,
+           start_step + 1);
     // A dynamic scale goes on from where it was, as a GradScaler's state_dict would, unless
     // this run names its own starting scale.
     if (scaler.dynamic && saved.dynamic && !o.loss_scale_given) {
@@ -229,6 +238,7 @@ int main(int argc, char** argv) {
       log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
            total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
   }
+  snprintf(fs.data_id, sizeof fs.data_id, "%s", data_id);  // what this run's checkpoints record
   if (o.init_from) weights_load(&fs, &cfg, o.init_from, "--init-from"), log0("initialized from %s\n", o.init_from);
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
@@ -241,8 +251,11 @@ int main(int argc, char** argv) {
   }
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
-  double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
-  double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
+  // Step times: all of them for --bench's report (its steps are bounded), else only the two a step
+  // is read across, so a run of any length costs no memory per step.
+  int timing_slots = o.bench ? total_steps : 2;
+  double* step_ms = xcalloc(timing_slots, sizeof(double), "step times");
+  double* comm_ms = xcalloc(timing_slots, sizeof(double), "step times");
   StepData data = {.batch = &batch, .stream = &train};
   step_start(&io, &o, &scaler);
   // The batch's memory is the step's pinned micro-batches: each step points it at its own, and
@@ -251,7 +264,8 @@ int main(int argc, char** argv) {
   Reporter rep = {.o = &o, .fs = &fs, .io = &io, .scaler = &scaler, .logf = logf, .total_steps = total_steps,
                   .start_step = start_step, .W = W, .rank = rank, .flops_step = flops_step,
                   .recompute_step = recompute_step, .peak = peak, .on_cpu = on_cpu, .cpu_plan = cpu_plan,
-                  .resident_before = resident_before, .step_ms = step_ms, .comm_ms = comm_ms};
+                  .resident_before = resident_before, .step_ms = step_ms, .comm_ms = comm_ms,
+                  .timing_slots = timing_slots};
   // The loop queues step s + 1 before it reads step s's outcome, so the device never waits for the
   // host between steps (train/step.c). A step that host work follows (evaluation, a save, a sample,
   // a trace, the last step) is read at once instead, and the host work sees its parameters. A stop
@@ -262,7 +276,7 @@ int main(int argc, char** argv) {
   for (int step = start_step; step < total_steps; step++) {
     CommStats before = fs.stats;
     train_step(&fs, &model, &data, &shape, step, learning_rate(&schedule, step), &o, &io);
-    comm_ms[step] = (fs.stats.comm_seconds - before.comm_seconds) * 1e3;  // the host's own time in collectives (CPU)
+    comm_ms[step % timing_slots] = (fs.stats.comm_seconds - before.comm_seconds) * 1e3;  // the host's own time in collectives (CPU)
     if (step == start_step)  // the schedule's collectives, the same every step
       log0("collectives per step: %lld all-gathers (%lld of them over node groups), %lld reduce-scatters\n",
            (long long)(fs.stats.all_gathers - before.all_gathers),

@@ -81,6 +81,7 @@ void token_stream_close(TokenStream* ts) {
   if (!ts) return;
   for (int i = 0; i < ts->nfiles; i++) free(ts->paths ? ts->paths[i] : NULL);
   free(ts->paths);
+  free(ts->ids);
   free(ts->ntokens);
   free(ts->start);
   memset(ts, 0, sizeof *ts);
@@ -97,12 +98,16 @@ static FILE* open_shard(const char* path, char* err, size_t errlen) {
   return f;
 }
 
-// Validates one shard; on success stores its token count in *count.
-static int check_shard(const char* path, int vocab, int64_t* count, char* err, size_t errlen) {
+// Validates one shard; on success stores its token count in *count and its identity in *id.
+static int check_shard(const char* path, int vocab, int64_t* count, FileId* id, char* err, size_t errlen) {
   FILE* f = open_shard(path, err, errlen);
   if (!f) return -1;
   int rc = -1;
   int64_t size = -1;
+  if (file_identity(fileno(f), id) != 0) {
+    snprintf(err, errlen, "%s: cannot read it: %s", path, strerror(errno));
+    goto done;
+  }
   if (fseeko(f, 0, SEEK_END) == 0) size = (int64_t)ftello(f);
   if (size < 0 || fseeko(f, 0, SEEK_SET) != 0) {
     snprintf(err, errlen, "%s: cannot determine the file size: %s", path, strerror(errno));
@@ -197,7 +202,8 @@ int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char
   ts->paths = calloc((size_t)nf, sizeof(char*));
   ts->ntokens = calloc((size_t)nf, sizeof(int64_t));
   ts->start = calloc((size_t)nf, sizeof(int64_t));
-  if (!ts->paths || !ts->ntokens || !ts->start) {
+  ts->ids = calloc((size_t)nf, sizeof(FileId));
+  if (!ts->paths || !ts->ntokens || !ts->start || !ts->ids) {
     snprintf(err, errlen, "out of memory opening '%s'", glob_pattern);
     globfree(&g);
     token_stream_close(ts);
@@ -213,7 +219,7 @@ int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char
       token_stream_close(ts);
       return -1;
     }
-    if (check_shard(ts->paths[i], vocab, &n, err, errlen) != 0) {
+    if (check_shard(ts->paths[i], vocab, &n, &ts->ids[i], err, errlen) != 0) {
       globfree(&g);
       token_stream_close(ts);
       return -1;
@@ -252,6 +258,10 @@ int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* ou
     if (m > n - done) m = n - done;
     FILE* f = open_shard(ts->paths[fi], err, errlen);
     if (!f) return -1;
+    if (ts->ids && file_unchanged(fileno(f), &ts->ids[fi], ts->paths[fi], err, errlen)) {
+      fclose(f);
+      return -1;
+    }
     if (fseeko(f, (off_t)(HEADER_BYTES + 2 * off), SEEK_SET) != 0) {
       snprintf(err, errlen, "%s: seek to token %lld failed: %s", ts->paths[fi], (long long)off, strerror(errno));
       fclose(f);
@@ -285,6 +295,16 @@ int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* ou
     fclose(f);
   }
   return 0;
+}
+
+void token_stream_identity(const TokenStream* ts, char* out, size_t cap) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (int i = 0; i < ts->nfiles; i++) {
+    uint64_t parts[2] = {(uint64_t)ts->ids[i].size, ts->ids[i].digest};
+    const unsigned char* b = (const unsigned char*)parts;
+    for (size_t k = 0; k < sizeof parts; k++) h = (h ^ b[k]) * 0x100000001b3ULL;
+  }
+  snprintf(out, cap, "%d shards, %lld tokens, digest %016llx", ts->nfiles, (long long)ts->total, (unsigned long long)h);
 }
 
 // ---- sampler ---------------------------------------------------------------------------

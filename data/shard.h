@@ -22,9 +22,12 @@
 // in err.
 int shard_write(const char* path, const uint16_t* tokens, size_t ntokens, char* err, size_t errlen);
 
+#include "infra/files.h"
+
 typedef struct {
   int nfiles;
   char** paths;
+  FileId* ids;        // each file as it was opened and checked: every later open must find it so
   int64_t* ntokens;   // tokens per file
   int64_t* start;     // offset of each file in the stream
   int64_t total;      // tokens in the stream
@@ -33,11 +36,16 @@ typedef struct {
 
 // Opens every shard matching the glob and validates it: magic, version, token count against
 // the file size (truncated or oversized), and every token id < vocab (vocab <= 0 skips that
-// check). On failure returns -1 and err names the file and the problem.
+// check); records each file's identity. On failure returns -1 and err names the file and the
+// problem.
 int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char* err, size_t errlen);
 void token_stream_close(TokenStream* ts);
-// Reads tokens [pos, pos+n) of the stream into out (crossing file boundaries as needed).
+// Reads tokens [pos, pos+n) of the stream into out (crossing file boundaries as needed); a file
+// that changed since it was opened (rewritten in place, or replaced) is refused, naming it.
 int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* out, char* err, size_t errlen);
+// What identifies the stream's data for a checkpoint (its files' sizes and first bytes, in order,
+// not their names or times: a copy elsewhere is the same data), as text of at most 80 bytes.
+void token_stream_identity(const TokenStream* ts, char* out, size_t cap);
 
 // Number of whole micro-batch windows of B*T+1 tokens (0 if the stream is too short).
 int64_t sampler_windows(const TokenStream* ts, int B, int T);

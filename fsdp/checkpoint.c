@@ -690,6 +690,7 @@ int checkpoint_load(FSDP* fs, const char* opt, const char* dir, const char* mode
       if (scaler) *scaler = meta.scaler;
       // The run goes on as the one that saved it (a checkpoint from before identities: a new one).
       if (meta.run_id[0]) snprintf(fs->run_id, sizeof fs->run_id, "%s", meta.run_id);
+      snprintf(fs->data_id, sizeof fs->data_id, "%s", meta.data_id);
       snprintf(used, usedlen, "%s", c->path[i]);
       if (strcmp(c->path[i], dir)) log0("%s %s: using %s, the newest complete checkpoint there\n", opt, dir, c->path[i]);
       if (reasons[0] || c->note[0]) log0("%s %s: skipped: %s%s%s\n", opt, dir, reasons, reasons[0] && c->note[0] ? "; " : "", c->note);

@@ -28,7 +28,8 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
                      const LossScaler* scaler);
 // Collective: loads the newest complete, intact checkpoint of DIR (DIR itself, DIR.tmp or DIR.old
 // left by an interrupted save, or the newest step_NNNNNNNN inside DIR) into the shards (master,
-// m, v; gradients zeroed), names it in `used`, takes over its run identity, and returns its step;
+// m, v; gradients zeroed), names it in `used`, takes over its run identity (and leaves its data's
+// in fs->data_id, "" when it has none), and returns its step;
 // *scaler (unless NULL) gets the saved dynamic scaler's state, or .dynamic = 0 when none was
 // saved. Refuses, with the reason, a checkpoint of another model, a parameter table that
 // differs, a meta.json field that is missing or out of range, truncated arrays, bytes that do

@@ -131,6 +131,11 @@ int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step
                           "{\"format\": \"%s\", \"model\": \"%s\", \"run_id\": \"%s\", \"step\": %d, \"seed\": %llu, "
                           "\"elements\": %lld, \"saved_by_world_size\": %d,",
                           CKPT_FORMAT, name, fs->run_id, step, (unsigned long long)seed, (long long)elements, fs->world_size);
+  if (fs->data_id[0]) {
+    char data[6 * sizeof fs->data_id];
+    json_escape(fs->data_id, data, sizeof data);
+    len += (size_t)snprintf(text + len, cap - len, "\n \"data\": \"%s\",", data);
+  }
   // A dynamic scale is whole (a power of two from 1 to 2^24), so it is written as an integer.
   if (scaler && scaler->dynamic)
     len += (size_t)snprintf(text + len, cap - len, "\n \"loss_scale\": %lld, \"loss_scale_good\": %d,",
@@ -213,6 +218,8 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
       json_member_int(&d, 0, "saved_by_world_size", 1, 1 << 24, &world, err, errlen))
     goto done;
   m->step = (int)step, m->seed = (uint64_t)seed, m->elements = elements, m->saved_by_world_size = (int)world;
+  m->data_id[0] = 0;
+  if (json_get(&d, 0, "data") >= 0 && json_member_string(&d, 0, "data", m->data_id, sizeof m->data_id, err, errlen)) goto done;
   // Checkpoints written before runs had identities have no run_id; one that is there is checked.
   m->run_id[0] = 0;
   if (json_get(&d, 0, "run_id") >= 0) {

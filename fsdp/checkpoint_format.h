@@ -1,7 +1,8 @@
 // checkpoint_format.h: what is inside a checkpoint directory, and how it is verified.
 //
 //   meta.json      written first: format, model, step, seed, element count, the parameter table,
-//                  the run's identity (run_id: which run owns the checkpoint, fsdp/checkpoint.c),
+//                  the run's identity (run_id: which run owns the checkpoint, fsdp/checkpoint.c)
+//                  and its data's (data),
 //                  and a dynamic loss scaler's state (loss_scale, loss_scale_good) when one ran
 //   params.bin, adam_m.bin, adam_v.bin
 //                  flat fp32 arrays in global order (see checkpoint.c)
@@ -45,6 +46,7 @@ void ckpt_sums_combine(CkptSums* s, Comm* world);
 typedef struct {
   char model[256];
   char run_id[CKPT_RUN_ID_LEN];  // "" for a checkpoint written before runs had identities
+  char data_id[96];              // the training data's identity when recorded, else ""
   int step, saved_by_world_size;
   uint64_t seed;
   int64_t elements;

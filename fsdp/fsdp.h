@@ -271,6 +271,9 @@ typedef struct {
   // The run's identity, recorded in its checkpoints (16 hex digits; fsdp/checkpoint.c): drawn at
   // start-up, taken over from the checkpoint a run resumes. Rotation deletes only its own.
   char run_id[17];
+  // What its training data is (set by the trainer; "" when unknown), recorded beside it so a
+  // resume can say when it reads other data; a load leaves the checkpoint's here.
+  char data_id[96];
 } FSDP;
 
 // ---- the strategy and the process groups (fsdp/groups.c) ---------------------------

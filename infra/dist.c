@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 #ifndef NO_MPI
 #include <mpi.h>
@@ -17,9 +18,15 @@
 
 static int g_rank = 0, g_world = 1, g_local_rank = 0;
 static int g_node = 0;  // the world rank of this node's local rank 0: an id of the node
+static int g_rank_known = 0;  // g_rank is this rank's (MPI, or the launcher's variables, said it)
 #ifndef NO_MPI
 static int g_mpi = 0;
 #endif
+static const char* rank_text(void) {
+  static char text[16];
+  snprintf(text, sizeof text, "%d", g_rank);
+  return text;
+}
 
 #if defined(NO_MPI) || defined(FSDP_CUDA)
 // Rank, world size and local rank from the launcher's variables (OpenMPI, Slurm, torchrun);
@@ -34,6 +41,7 @@ static void ranks_from_environment(void) {
   g_rank = env.rank;
   g_world = env.world;
   g_local_rank = env.local_rank;
+  g_rank_known = 1;
   g_node = env.rank - env.local_rank;  // launchers number a node's ranks consecutively
 }
 #endif
@@ -113,11 +121,83 @@ int dist_threads(void) {
 #endif
 }
 
+// ---- the start-up watchdog ------------------------------------------------------------------
+// The collectives have their watchdog (kernels/comm.h); what blocks before them (MPI's start,
+// the node split, the process groups' splits, the NCCL id exchange) has this one, with the same
+// --comm-timeout, read from the command line before MPI starts. An expired stage writes its
+// message (prepared when it was armed: only write and _exit run in the handler) and ends this
+// rank; the launcher, seeing a rank end, ends the others.
+static double g_watch_s = 600;
+static char g_watch_msg[640];
+static size_t g_watch_len;
+static volatile sig_atomic_t g_exit_status;
+
+static void stage_expired(int sig) {
+  (void)sig;
+  ssize_t w = write(2, g_watch_msg, g_watch_len);
+  (void)w;
+  _exit(3);
+}
+
+// --comm-timeout S (or --comm-timeout=S) from argv; the option parser checks it strictly later.
+static void watch_timeout_from(int argc, char** argv) {
+  for (int i = 1; i < argc; i++) {
+    const char* v = !strcmp(argv[i], "--comm-timeout") && i + 1 < argc ? argv[i + 1]
+                    : !strncmp(argv[i], "--comm-timeout=", 15) ? argv[i] + 15 : NULL;
+    char* end;
+    double t = v ? strtod(v, &end) : -1;
+    if (v && *v && !*end && t >= 0 && t <= 1e7) g_watch_s = t;
+  }
+}
+
+void dist_watch(const char* stage) {
+  struct itimerval t = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &t, NULL);
+  if (!stage || g_watch_s <= 0) return;
+  const char* env_rank = getenv("OMPI_COMM_WORLD_RANK");  // MPI may not have said it yet
+  int n = snprintf(g_watch_msg, sizeof g_watch_msg, "[rank %s] error: %s did not finish within --comm-timeout %g s: "
+                   "another rank is stopped, hung or unreachable (at start-up). Ending this rank, and with it the job.\n",
+                   g_rank_known ? rank_text() : env_rank ? env_rank : "?", stage, g_watch_s);
+  g_watch_len = n > 0 && (size_t)n < sizeof g_watch_msg ? (size_t)n : sizeof g_watch_msg - 1;
+  signal(SIGALRM, stage_expired);
+  t.it_value.tv_sec = (time_t)g_watch_s;
+  t.it_value.tv_usec = (suseconds_t)((g_watch_s - (double)(time_t)g_watch_s) * 1e6);
+  setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static char g_alone_msg[2048];
+static size_t g_alone_len;
+static void exit_now(int sig) {
+  (void)sig;
+  ssize_t w = write(2, g_alone_msg, g_alone_len);
+  (void)w;
+  _exit(g_exit_status);
+}
+
+void dist_exit(int status, const char* alone) {
+  // A rank that stops here alone (its own usage error) may find MPI_Finalize waiting for ranks
+  // that wait in a collective for it: it exits after a few seconds regardless, saying why, and
+  // the launcher ends the others. When every rank stops here, they finalize together at once.
+  fflush(stdout);
+  fflush(stderr);
+  g_exit_status = status;
+  int n = alone ? snprintf(g_alone_msg, sizeof g_alone_msg, "[rank %d] error: %s (this rank alone: the others were "
+                           "started otherwise)\n", g_rank, alone) : 0;
+  g_alone_len = n > 0 && (size_t)n < sizeof g_alone_msg ? (size_t)n : n > 0 ? sizeof g_alone_msg - 1 : 0;
+  struct itimerval t = {{0, 0}, {5, 0}};
+  signal(SIGALRM, exit_now);
+  setitimer(ITIMER_REAL, &t, NULL);
+  dist_finalize();
+  exit(status);
+}
+
 void dist_init(int* argc, char*** argv) {
+  watch_timeout_from(*argc, *argv);
 #ifndef NO_MPI
   // Without a launcher OpenMPI starts as a singleton: one rank, no mpirun needed. Only the
   // main thread calls MPI (OpenMP workers and the NCCL watchdog never do): FUNNELED.
   int provided = 0;
+  dist_watch("MPI's start-up (MPI_Init_thread)");
   if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "error: MPI_Init failed\n");
     exit(1);
@@ -125,7 +205,9 @@ void dist_init(int* argc, char*** argv) {
   g_mpi = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+  g_rank_known = 1;
   // The rank on this node (it picks the GPU): ranks that share memory form one node.
+  dist_watch("the node discovery (MPI_Comm_split_type and a broadcast over the node)");
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node);
   int local_world = 1;
@@ -134,6 +216,7 @@ void dist_init(int* argc, char*** argv) {
   g_node = g_rank;
   MPI_Bcast(&g_node, 1, MPI_INT, 0, node);
   MPI_Comm_free(&node);
+  dist_watch(NULL);
 #ifdef FSDP_CUDA
   if (g_world == 1) {
     // A launcher without MPI (torchrun, srun without PMI support) starts every process as an

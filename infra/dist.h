@@ -10,6 +10,15 @@
 
 void dist_init(int* argc, char*** argv);
 void dist_finalize(void);
+// Finalizes and exits with status, at most a few seconds later even when MPI_Finalize waits for
+// ranks that wait for this one (a usage error on one rank only): the launcher then ends them,
+// and this rank first prints `alone` (NULL: nothing), which the caller printed only on rank 0.
+void dist_exit(int status, const char* alone) __attribute__((noreturn));
+// The start-up watchdog: watches the blocking stage named (MPI's start, the node split, the
+// process groups, the NCCL id exchange) for --comm-timeout seconds (read from the command line
+// by dist_init); an expired stage ends this rank naming it, and with it the job. NULL ends the
+// watch. The collectives after start-up have their own watchdog (kernels/comm.h).
+void dist_watch(const char* stage);
 int dist_rank(void);
 int dist_world(void);
 int dist_local_rank(void);  // rank on this node: selects the GPU

@@ -102,6 +102,41 @@ int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, 
   return 0;
 }
 
+int file_identity(int fd, FileId* id) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -1;
+  unsigned char head[FILE_ID_BYTES];
+  size_t n = st.st_size < (off_t)sizeof head ? (size_t)st.st_size : sizeof head;
+  if (file_pread_all(fd, head, n, 0) != 0) return -1;
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
+  for (size_t i = 0; i < n; i++) h = (h ^ head[i]) * 0x100000001b3ULL;
+  *id = (FileId){.size = (int64_t)st.st_size, .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                 .digest = h, .dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino};
+  return 0;
+}
+
+int file_unchanged(int fd, const FileId* was, const char* path, char* err, size_t errlen) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return set_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
+  int64_t mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+  const char* what = (uint64_t)st.st_dev != was->dev || (uint64_t)st.st_ino != was->ino ? "it was replaced by another file"
+                     : st.st_size != was->size ? "its size changed"
+                     : mtime != was->mtime_ns ? "it was written to (its modification time changed)" : NULL;
+  if (!what) return 0;
+  return set_error(err, errlen, "%s changed while the run reads it: %s since it was opened and checked. Restore it and "
+                   "resume from the last checkpoint", path, what);
+}
+
+int file_identity_compare(const FileId* a, const FileId* b, char* err, size_t errlen) {
+  if (a->size != b->size) return set_error(err, errlen, "%lld bytes against %lld", (long long)a->size, (long long)b->size);
+  if (a->digest != b->digest) return set_error(err, errlen, "the same size but other contents in its first %d bytes", FILE_ID_BYTES);
+  if (a->mtime_ns != b->mtime_ns)
+    return set_error(err, errlen, "the same size and first bytes but another modification time (%.3f s apart; copies "
+                     "must keep their times: cp -p, rsync -t)", (double)(a->mtime_ns > b->mtime_ns ? a->mtime_ns - b->mtime_ns
+                                                                        : b->mtime_ns - a->mtime_ns) / 1e9);
+  return 0;
+}
+
 // ---- output names ---------------------------------------------------------------------------
 
 // NAME_MAX of the directory dir when it exists, else of the nearest existing ancestor (a

@@ -2,7 +2,8 @@
 //
 //   inputs   opened only when they are regular files (a FIFO or a device is refused, never
 //            waited on), their size bounded before anything is allocated for them, the file
-//            named in every message;
+//            named in every message; identified (FileId) so that ranks can agree on them and a
+//            file changed while a run reads it is noticed;
 //   outputs  every name checked at start-up against the file system's limits, so that a name
 //            that cannot be created fails before the first step, not after training, and
 //            against every input the run reads (path_overlap: by device and inode), so that
@@ -15,6 +16,7 @@
 #ifndef FSDP_FILES_H
 #define FSDP_FILES_H
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 // Writes the printf-style message into err (when err is not NULL) and returns -1: how every
@@ -26,6 +28,22 @@ __attribute__((format(printf, 3, 4))) int set_error(char* err, size_t errlen, co
 int file_open_regular(const char* path, char* err, size_t errlen);
 // The whole of a regular file of at most max_bytes, NUL-terminated, in a malloc'd *text.
 int file_read_all(const char* path, size_t max_bytes, char** text, size_t* len, char* err, size_t errlen);
+
+// What identifies an input's contents across ranks and over time: its size, modification time
+// and a digest of its first FILE_ID_BYTES bytes (a shard's header and first block), and on this
+// host its device and inode. file_identity fills it from an open descriptor (0, or -1 with
+// errno). file_unchanged says whether fd is still the file `was` describes (the same device,
+// inode, size and modification time: a shard rewritten in place or replaced is caught on its
+// next open); file_identity_compare whether two identities (of two ranks) agree in size,
+// modification time and digest. Each returns 0, or -1 with what differs in err.
+#define FILE_ID_BYTES 5120
+typedef struct {
+  int64_t size, mtime_ns;
+  uint64_t digest, dev, ino;
+} FileId;
+int file_identity(int fd, FileId* id);
+int file_unchanged(int fd, const FileId* was, const char* path, char* err, size_t errlen);
+int file_identity_compare(const FileId* a, const FileId* b, char* err, size_t errlen);
 
 // pread / pwrite of exactly n bytes at offset `at`, retrying interrupted and short transfers:
 // 0, or -1 with errno (ENOSPC for a write that stops short without an error, 0 for a read that

@@ -94,6 +94,25 @@ static void t5_config(ModelConfig* c, const char* name, int L, int Ld, int C, in
   snprintf(c->name, sizeof c->name, "%s", name);
 }
 
+// Every model is bounded before anything is planned from it: its blocks (the plan keeps tables
+// per unit) and its parameters, counted in floating point so no product can overflow.
+static int model_size_check(const ModelConfig* c, const char* spec, char* err, size_t errlen) {
+  int blocks = c->L + c->Ld;
+  double C = c->C, I = (double)c->H * c->D, F = c->F;
+  double block = c->kind == MODEL_GPT ? 4 * C * I + 2 * C * F : 6 * C * I + 3 * C * F;  // generous for T5's decoder
+  double params = (double)c->Vp * C * 2 + (double)c->T * C + blocks * (block + 16 * C);
+  if (blocks > MODEL_MAX_BLOCKS) {
+    snprintf(err, errlen, "model %s: %d blocks, more than the %d a model may have here", spec, blocks, MODEL_MAX_BLOCKS);
+    return -1;
+  }
+  if (params > MODEL_MAX_PARAMS) {
+    snprintf(err, errlen, "model %s: about %.3g parameters, more than the %.3g a model may have here (2^44)", spec, params,
+             MODEL_MAX_PARAMS);
+    return -1;
+  }
+  return 0;
+}
+
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen) {
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < sizeof gpt_presets / sizeof *gpt_presets; i++) {
@@ -133,7 +152,7 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
     snprintf(err, errlen, "model %s: V=%d exceeds 65536, the largest vocabulary uint16 token shards can hold", spec, cfg->V);
     return -1;
   }
-  return 0;
+  return model_size_check(cfg, spec, err, errlen);
 }
 
 // Score entries of an attention over Tq queries and Tk keys: causal attention computes only

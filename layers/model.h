@@ -29,7 +29,11 @@ typedef struct {
 
 // Parses a preset name ("gpt2-124m", "t5-base", ...) or a custom spec
 // "gpt:L=2,C=72,H=3,V=509,T=32" / "t5:L=2,C=64,H=4,D=16,F=128,V=300" / "t5v1.1:..." (any key
-// may be left out). Returns 0, or -1 with a message in err.
+// may be left out; values are digits only). Returns 0, or -1 with a message in err; a model of
+// more than MODEL_MAX_BLOCKS blocks or MODEL_MAX_PARAMS parameters is refused (gpt-1t, the
+// largest preset, has 128 blocks and 1e12 parameters).
+#define MODEL_MAX_BLOCKS 4096
+#define MODEL_MAX_PARAMS 17592186044416.0  // 2^44
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen);
 // Lists the presets, one per line, for --help and error messages.
 void model_list_presets(char* out, size_t len);

@@ -468,7 +468,7 @@ def llmc_check(data):
     if len(data) < 1024:
         return False, None
     magic, version, T, V, L, H, C, Vp = struct.unpack_from("<8i", data)
-    if magic != 20240326 or version not in (3, 5) or not all(1 <= x <= 1 << 24 for x in (T, V, L, H, C, Vp)):
+    if magic != 20240326 or version not in (3, 5) or not all(1 <= x <= 1 << 24 for x in (T, V, L, H, C, Vp)) or L > 4096:
         return False, None
     if Vp < V or C % H or V > 65536 or V <= DATA_MAX - 1:
         return False, None

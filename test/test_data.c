@@ -6,7 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/shard.h"
@@ -120,8 +122,10 @@ static void test_round_trip(void) {
   if (rc == 0) token_stream_close(&ts);
 }
 
-// A shard rewritten after it was opened (and checked) is caught on the next read: ids are
-// checked against the vocabulary on every read, naming the file and the byte offset.
+// A shard rewritten after it was opened (and checked) is caught on its next open: the file must
+// still be the one that was checked (device, inode, size, modification time). Should a rewrite
+// keep all of those (its time set back), ids are still checked against the vocabulary on every
+// read, naming the file and the byte offset.
 static void test_rewritten_shard(void) {
   uint16_t t[64];
   for (int i = 0; i < 64; i++) t[i] = (uint16_t)(i * 7 % 100);
@@ -130,18 +134,36 @@ static void test_rewritten_shard(void) {
            token_stream_open(&ts, tpath("live_*.bin"), 100, g_err, sizeof g_err);
   EXPECT("open a shard of ids below 100 with vocab 100", rc == 0, "%s", g_err);
   if (rc) return;
+  struct stat before;
+  stat(tpath("live_000.bin"), &before);
   FILE* f = fopen(tpath("live_000.bin"), "r+b");
   unsigned char big[2] = {0xff, 0xff};
   int wrote = f && fseek(f, 1024 + 2 * 9, SEEK_SET) == 0 && fwrite(big, 1, 2, f) == 2;
   if (f) fclose(f);
   int32_t out[64];
-  EXPECT("reads before the rewritten token still succeed", token_stream_read(&ts, 0, 9, out, g_err, sizeof g_err) == 0,
-         "%s", g_err);
-  int refused = token_stream_read(&ts, 4, 16, out, g_err, sizeof g_err) != 0;
+  int refused = token_stream_read(&ts, 0, 9, out, g_err, sizeof g_err) != 0;
+  EXPECT("a shard written to after open is refused on its next read, naming it",
+         wrote && refused && strstr(g_err, "live_000.bin changed while the run reads it: it was written to"), "err '%s'", g_err);
+  struct timespec times[2] = {before.st_atim, before.st_mtim};  // the same file again, as far as its identity says
+  int reset = utimensat(AT_FDCWD, tpath("live_000.bin"), times, 0) == 0;
+  EXPECT("reads before the rewritten token succeed when its identity is unchanged",
+         reset && token_stream_read(&ts, 0, 9, out, g_err, sizeof g_err) == 0, "%s", g_err);
+  refused = token_stream_read(&ts, 4, 16, out, g_err, sizeof g_err) != 0;
   EXPECT("an id rewritten after open is refused on read, with file and byte offset",
          wrote && refused && strstr(g_err, "live_000.bin: token 9 (byte offset 1042) has id 65535 >= vocab 100"),
          "err '%s'", g_err);
   token_stream_close(&ts);
+  // Replaced by another file of the same size and time: a new inode.
+  rc = shard_write(tpath("swap_000.bin"), t, 64, g_err, sizeof g_err) ||
+       token_stream_open(&ts, tpath("swap_*.bin"), 100, g_err, sizeof g_err);
+  stat(tpath("swap_000.bin"), &before);
+  rc = rc || shard_write(tpath("swap_000.bin"), t, 64, g_err, sizeof g_err);
+  struct timespec same[2] = {before.st_atim, before.st_mtim};
+  utimensat(AT_FDCWD, tpath("swap_000.bin"), same, 0);
+  refused = !rc && token_stream_read(&ts, 0, 9, out, g_err, sizeof g_err) != 0;
+  EXPECT("a shard replaced by another file (renamed over it) is refused on its next read",
+         refused && strstr(g_err, "swap_000.bin changed while the run reads it: it was replaced"), "err '%s'", g_err);
+  if (!rc) token_stream_close(&ts);
 }
 
 // ---- sampler -------------------------------------------------------------------------------

@@ -132,13 +132,10 @@ static void print_help(void) {
 }
 
 void usage_error(const char* fmt, const char* arg) {
-  if (dist_rank() == 0) {
-    fprintf(stderr, "error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s\n", usage_line());
-  }
-  dist_finalize();
-  exit(2);
+  char msg[4400];
+  snprintf(msg, sizeof msg, fmt, arg);
+  if (dist_rank() == 0) fprintf(stderr, "error: %s\n%s\n", msg, usage_line());
+  dist_exit(2, dist_rank() ? msg : NULL);  // another rank says it only when rank 0 did not stop too
 }
 
 static long parse_long(const char* opt, const char* s, long lo, long hi) {
@@ -254,6 +251,39 @@ void offload_name(int bits, char* out, size_t len) {
 }
 
 
+// The options as given, each with the last value it was given (the one that counts): what every
+// rank compares with rank 0's at start-up (train/agreement.c).
+typedef struct {
+  const char* name;
+  char* line;  // "--name value" or "--name"
+} GivenOption;
+static GivenOption* given;
+static int ngiven;
+static void record_option(const char* name, const char* value) {
+  char* line = xmalloc(strlen(name) + (value ? strlen(value) : 0) + 4, "the options");
+  sprintf(line, "--%s%s%s", name, value ? " " : "", value ? value : "");
+  for (int i = 0; i < ngiven; i++)
+    if (!strcmp(given[i].name, name)) {
+      free(given[i].line);
+      given[i].line = line;
+      return;
+    }
+  if (!(given = realloc(given, (size_t)(ngiven + 1) * sizeof *given))) fatal("out of host memory for the options");
+  given[ngiven++] = (GivenOption){name, line};
+}
+static int by_name(const void* a, const void* b) { return strcmp(((const GivenOption*)a)->name, ((const GivenOption*)b)->name); }
+const char* options_given(void) {
+  static char* text;
+  size_t len = 1;
+  qsort(given, (size_t)ngiven, sizeof *given, by_name);
+  for (int i = 0; i < ngiven; i++) len += strlen(given[i].line) + 1;
+  free(text);
+  text = xmalloc(len, "the options");
+  text[0] = 0;
+  for (int i = 0, at = 0; i < ngiven; i++) at += sprintf(text + at, "%s\n", given[i].line);
+  return text;
+}
+
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
        OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD, OPT_GELU_EPILOGUE };
@@ -309,6 +339,7 @@ Options parse_options(int argc, char** argv) {
   // A leading ':' makes getopt tell a missing value (':') from an unknown option ('?').
   while ((idx = -1, c = getopt_long(argc, argv, ":", longopts, &idx)) != -1) {
     const char* name = idx >= 0 ? longopts[idx].name : "";
+    if (idx >= 0) record_option(name, longopts[idx].has_arg ? optarg : NULL);
     switch (c) {
       case 'm': o.model = optarg; break;
       case 'd': o.data = optarg; break;
@@ -467,6 +498,8 @@ Options parse_options(int argc, char** argv) {
   if (o.global_batch && o.accum_given)
     usage_error("%s", "--global-batch sets the accumulation (A = G / (batch x ranks)); give --accum or --global-batch, not both");
   if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
+  if (o.bench && (int64_t)o.steps + o.bench_warmup > BENCH_MAX_STEPS)
+    usage_error("--bench times every step it runs: at most %s steps (with --bench-warmup); lower --steps", "1048576");
   return o;
 }
 

@@ -172,6 +172,5 @@ void check_outputs(const Options* o, Comm* world) {
   if (comm_all_true(world, !bad)) return;
   if (bad && W > 1) fprintf(stderr, "[rank %d] error: %s (checked before the first step; nothing was written)\n", rank, err);
   else if (bad) fprintf(stderr, "error: %s (checked before the first step; nothing was written)\n", err);
-  dist_finalize();
-  exit(2);
+  dist_exit(2, NULL);
 }

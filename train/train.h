@@ -93,6 +93,17 @@ Options parse_options(int argc, char** argv);
 // Prints "error: <fmt % arg>" and the usage line on rank 0, and exits 2 on every rank.
 void usage_error(const char* fmt, const char* arg) __attribute__((noreturn));
 
+// The options of the command line as parse_options read them, each with the value that counts
+// (its last), sorted by name: "--name value" (or "--name") lines.
+const char* options_given(void);
+
+// ---- one run on every rank (train/agreement.c) ---------------------------------------
+// Collective, at start-up: every rank's options, and the identity of every input it opened (the
+// --data and --val-data shards, --init-from, --eval-prompts: size, modification time, a digest of
+// the first bytes), must be rank 0's. A rank that differs names the option (or the file and how
+// it differs) and every rank exits 2 before the model is built.
+void check_agreement(const Options* o, const TokenStream* train, const TokenStream* val, Comm* world);
+
 // --predict or --predict-sweep in argv: re-executes predict_gpt (the timeline backend's binary)
 // with the same arguments; returns otherwise (train/predict_exec.c).
 void predict_exec_if_asked(int argc, char** argv);
@@ -217,6 +228,7 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
 void check_plan_fits(const Options* o, const ModelConfig* cfg, int B, int T, int Te, const FSDP* fs);
 
 // ---- speed (train/bench.c) ---------------------------------------------------------
+#define BENCH_MAX_STEPS (1 << 20)  // --bench keeps every step's time
 double device_peak_flops(const char* device_name);
 double measure_peak_flops(KernelCtx* k);
 // This process's resident memory (/proc/self/statm), 0 when unknown.

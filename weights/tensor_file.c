@@ -103,11 +103,11 @@ int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t er
   if (h[1] != 3 && h[1] != 5)
     return set_error(err, errlen, "%s: llm.c checkpoint version %d; versions 3 (fp32) and 5 (bf16) are read", path, h[1]);
   int64_t T = h[2], V = h[3], L = h[4], H = h[5], C = h[6], Vp = h[7];
-  if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || T > MAX_DIM || Vp > MAX_DIM || L > MAX_DIM ||
+  if (T < 1 || V < 1 || L < 1 || H < 1 || C < 1 || Vp < V || C % H || T > MAX_DIM || Vp > MAX_DIM || L > MODEL_MAX_BLOCKS ||
       C > MAX_DIM)
     return set_error(err, errlen, "%s: implausible llm.c header (maxT %lld, V %lld, L %lld, H %lld, C %lld, Vp %lld; each in "
-                     "[1, %lld], V <= Vp, H dividing C)", path, (long long)T, (long long)V, (long long)L, (long long)H,
-                     (long long)C, (long long)Vp, (long long)MAX_DIM);
+                     "[1, %lld], L at most %d, V <= Vp, H dividing C)", path, (long long)T, (long long)V, (long long)L,
+                     (long long)H, (long long)C, (long long)Vp, (long long)MAX_DIM, MODEL_MAX_BLOCKS);
   WeightDType dt = h[1] == 3 ? WT_F32 : WT_BF16;
   int es = weight_dtype_size(dt);
   LlmcKind kinds[16];

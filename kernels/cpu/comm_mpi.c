@@ -129,7 +129,9 @@ int comm_size(const Comm* c) { return c->size; }
 
 Comm* comm_split(Comm* c, int color, int key) {
   MPI_Comm sub;
+  dist_watch("a process group's split (MPI_Comm_split)");  // blocking: the start-up watchdog's
   MPI_CHECK(MPI_Comm_split(c->mc, color, key, &sub));
+  dist_watch(NULL);
   return comm_wrap(sub);
 }
 

@@ -256,9 +256,12 @@ Comm* comm_world(void) {
   CUDA_OK(cudaGetDevice(&watch.device));  // kernels_init chose it from the local rank
   for (int i = 0; i < MAX_PENDING; i++) CUDA_OK(cudaEventCreateWithFlags(&watch.ring[i].done, cudaEventDisableTiming));
   ncclUniqueId id;
+  // Blocking until every rank takes part, before the collectives' watchdog runs: the start-up one.
+  dist_watch("the NCCL id exchange and the world communicator's set-up (ncclCommInitRank)");
   world_id(&id, rank, W);
   ncclComm_t nc;
   NCCL_CHECK(ncclCommInitRank(&nc, W, id, rank));
+  dist_watch(NULL);
   world = wrap(nc, "world");
   if (rank == 0 && g_init_dir && W > 1) {
     char run_id[160], err[1024];
@@ -279,7 +282,9 @@ int comm_size(const Comm* c) { return c->size; }
 
 Comm* comm_split(Comm* c, int color, int key) {
   ncclComm_t sub;
+  dist_watch("a process group's split (ncclCommSplit)");
   NCCL_CHECK(ncclCommSplit(c->nc, color, key, &sub, NULL));
+  dist_watch(NULL);
   return wrap(sub, "group");
 }
 
