@@ -20,3 +20,8 @@ $(BUILD)/asan/%.o: %.c $(HEADERS) $(MPI_STAMP)
 $(BUILD)/asan/train_gpt_cpu $(BUILD)/asan/generate_cpu $(BUILD)/asan/export_weights_cpu: $(BUILD)/asan/%_cpu: \
     $(BUILD)/asan/%.o $(patsubst %.c,$(BUILD)/asan/%.o,$(CPU_LIB_SRCS))
 	$(CC_CPU) $(SAN_FLAGS) $^ -o $@ $(LDLIBS_CPU)
+# The CPU kernels' tests on the same build: the fuzz part runs the cases whose inputs are
+# non-finite under UBSan.
+$(BUILD)/asan/test/%: test/%.c $(patsubst %.c,$(BUILD)/asan/%.o,$(CPU_LIB_SRCS))
+	@mkdir -p $(dir $@)
+	$(CC_CPU) $(CFLAGS_CPU) $(SAN_FLAGS) $^ -o $@ $(LDLIBS_CPU)

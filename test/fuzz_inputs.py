@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fuzzing every file the trainer and its tools read, on builds with AddressSanitizer and UBSan
-(build/asan/train_gpt_cpu, build/asan/generate_cpu).
+(build/asan/train_gpt_cpu, build/asan/generate_cpu, and the kernels' tests build/asan/test/test_kernels).
 
 Every case must end with no crash (a sanitizer report or a signal), no hang (a time limit) and
 no corrupt input accepted. What must be accepted is decided by independent validators here
@@ -42,6 +42,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAN_BIN = os.path.join(ROOT, "build", "asan", "train_gpt_cpu")
 SAN_GENERATE = os.path.join(ROOT, "build", "asan", "generate_cpu")
+SAN_KERNELS = os.path.join(ROOT, "build", "asan", "test", "test_kernels")
 RELEASE_BIN = os.path.join(ROOT, "train_gpt_cpu")
 MODEL = ["--model", "gpt:L=1,C=32,H=2,V=256,T=16", "--batch", "2", "--seq", "16"]
 VOCAB, WINDOW = 256, 2 * 16 + 1
@@ -704,11 +705,11 @@ def named_cases(w, tmp):
     # A config whose tensors do not match it is refused before anything of its size is
     # allocated (no memory plan is made), in 4 GiB of address space: the allocations were
     # 14.6 GB and 80 GB.
-    for key, needle in (("n_positions", "wpe.weight has shape [16, 8], the model needs [16777216, 8]"),
-                        ("n_layer", "missing tensor h.1.ln_1.weight")):
+    for key, needle, by in (("n_positions", "wpe.weight has shape [16, 8], the model needs [16777216, 8]", "the tensor table"),
+                            ("n_layer", "16777216 blocks, more than the 4096", "the model's bound")):
         d = hf_with("huge_" + key, config={**GPT2_CONFIG, key: 16777216})
         rc, out = run(w.args(d) + ["--seq", str(GT)], binary=RELEASE_BIN, limit=30, memory=4 << 30)
-        case(f"config.json: {key} 16777216 is refused by the tensor table before anything model-sized is allocated",
+        case(f"config.json: {key} 16777216 is refused by {by} before anything model-sized is allocated",
              refused(rc, out, needle) and "out of host memory" not in out and "memory plan" not in out, out)
     # config.json read as JSON: nesting, duplicates, whole numbers, size, regular files.
     nested = json.dumps({"task_specific_params": {"n_head": 4},
@@ -740,6 +741,16 @@ def named_cases(w, tmp):
     h["ln_f.bias"]["shape_"] = [1]
     rc, out = run(w.args(hf_with("field", tensors=safetensors_file(h, w.blobs))))
     case("safetensors: a tensor entry with an unknown field is refused", refused(rc, out, 'unknown field "shape_"'), out)
+    # Non-finite values inside the kernels: gelu's clamp let a NaN through to a float-to-int
+    # conversion and a shift of a negative int (UBSan).
+    try:
+        p = subprocess.run([SAN_KERNELS], capture_output=True, text=True, errors="replace", timeout=TIME_LIMIT,
+                           env=dict(ENV, TEST_FILTER="activations_nonfinite"))
+        rc, out = p.returncode, p.stdout + p.stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        rc, out = "error", str(e)
+    case("kernels: gelu, its gradient and geglu of NaN and infinities reach no undefined behaviour (UBSan fired in gelu)",
+         rc == 0 and not SANITIZER.search(out) and "1 passed, 0 failed" in out, out)
     return results
 
 
@@ -997,7 +1008,7 @@ def main():
     ap.add_argument("--cases", type=int, default=120, help="cases of shards and checkpoints; a third as many of the rest")
     ap.add_argument("--seed", type=int, default=20261123)
     a = ap.parse_args()
-    for binary in (SAN_BIN, SAN_GENERATE, RELEASE_BIN):
+    for binary in (SAN_BIN, SAN_GENERATE, SAN_KERNELS, RELEASE_BIN):
         if not os.access(binary, os.X_OK):
             print(f"FAIL {binary} is missing (make test T=fuzz builds it)\n0 passed, 1 failed")
             return 1

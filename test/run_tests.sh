@@ -31,7 +31,10 @@ part sim-trainer "the CUDA trainer on the simulator against the CPU trainer: GPT
 part cuda-build "the CUDA binaries and GPU tests compile with nvcc (bf16 and fp16)" "" bash test/test_cuda_build.sh
 part trust "faults and bad input: checkpoints, shards, output paths, hangs, non-finite steps" "$CPU $TOOLS" bash test/test_trust.sh
 part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts) on the sanitizer builds" \
-  "$CPU build/asan/train_gpt_cpu build/asan/generate_cpu build/asan/export_weights_cpu" python3 test/fuzz_inputs.py --cases 100
+  "$CPU build/asan/train_gpt_cpu build/asan/generate_cpu build/asan/export_weights_cpu build/asan/test/test_kernels" \
+  python3 test/fuzz_inputs.py --cases 100
+part work "never losing work: checkpoints owned by their run, outputs against inputs, links, non-finite weights, ranks that disagree, start-up hangs, sizes" \
+  "$CPU $TOOLS" bash test/test_work.sh
 part sim-fp16 "the fp16 CUDA trainer and its loss scaler on the simulator" "$CPU $SIM $SIM16" bash test/cudasim/test_fp16.sh
 part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT and T5" \
   "$CPU build/test/test_fsdp" bash test/test_multirank.sh

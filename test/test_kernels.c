@@ -419,6 +419,25 @@ static void test_gelu_accuracy(void) {
   free(x), free(y), free(ones), free(dy);
 }
 
+// NaN and infinities through the activations: a NaN stays NaN (the step's guard then skips the
+// step) and reaches no undefined arithmetic on the way: gelu's clamp once let a NaN through to a
+// float-to-int conversion and a shift of a negative int (found by the sanitizer build, which
+// runs this case in the fuzz part).
+static void test_activations_nonfinite(void) {
+  const int F = 3, N = 2;
+  float x[2 * 3 * 2], out[12], dout[12], dx[12];
+  float special[4] = {NAN, INFINITY, -INFINITY, -NAN};
+  for (int i = 0; i < 12; i++) x[i] = special[i % 4], dout[i] = 1.0f;
+  gelu_forward(NULL, out, x, 12);
+  gelu_backward(NULL, dx, x, dout, 12);
+  int bad = 0;
+  for (int i = 0; i < 12; i++) bad += isnan(x[i]) && (!isnan(out[i]) || !isnan(dx[i]));
+  geglu_forward(NULL, out, x, N, F);
+  geglu_backward(NULL, dx, x, dout, N, F);
+  EXPECT("non-finite input: gelu and its gradient of NaN are NaN, geglu runs, no undefined behaviour", bad == 0,
+         "%d NaN inputs gave a finite gelu or gradient", bad);
+}
+
 // ---- attention ----------------------------------------------------------------------
 
 typedef struct {
@@ -995,6 +1014,7 @@ int main(void) {
   TEST_RUN(test_matmul(30, 70, 300, 0));
   TEST_RUN(test_activations());
   TEST_RUN(test_gelu_accuracy());
+  TEST_RUN(test_activations_nonfinite());
   TEST_RUN(test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0));
   TEST_RUN(test_attention("bidirectional + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 0, 1, 0, 0));
   TEST_RUN(test_attention("causal + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 1, 1, 0, 0));
