@@ -2,6 +2,7 @@
 // OpenMP team and write host memory.
 #include <stdio.h>
 
+#include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
 KernelCtx* kernels_init(int device) {
@@ -16,5 +17,5 @@ KernelCtx* kernels_stream_ctx(KernelCtx* ctx, int stream) {
 const char* kernels_backend(void) { return "cpu"; }
 void kernels_device_name(KernelCtx* ctx, char* out, size_t len) {
   (void)ctx;
-  snprintf(out, len, "cpu");
+  snprintf(out, len, "cpu (%s vectors)", VEC_TARGET);
 }

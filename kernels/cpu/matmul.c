@@ -14,11 +14,12 @@
 //               multiply-adds over k, from 0, in increasing k.
 //
 // Both orders are properties of the output element alone: the tile shapes, the cache blocks,
-// the vector width the compiler picks and which thread computes a tile never change a bit,
-// so results are bit-identical for any OMP_NUM_THREADS. Fused multiply-adds are explicit (the
-// build is -std=c11, which keeps GCC from contracting a*b+c on its own): vec.h's vfma is the
-// AVX-512 instruction when there is one and fmaf per lane otherwise, the same correctly rounded
-// operation either way.
+// the vector registers the build targets (vec.h: AVX-512, AVX2 or plain C) and which thread
+// computes a tile never change a bit, so results are bit-identical for any OMP_NUM_THREADS and
+// any target. Fused multiply-adds are explicit (the build is -std=c11, which keeps GCC from
+// contracting a*b+c on its own): vec.h's vn_fma is the target's FMA instruction, or fmaf, the
+// same correctly rounded operation either way. The tiles are sized in the target's registers
+// (VEC_REGS), so a 16-register AVX2 machine runs tiles half the size of AVX-512's.
 //
 // Cache blocking (sizes change speed only): the row form runs over the reduction index in
 // chunks of KC, keeping the running sum of a tile in `out` between chunks (a float chain stored
@@ -34,8 +35,15 @@
 
 // ---- dot form: out[n,o] = sum_c A[n,c] * W[o,c] (+ bias[o]) ---------------------------
 
-#define DM 4  // token rows per dot tile
-#define DO 6  // weight rows per dot tile (DM*DO accumulators, DM+DO loads per step)
+// A tile of DM token rows x DO weight rows keeps DM * DO * VP accumulator registers and
+// shares its operand loads: per 16-lane step, VP * (DM + DO) loads for DM * DO * VP FMAs.
+#if VEC_REGS >= 32
+#define DM 4  // 24 accumulators, 6 weight registers and one input register of the 32
+#define DO 6
+#else
+#define DM 3  // 12 accumulators, DO weight registers and one input register of the 16
+#define DO (4 / VP)
+#endif
 
 // Every dot-form output ends the same way: the lanes in vec.h's fixed tree, then the bias.
 static inline float dot_finish(vf v, const float* bias, int o) {
@@ -45,25 +53,30 @@ static inline float dot_finish(vf v, const float* bias, int o) {
 
 static void dot_tile_full(float* out, const float* A, const float* W, const float* bias, int n0,
                           int o0, int C, int OC) {
-  vf acc[DM][DO];
+  vn acc[DM][DO][VP];
   for (int r = 0; r < DM; r++)
-    for (int q = 0; q < DO; q++) acc[r][q] = (vf){0};
+    for (int q = 0; q < DO; q++)
+      for (int p = 0; p < VP; p++) acc[r][q][p] = vn_zero();
   const float* a[DM];
   const float* w[DO];
   for (int r = 0; r < DM; r++) a[r] = A + (size_t)(n0 + r) * C;
   for (int q = 0; q < DO; q++) w[q] = W + (size_t)(o0 + q) * C;
   int c = 0;
-  for (; c + VL <= C; c += VL) {
-    vf wv[DO];
-    for (int q = 0; q < DO; q++) wv[q] = vpin(vload(w[q] + c));
-    for (int r = 0; r < DM; r++) {
-      vf av = vpin(vload(a[r] + c));
-      for (int q = 0; q < DO; q++) acc[r][q] = vfma(av, wv[q], acc[r][q]);
+  for (; c + VL <= C; c += VL)
+#pragma GCC unroll 16
+    for (int p = 0; p < VP; p++) {  // lanes p * NL .. p * NL + NL - 1 of the step
+      vn wv[DO];
+      for (int q = 0; q < DO; q++) wv[q] = vn_pin(vn_load(w[q] + c + p * NL));
+      for (int r = 0; r < DM; r++) {
+        vn av = vn_pin(vn_load(a[r] + c + p * NL));
+        for (int q = 0; q < DO; q++) acc[r][q][p] = vn_fma(av, wv[q], acc[r][q][p]);
+      }
     }
-  }
   for (int r = 0; r < DM; r++)
     for (int q = 0; q < DO; q++) {
-      vf v = vfma_tail(a[r] + c, w[q] + c, acc[r][q], C - c);
+      vf v;
+      for (int p = 0; p < VP; p++) v.r[p] = acc[r][q][p];
+      v = vfma_tail(a[r] + c, w[q] + c, v, C - c);
       out[(size_t)(n0 + r) * OC + o0 + q] = dot_finish(v, bias, o0 + q);
     }
 }
@@ -96,14 +109,16 @@ static void dot_gemm(float* out, const float* A, const float* W, const float* bi
 
 // ---- row form: out[m,j] (+)= sum_k A[m,k] * B[k,j] ------------------------------------
 
-#if defined(__AVX512F__)
-#define RM 12  // rows per tile (RM*RN/VL accumulators in the 32 vector registers)
+// A tile is RM rows x RN columns, two registers per row: RM * 2 accumulators, two B registers
+// and one broadcast A value; per k, 2 + RM loads for 2 * RM FMAs.
+#if VEC_REGS >= 32
+#define RM 12  // 24 accumulators of the 32
 #else
-#define RM 4
+#define RM 6   // 12 accumulators of the 16
 #endif
-#define RN (2 * VL)  // columns per tile
+#define RN (2 * NL)  // columns per tile
 #define KC 256       // reduction chunk
-#define RB_ROWS 264  // rows of a task's block (a multiple of 12 and of 4)
+#define RB_ROWS 264  // rows of a task's block (a multiple of 12, 6 and 4)
 #define RB_COLS 64   // columns of a task's block (a multiple of RN)
 
 // A is addressed as A[m*sam + k*sak] so that both a row-major operand and a transposed one
@@ -121,36 +136,41 @@ typedef struct {
 
 // Continues the chains of a RM x RN tile over k in [k0, k1): they start at 0 when k0 == 0 and
 // from the partial sums stored in out otherwise; `last` finishes them (out = or out +=).
-// `rows` is a constant at every call (RM, then 4 and 1 for the last rows of a block).
+// `rows` is a constant at every call (RM, then 4 and 1 for the last rows of a block). The
+// loops over rows are unrolled by request: the plain target's FMA is a loop of fmaf, which GCC
+// counts as too large to unroll on its own, and a rolled loop keeps the accumulators in memory.
 static inline __attribute__((always_inline)) void row_tile(const RowGemm* g, int m0, int j0,
                                                            int k0, int k1, int last,
                                                            const int rows) {
-  vf acc[RM][2];
+  vn acc[RM][2];
+#pragma GCC unroll 16
   for (int r = 0; r < rows; r++) {
     float* o = g->out + (size_t)(m0 + r) * g->ldo + j0;
     if (k0 == 0) {
-      acc[r][0] = acc[r][1] = (vf){0};
+      acc[r][0] = acc[r][1] = vn_zero();
     } else {
-      acc[r][0] = vload(o), acc[r][1] = vload(o + VL);
+      acc[r][0] = vn_load(o), acc[r][1] = vn_load(o + NL);
     }
   }
   const float* a = g->A + (size_t)m0 * g->sam;
   for (int k = k0; k < k1; k++) {
     const float* b = g->B + (size_t)k * g->ldb + j0;
-    vf b0 = vload(b), b1 = vload(b + VL);
+    vn b0 = vn_load(b), b1 = vn_load(b + NL);
     const float* ak = a + (size_t)k * g->sak;
+#pragma GCC unroll 16
     for (int r = 0; r < rows; r++) {
-      vf x = vbroadcast(ak[(size_t)r * g->sam]);
-      acc[r][0] = vfma(x, b0, acc[r][0]);
-      acc[r][1] = vfma(x, b1, acc[r][1]);
+      vn x = vn_set1(ak[(size_t)r * g->sam]);
+      acc[r][0] = vn_fma(x, b0, acc[r][0]);
+      acc[r][1] = vn_fma(x, b1, acc[r][1]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < rows; r++) {
     float* o = g->out + (size_t)(m0 + r) * g->ldo + j0;
     if (last && g->accumulate) {
-      acc[r][0] += vload(o), acc[r][1] += vload(o + VL);
+      acc[r][0] = vn_add(acc[r][0], vn_load(o)), acc[r][1] = vn_add(acc[r][1], vn_load(o + NL));
     }
-    vstore(o, acc[r][0]), vstore(o + VL, acc[r][1]);
+    vn_store(o, acc[r][0]), vn_store(o + NL, acc[r][1]);
   }
 }
 
