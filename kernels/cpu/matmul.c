@@ -102,7 +102,7 @@ static float dot_one(const float* a, const float* w, const float* bias, int o, i
 static void dot_gemm(float* out, const float* A, const float* W, const float* bias, int N,
                      int C, int OC) {
   int nblocks = (OC + DOT_BLOCK - 1) / DOT_BLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * C * OC))
   for (int blk = 0; blk < nblocks; blk++) {
     int ob = blk * DOT_BLOCK, oe = ob + DOT_BLOCK < OC ? ob + DOT_BLOCK : OC;
     for (int n0 = 0; n0 < N; n0 += DM) {
@@ -271,7 +271,7 @@ static void row_gemm(const RowGemm* g) {
   size_t run_n = chunked ? (size_t)rows * cols : 0;
   long ntasks = (long)mblocks * groups;
   // Consecutive tasks of a thread share the row block (the A rows, e.g. dout^T's columns).
-#pragma omp parallel
+#pragma omp parallel if (PARALLEL_WORTH((size_t)g->M * g->K * g->Ncol))
   {
     // 64-byte aligned, so that no vector load of the copies straddles two cache lines
     size_t bytes = sizeof(float) * (apack_n + bpack_n + run_n + 16);

@@ -12,6 +12,7 @@
 // summed in float in increasing row order into a local, then added to dweight/dbias.
 #include <math.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 
 #define DL 8  // double lanes of a row reduction
@@ -48,7 +49,7 @@ static void layernorm_row(float* o, float* mean_out, float* rstd_out, const floa
 
 void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, const act_t* x,
                        const act_t* weight, const act_t* bias, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * (size_t)N * C))
   for (int n = 0; n < N; n++)
     layernorm_row(out + (size_t)n * C, mean + n, rstd + n, x + (size_t)n * C, weight, bias, C,
                   eps);
@@ -57,7 +58,7 @@ void layernorm_forward(KernelCtx* ctx, act_t* out, float* mean, float* rstd, con
 void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* mean,
                                 float* rstd, const act_t* a, const act_t* b, const act_t* weight,
                                 const act_t* bias, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * (size_t)N * C))
   for (int n = 0; n < N; n++) {
     size_t off = (size_t)n * C;
     float* r = residual + off;
@@ -71,7 +72,7 @@ void residual_layernorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, flo
 void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
                         const act_t* dout, const act_t* x, const act_t* weight,
                         const float* mean, const float* rstd, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * (size_t)N * C))
   for (int n = 0; n < N; n++) {
     const float* xr = x + (size_t)n * C;
     const float* dr = dout + (size_t)n * C;
@@ -98,7 +99,7 @@ void layernorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, float* dbias,
     }
   }
   int nblocks = (C + NORM_CBLOCK - 1) / NORM_CBLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(2 * (size_t)N * C))
   for (int blk = 0; blk < nblocks; blk++) {
     int c0 = blk * NORM_CBLOCK;
     int len = c0 + NORM_CBLOCK < C ? NORM_CBLOCK : C - c0;
@@ -134,7 +135,7 @@ static void rmsnorm_row(float* o, float* rstd_out, const float* x, const float* 
 
 void rmsnorm_forward(KernelCtx* ctx, act_t* out, float* rstd, const act_t* x,
                      const act_t* weight, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * (size_t)N * C))
   for (int n = 0; n < N; n++)
     rmsnorm_row(out + (size_t)n * C, rstd + n, x + (size_t)n * C, weight, C, eps);
 }
@@ -142,7 +143,7 @@ void rmsnorm_forward(KernelCtx* ctx, act_t* out, float* rstd, const act_t* x,
 void residual_rmsnorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float* rstd,
                               const act_t* a, const act_t* b, const act_t* weight, int N,
                               int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * (size_t)N * C))
   for (int n = 0; n < N; n++) {
     size_t off = (size_t)n * C;
     float* r = residual + off;
@@ -154,7 +155,7 @@ void residual_rmsnorm_forward(KernelCtx* ctx, act_t* residual, act_t* out, float
 // dx = rstd * (dnorm - norm * mean(dnorm * norm)); no mean term because nothing was centered.
 void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* dout,
                       const act_t* x, const act_t* weight, const float* rstd, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * (size_t)N * C))
   for (int n = 0; n < N; n++) {
     const float* xr = x + (size_t)n * C;
     const float* dr = dout + (size_t)n * C;
@@ -172,7 +173,7 @@ void rmsnorm_backward(KernelCtx* ctx, act_t* dx, float* dweight, const act_t* do
     }
   }
   int nblocks = (C + NORM_CBLOCK - 1) / NORM_CBLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(2 * (size_t)N * C))
   for (int blk = 0; blk < nblocks; blk++) {
     int c0 = blk * NORM_CBLOCK;
     int len = c0 + NORM_CBLOCK < C ? NORM_CBLOCK : C - c0;
