@@ -10,10 +10,24 @@
 // elementwise add, the cheapest pass; a kernel scales its own count by what an element costs
 // it (a GELU or a layer-norm element about 4 adds, a matmul's multiply-add about 1). Each
 // element is still computed the same way, so the bits do not change.
+// CPU_PARALLEL_MIN_WORK in the environment replaces the threshold (0: every kernel in parallel,
+// as test_kernels' thread-count checks need).
 #ifndef FSDP_KERNELS_CPU_PARALLEL_H
 #define FSDP_KERNELS_CPU_PARALLEL_H
+#include <stddef.h>
+#include <stdlib.h>
 
-#define PARALLEL_MIN_WORK (1u << 20)
-#define PARALLEL_WORTH(work) ((size_t)(work) >= PARALLEL_MIN_WORK)
+#define PARALLEL_MIN_WORK ((size_t)1 << 20)
+
+// Read once per file, at its first kernel call (on the calling thread, before any region).
+static inline size_t parallel_min_work(void) {
+  static size_t min_work = (size_t)-1;
+  if (min_work == (size_t)-1) {
+    const char* e = getenv("CPU_PARALLEL_MIN_WORK");
+    min_work = e && *e ? (size_t)strtoull(e, NULL, 10) : PARALLEL_MIN_WORK;
+  }
+  return min_work;
+}
+#define PARALLEL_WORTH(work) ((size_t)(work) >= parallel_min_work())
 
 #endif
