@@ -11,21 +11,21 @@
 // a pause instruction before it sleeps (milliseconds on AMD cores). On a machine whose cores are
 // shared, a spinning thread holds the core its descheduled teammate needs, and every region then
 // ends by waiting for that teammate: with other work on the machine, make run's model took 4 to
-// 10 times longer per step with 2 spinning threads than with short spinning or none, and longer
-// than with 1 thread (docs/performance.md, "Threads"). So the CPU binaries spin briefly, then
-// sleep: GOMP_SPINCOUNT=1000 (tens of microseconds, longer than the gaps between one step's
-// kernels, so an idle machine keeps its speed), and OMP_WAIT_POLICY=passive for other OpenMP
-// runtimes, unless the user chose any of these. The runtime reads its environment before main,
-// in a constructor that runs before this one; so this one sets the variables and starts the
-// program again, once (set, they stop it from doing so twice). Where that fails (no /proc), the
-// program goes on with the runtime's default.
+// 10 times longer with 2 spinning threads than with 2 that sleep at once, and longer than with 1
+// thread; on an idle machine sleeping costs a wake-up per region, about a third of that model's
+// step (docs/performance.md, "The CPU backend: vectors and threads"; the kernels too small to
+// gain from a second thread run on one, parallel.h). So the CPU binaries wait passively
+// (OMP_WAIT_POLICY=passive) unless the user chose a policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT or
+// KMP_BLOCKTIME). The runtime reads its environment before main, in a constructor that runs
+// before this one; so this one sets the variable and starts the program again, once (set, it
+// stops it from doing so twice). Where that fails (no /proc), the program goes on spinning.
 static const char* const WAIT_CHOICES[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"};
 
-__attribute__((constructor)) static void wait_briefly(int argc, char** argv, char** envp) {
+__attribute__((constructor)) static void wait_passively(int argc, char** argv, char** envp) {
   (void)argc, (void)envp;
   for (size_t i = 0; i < sizeof WAIT_CHOICES / sizeof WAIT_CHOICES[0]; i++)
     if (getenv(WAIT_CHOICES[i])) return;
-  if (!argv || !argv[0] || setenv("GOMP_SPINCOUNT", "1000", 0) || setenv("OMP_WAIT_POLICY", "passive", 0)) return;
+  if (!argv || !argv[0] || setenv("OMP_WAIT_POLICY", "passive", 0)) return;
   execv("/proc/self/exe", argv);
 }
 
