@@ -2,6 +2,7 @@
 // OpenMP team and write host memory. What it does set up is how that team waits.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kernels/cpu/vec.h"
@@ -19,12 +20,15 @@
 // KMP_BLOCKTIME). The runtime reads its environment before main, in a constructor that runs
 // before this one; so this one sets the variable and starts the program again, once (set, it
 // stops it from doing so twice). Where that fails (no /proc), the program goes on spinning.
+// With OMP_NUM_THREADS=1 no thread ever waits, and nothing is done.
 static const char* const WAIT_CHOICES[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"};
 
 __attribute__((constructor)) static void wait_passively(int argc, char** argv, char** envp) {
   (void)argc, (void)envp;
   for (size_t i = 0; i < sizeof WAIT_CHOICES / sizeof WAIT_CHOICES[0]; i++)
     if (getenv(WAIT_CHOICES[i])) return;
+  const char* threads = getenv("OMP_NUM_THREADS");
+  if (threads && !strcmp(threads, "1")) return;
   if (!argv || !argv[0] || setenv("OMP_WAIT_POLICY", "passive", 0)) return;
   execv("/proc/self/exe", argv);
 }
