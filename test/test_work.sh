@@ -68,6 +68,18 @@ run r2 $BIN $M $CONST --steps 5 --resume "$TMP/rot" --save "$TMP/rot" --keep-che
   ok "rotation never counts a corrupt checkpoint: the intact one before it is kept, not deleted" ||
   bad "corrupt newest and rotation" "exit $rc $(ls "$TMP/rot") $(show r2)"
 
+# Rotation verifies what this process did not write, on every rank together: on 2 ranks, a run
+# resumed from a copy of step 3 saves step 4 into the directory whose step 3 is corrupt: step 3
+# is left (said), step 2 kept as the newest intact one, step 1 rotated out.
+run v1 $MPIRUN -np 2 $BIN $M $CONST --steps 3 --save "$TMP/ver" --save-every 1 --keep-checkpoints 3
+cp -r "$TMP/ver/step_00000003" "$TMP/ver_copy3"
+printf '\x01' | dd of="$TMP/ver/step_00000003/adam_m.bin" bs=1 seek=64 conv=notrunc status=none
+run v2 $MPIRUN -np 2 $BIN $M $CONST --steps 4 --resume "$TMP/ver_copy3" --save "$TMP/ver" --keep-checkpoints 2
+[ $rc = 0 ] && [ "$(ls "$TMP/ver" | tr '\n' ' ')" = "step_00000002 step_00000003 step_00000004 " ] &&
+  has v2 "warning: --keep-checkpoints: .*step_00000003 does not verify \(.*adam_m.bin: bytes" &&
+  ok "rotation on 2 ranks verifies the checkpoints it did not write: a corrupt one is left and said, the intact one before it kept" ||
+  bad "rotation's verification on 2 ranks" "exit $rc $(ls "$TMP/ver") $(show v2)"
+
 # --keep-checkpoints N needs room for N checkpoints: rotation happens before the write.
 if small_fs_ok; then
   ck_kib=$(du -sk "$TMP/keep/step_00000004" | cut -f1)
