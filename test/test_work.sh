@@ -110,6 +110,13 @@ run l3 $BIN $M $CONST --steps 4 --resume "$TMP/real" --save "$TMP/real"
   ok "a symbolic link planted at DIR.tmp is refused; the checkpoint it points to keeps its files" ||
   bad "a link at DIR.tmp" "exit $rc $(show l3) $(ls "$TMP/victim")"
 rm -f "$TMP/real.tmp"
+rm -rf "$TMP/victim" && mkdir -p "$TMP/victim" && cp -r "$TMP/real_before/." "$TMP/victim/"
+ln -s victim "$TMP/real.old"
+run l4 $BIN $M $CONST --steps 4 --resume "$TMP/real" --save "$TMP/real"
+[ $rc = 2 ] && has l4 "real.old is a symbolic link" && same_files "$TMP/victim" "$TMP/real_before" && [ -L "$TMP/real.old" ] &&
+  ok "a symbolic link planted at DIR.old is refused; the checkpoint it points to keeps its files" ||
+  bad "a link at DIR.old" "exit $rc $(show l4) $(ls "$TMP/victim")"
+rm -f "$TMP/real.old"
 fi
 
 # ---- outputs and inputs: compared by device and inode -------------------------------------
@@ -286,6 +293,16 @@ EOF
 run layers bash -c "ulimit -v 2000000; exec $BIN --init-from $TMP/layers.bin --data $TMP/train.bin --batch 1 --seq 1 --steps 0"
 [ $rc = 2 ] && has layers "layers.bin: implausible llm.c header .*L 1048576.*L at most 4096" && ! has layers "out of host memory" &&
   ok "an llm.c header of 2^20 layers is refused from the header, in 2 GB of address space, at once (it took 2.5 GB)" || bad "llm.c L=2^20" "exit $rc $(show layers)"
+python3 - "$TMP/table.bin" << 'EOF'
+import os, struct, sys
+# GPT-2 124M's llm.c header on a file that ends inside the fourth block's weights (sparse)
+open(sys.argv[1], "wb").write(struct.pack("<256i", 20240326, 3, 1024, 50257, 12, 12, 768, 50304, *([0] * 248)))
+os.truncate(sys.argv[1], 1024 + 400 * 2**20)
+EOF
+run table bash -c "ulimit -v 1000000; exec $BIN --init-from $TMP/table.bin --data $TMP/train.bin --batch 1 --seq 8 --steps 0"
+[ $rc = 2 ] && has table "table.bin: tensor fcprojw.3 ends beyond the file's 419431424 bytes" && ! has table "out of host memory|memory: plan" &&
+  ok "an llm.c file shorter than its header's tensors is refused by the table before the plan, in 1 GB of address space" ||
+  bad "llm.c table against the file" "exit $rc $(show table)"
 run plan bash -c "ulimit -v 4000000; exec $BIN --plan --backend cpu --model gpt:L=1000000"
 [ $rc = 2 ] && has plan "1000000 blocks, more than the 4096" && ok "--plan gpt:L=1000000 is refused at once (it was killed at 24 GB)" ||
   bad "--plan L=1e6" "exit $rc $(show plan)"
