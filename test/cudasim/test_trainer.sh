@@ -12,7 +12,8 @@
 #      2) track one rank with accumulation, in fp32 and bf16; 2 and 3 ranks started without
 #      mpirun; a checkpoint saved on 2 ranks resumes on 1
 #   4. a stalled rank: --comm-timeout ends every rank, naming the rank and the collective, also
-#      when ncclCommAbort itself never returns
+#      when ncclCommAbort itself never returns; a rank that never starts: the start-up watchdog
+#      ends the one waiting for it in the NCCL id exchange
 #   5. planted faults: a wait removed from fsdp/schedule.c, an extra collective on one rank,
 #      waits removed from the offload paths (stream order, and the host's own pinned accesses)
 #   6. the memory plan against the simulated device; no allocation and no host-blocking call
@@ -253,6 +254,7 @@ stalled_pair() {
   elapsed=$(($(date +%s) - start))
 }
 if section stall; then
+mkdir -p "$TMP/ids"
 stalled_pair stall
 # Both watchdogs fire about 5 s in; when one rank has already exited, the other's NCCL
 # transport can see the closed connection first (the simulator reports that, exit 86) before
@@ -277,6 +279,22 @@ if [ "$graced" -ge 1 ] && ! echo "$rcs" | grep -qw 0 && ! echo "$rcs" | grep -qw
 else
   bad "hanging ncclCommAbort: exit codes$rcs after ${elapsed}s, $graced ranks left after the grace: $(tail -2 "$TMP/abort0.out") / $(tail -2 "$TMP/abort1.out")"
 fi
+
+# A rank that never starts: the one started waits at start-up (rank 0 in ncclCommInitRank, rank 1
+# for the id in --init-dir), before the collectives' watchdog runs. The start-up watchdog must end
+# it within --comm-timeout, naming the stage.
+for r in 0 1; do
+  start=$(date +%s)
+  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=alone$r$$ timeout -s KILL 60 ./train_gpt_sim $MR --steps 2 \
+    --init-dir "$TMP/ids" --comm-timeout 3 > "$TMP/alone$r.out" 2>&1
+  rc=$? elapsed=$(($(date +%s) - start))
+  if [ $rc != 0 ] && [ $rc != 137 ] && [ $elapsed -lt 30 ] &&
+     grep -q "\[rank $r\] error: the NCCL id exchange .* did not finish within --comm-timeout 3 s" "$TMP/alone$r.out"; then
+    ok "rank $r of 2 started alone: the start-up watchdog ends it in ${elapsed}s, naming the NCCL id exchange"
+  else
+    bad "rank $r of 2 started alone: exit $rc after ${elapsed}s: $(tail -2 "$TMP/alone$r.out")"
+  fi
+done
 fi
 
 # ---- 5. planted faults ---------------------------------------------------------------------
