@@ -27,9 +27,10 @@
 // fsdp/README.md explains each concept and the paper section it comes from. What the runtime
 // stands on: the backends in kernels/ (the compute API kernels.h, the device API device.h, the
 // communication API comm.h; one folder per backend: cpu/, cuda/, timeline/), and infra/:
-// processes, ranks and fatal errors (dist.c), starting without mpirun (launch.c), the one strict
-// JSON reader (json.c), and the rules of every file read and path written (files.c: regular
-// files, size bounds, name lengths, directory locks).
+// processes, ranks, fatal errors and the start-up watchdog (dist.c), starting without mpirun
+// (launch.c), the one strict JSON reader (json.c), and the rules of every file read and path
+// written (files.c: regular files, size bounds, name lengths, directory locks, outputs against
+// inputs).
 #ifndef FSDP_FSDP_H
 #define FSDP_FSDP_H
 #include <stddef.h>
