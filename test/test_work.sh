@@ -222,6 +222,12 @@ run lr2 $MPIRUN -np 1 $BIN $M $CONST --steps 2 : -np 1 $BIN $M $CONST --steps 2 
 run seed2 $MPIRUN -np 2 $BIN $M --steps 2 : -np 1 $BIN $M --steps 2 --seed 7
 [ $rc != 0 ] && has seed2 "\[rank 2\] error: this rank was given '--seed 7', which rank 0 was not" &&
   ok "a rank given an option the others were not (a wrapper adding --seed) is refused, naming it" || bad "extra option" "exit $rc $(show seed2)"
+run shape2 timeout 120 $MPIRUN -np 1 $BIN $M --steps 2 --comm-timeout 20 : -np 1 $BIN --model gpt:L=2,C=64,H=2,V=509,T=32 \
+  --data "$TMP/train.bin" --batch 2 --seq 32 --steps 2 --comm-timeout 20
+[ $rc != 0 ] && [ $rc != 124 ] && has shape2 "\[rank 1\] error: --model differs: '--model gpt:L=2,C=64,H=2,V=509,T=32' here" &&
+  ! has shape2 "did not finish within|MPI_ERR_TRUNCATE" &&
+  ok "ranks started with different model shapes are refused naming --model (it was MPI_ERR_TRUNCATE or a collective's timeout)" ||
+  bad "different --model" "exit $rc $(show shape2)"
 mkdir -p "$TMP/node0" "$TMP/node1"
 cp "$TMP/train.bin" "$TMP/node0/shard.bin"
 head -c 500000 "$TMP/train.bin" > "$TMP/node1/shard.bin"
