@@ -228,6 +228,13 @@ run shape2 timeout 120 $MPIRUN -np 1 $BIN $M --steps 2 --comm-timeout 20 : -np 1
   ! has shape2 "did not finish within|MPI_ERR_TRUNCATE" &&
   ok "ranks started with different model shapes are refused naming --model (it was MPI_ERR_TRUNCATE or a collective's timeout)" ||
   bad "different --model" "exit $rc $(show shape2)"
+# Where only rank 0 writes (--log, --dump-params) or each rank its own file (--trace), a launcher
+# may give each process its own path: that is not a different run.
+run own $MPIRUN -np 1 $BIN $M --steps 2 --log "$TMP/own0.json" --dump-params "$TMP/own0.bin" --trace "$TMP/own0.trace" : \
+  -np 1 $BIN $M --steps 2 --log "$TMP/own1.json" --dump-params "$TMP/own1.bin" --trace "$TMP/own1.trace"
+[ $rc = 0 ] && [ -s "$TMP/own0.json" ] && [ -s "$TMP/own0.bin" ] && [ -s "$TMP/own0.trace.rank0" ] && [ -s "$TMP/own1.trace.rank1" ] &&
+  ok "ranks given their own --log, --dump-params and --trace paths train (only whether they are given is compared)" ||
+  bad "per-rank output paths" "exit $rc $(show own) $(ls "$TMP" | grep own)"
 mkdir -p "$TMP/node0" "$TMP/node1"
 cp "$TMP/train.bin" "$TMP/node0/shard.bin"
 head -c 500000 "$TMP/train.bin" > "$TMP/node1/shard.bin"

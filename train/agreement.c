@@ -49,12 +49,19 @@ static void add_path(Text* t, const char* opt, const char* path) {
   close(fd);
 }
 
+// The outputs that rank 0 alone writes, or each rank for itself (--trace, as PATH.rankN): their
+// paths may differ between ranks (a launcher giving each process its own names changes nothing
+// trained), so only whether they are given is compared (a dump gathers on every rank).
+static const char* const OWN_PATHS[] = {"--log ", "--dump-params ", "--bench-json ", "--trace "};
+
 // This rank's account: its options ("O <line>"), then its input files.
 static void account(const Options* o, const TokenStream* train, const TokenStream* val, Text* t) {
   const char* opts = options_given();
   for (const char* p = opts; *p;) {
-    size_t n = strcspn(p, "\n");
-    append(t, "O\t%.*s\n", (int)n, p);
+    size_t n = strcspn(p, "\n"), keep = n;
+    for (size_t i = 0; i < sizeof OWN_PATHS / sizeof OWN_PATHS[0]; i++)
+      if (!strncmp(p, OWN_PATHS[i], strlen(OWN_PATHS[i]))) keep = strlen(OWN_PATHS[i]) - 1;  // the name alone
+    append(t, "O\t%.*s\n", (int)keep, p);
     p += n + (p[n] != 0);
   }
   for (int i = 0; i < train->nfiles; i++) add_file(t, "--data", i, &train->ids[i], train->paths[i]);
