@@ -185,23 +185,28 @@ else
   bad "NCCL 2 ranks --reduce-dtype $RED failed: $(grep -h "error" "$TMP/$name.out"* | head -2) $(tail -3 "$TMP/$name.out")"
 fi
 
-# --comm-timeout: rank 1 stops after 1 step while rank 0 goes on, so rank 0's next all-gather
-# never completes. Both must exit non-zero within the timeout plus slack, naming the
-# collective, instead of hanging (the environment path: no mpirun to kill the others). The
-# slack covers the watchdog's 10 s grace for an ncclCommAbort that does not return.
+# --comm-timeout: rank 1 is stopped (SIGSTOP, as a hung process would be) once rank 0 has logged
+# the first step, so a later collective of rank 0 never completes. Rank 0 must exit non-zero by
+# itself within the timeout plus slack, naming the collective, instead of hanging (the
+# environment path: no mpirun to kill the others). The slack covers the watchdog's 10 s grace
+# for an ncclCommAbort that does not return. Both ranks get the same options (ranks started
+# otherwise are refused at start-up).
 dir=$(mktemp -d)
 start=$(date +%s)
 for r in 0 1; do
-  steps=$([ $r = 0 ] && echo 5 || echo 1)
-  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=timeout$$ NCCL_HOSTID=fsdp$r timeout 180 \
-    ./train_gpt $MR --steps $steps --init-dir "$dir" --comm-timeout 20 > "$TMP/to$r.out" 2>&1 &
+  limit=$([ $r = 0 ] && echo "timeout -s KILL 180")  # rank 1's own pid is the one stopped
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r FSDP_RUN_ID=timeout$$ NCCL_HOSTID=fsdp$r $limit \
+    ./train_gpt $MR --steps 100000 --init-dir "$dir" --comm-timeout 20 > "$TMP/to$r.out" 2>&1 &
   eval "pid$r=\$!"
 done
+for i in $(seq 1200); do grep -qE "^step +1/" "$TMP/to0.out" && break; sleep 0.1; done
+kill -STOP $pid1
 wait $pid0; rc0=$?
-wait $pid1; rc1=$?
+kill -KILL $pid1
+wait $pid1 2> /dev/null; rc1=$?
 elapsed=$(( $(date +%s) - start ))
 rm -rf "$dir"
-if [ $rc0 != 0 ] && [ $rc0 != 124 ] && [ $elapsed -lt 120 ] && grep -q "did not finish within 20 s" "$TMP/to0.out"; then
+if [ $rc0 != 0 ] && [ $rc0 != 137 ] && [ $elapsed -lt 120 ] && grep -q "did not finish within 20 s" "$TMP/to0.out"; then
   ok "--comm-timeout 20: a collective left alone by a peer aborts rank 0 in ${elapsed}s, naming it ($(grep -o '\[rank 0\] error: [a-z-]*' "$TMP/to0.out" | head -1))"
 else
   bad "--comm-timeout: rank 0 exit $rc0 rank 1 exit $rc1 after ${elapsed}s: $(tail -2 "$TMP/to0.out")"
