@@ -106,10 +106,11 @@ int main(int argc, char** argv) {
   int t5 = cfg.kind == MODEL_T5;
   RunShape shape = resolve_options(&o, &cfg, o.plan && o.plan_world ? o.plan_world : W);  // train/options.c
   int B = shape.B, T = shape.T, Te = shape.Te, A = shape.A, M = shape.M;
+  char* settings = run_settings_json(&o, &cfg, W);  // what its checkpoints record for --resume (train/resume.c)
   if (o.plan) {  // --plan: lay out and plan, allocate nothing
-    plan_report(&o, &cfg, B, T, Te, shape.W);
+    int rc = plan_report(&o, &cfg, B, T, Te, shape.W);  // 1: it does not fit --memory-limit
     dist_finalize();
-    return 0;
+    return rc;
   }
 
   // Data first: a bad path on any rank stops every rank before the model is built.
@@ -216,14 +217,14 @@ int main(int argc, char** argv) {
       log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
            total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
   }
-  if (o.init_from) weights_load(&fs, &cfg, o.init_from), log0("initialized from %s\n", o.init_from);
+  if (o.init_from) model_source_load(&fs, &cfg, o.init_from), log0("initialized from %s\n", o.init_from);
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
-    logf = fopen(o.log_path, "w");
+    logf = fopen(o.log_path, o.resume_dir ? "a" : "w");  // a resumed run's steps follow the earlier ones
     if (!logf) fatal("--log: cannot open '%s' for writing: %s", o.log_path, strerror(errno));
   }
   if (o.save_dir && total_steps == 0) {  // --steps 0 --save: the initialized model, said so
-    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler);
+    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler, settings);
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
@@ -269,7 +270,7 @@ int main(int argc, char** argv) {
     if (signals && !last) {
       stopped_by = stop_signal_name(signals);
       if (o.save_dir) {
-        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler, settings);
         log0("step %5d | saved %s\n", step + 1, o.save_dir);
       }
       log0("step %5d | stopped by %s: %s; exiting with status %d\n", step + 1, stopped_by,
@@ -287,7 +288,7 @@ int main(int argc, char** argv) {
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
     if (save_now) {
-      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler, settings);
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
     if (sample_now) sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);

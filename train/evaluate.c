@@ -151,7 +151,7 @@ void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64
   char err[256];
   if (token_stream_read(ts, 0, 1, &first, err, sizeof err)) fatal("%s", err);
   for (int i = 0; i < m->B * T; i++) bt->inputs[i] = first;
-  int n = ntokens < T - 1 ? ntokens : T - 1;
+  int n = ntokens < T - 1 ? ntokens : T - 1;  // (resolve_options refused more)
   act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");
   float* probs = xmalloc((size_t)V * sizeof(float), "probabilities");
   uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 1;

@@ -42,9 +42,10 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
 // names the option in messages ("--export", or the tool's argument).
 int weights_export_check(const char* opt, const char* dir, char* err, size_t errlen);
 
-// A model source for tools that run a trained model (generate, export_weights): an fsdp.c
-// checkpoint directory (meta.json, written by --save), a Hugging Face directory or an llm.c
-// .bin. model_source_config gives its model; model_source_load (collective) its weights.
+// A model source for tools that run a trained model (generate, export_weights) and for
+// --init-from: an fsdp.c checkpoint directory (meta.json, written by --save), a Hugging Face
+// directory or an llm.c .bin. model_source_config gives its model; model_source_load
+// (collective) its weights, with AdamW's state zeroed (a checkpoint's is not taken).
 int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen);
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src);
 #endif
