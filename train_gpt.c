@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/tokenizer.h"
 #include "fsdp/checkpoint.h"
 #include "infra/dist.h"
 #include "train/train.h"
@@ -306,7 +307,12 @@ int main(int argc, char** argv) {
     log0("params_digest %016llx\n", (unsigned long long)d);
   }
   if (o.dump_params && !stopped_by) dump_params(&fs, o.dump_params);
-  if (o.export_dir && !stopped_by) weights_export(&fs, &cfg, o.export_dir), log0("exported %s\n", o.export_dir);
+  if (o.export_dir && !stopped_by) {  // with the tokenizer beside the training data, when it has one
+    char tokenizer_dir[4200];
+    tokenizer_dir_of(o.data, tokenizer_dir, sizeof tokenizer_dir);
+    weights_export(&fs, &cfg, o.export_dir, tokenizer_dir);
+    log0("exported %s\n", o.export_dir);
+  }
   if (logf) fclose(logf);
   trace_close(fs.trace);
   comm_shutdown();

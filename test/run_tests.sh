@@ -46,6 +46,8 @@ part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM
 part hf "exported GPT-2 and T5 against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
 part weights "--init-from and --export, pretrained weights in and out" "$CPU $TOOLS $SIM" /usr/bin/python3 test/test_weights.py
 part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash test/test_cli.sh
+part tokenizer "the byte-level BPE trained here: round trips, merges, determinism, the model's vocabulary, samples, generate.py, exports" \
+  "$CPU $TOOLS" python3 test/test_tokenizer.py
 part resume "--resume restores the run's settings and refuses contradictions; --resume-if-present; --init-from a checkpoint" \
   "$CPU" bash test/test_resume.sh
 part fsdp "the FSDP runtime's unit tests: layout, schedule, optimizer, checkpoints" "build/test/test_fsdp" build/test/test_fsdp

@@ -5,7 +5,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "data/tokenizer.h"
 #include "fsdp/checkpoint.h"
+#include "fsdp/checkpoint_format.h"
 #include "infra/dist.h"
 #include "infra/json.h"
 #include "weights/weights.h"
@@ -35,6 +37,26 @@ int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t err
   if (ck < 0) return -1;
   if (ck) return model_config_parse(model, cfg, err, errlen);
   return weights_model_config(src, cfg, err, errlen);
+}
+
+int model_source_tokenizer_dir(const char* src, char* dir, size_t len) {
+  char path[4500], newest[4400], err[4096];
+  struct stat st;
+  const char* names[2] = {"tokenizer.json", "tokenizer.bin"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", src, names[i]);
+    if (stat(path, &st) == 0) return snprintf(dir, len, "%s", src), 0;
+  }
+  snprintf(newest, sizeof newest, "%s", src);
+  snprintf(path, sizeof path, "%s/meta.json", src);
+  if (stat(path, &st) != 0 && checkpoint_newest(src, 0, newest, sizeof newest, NULL, 0) != 1) return -1;
+  CkptSettings s;
+  if (ckpt_read_settings(newest, &s, err, sizeof err)) return -1;
+  int rc = -1;
+  for (int i = 0; i < s.n; i++)
+    if (!strcmp(s.name[i], "data")) tokenizer_dir_of(s.value[i], dir, len), rc = 0;
+  ckpt_settings_free(&s);
+  return rc;
 }
 
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src) {

@@ -33,8 +33,9 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
 // Collective: writes a Hugging Face directory (config.json, model.safetensors) for the
 // model's current parameters: rank 0 writes the header, every rank its own byte ranges. Goes
 // through DIR.tmp (config.json written last), renamed when complete; an earlier export of
-// fsdp.c at DIR is replaced only then. A failure names the file and the system's reason.
-void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
+// fsdp.c at DIR is replaced only then. A failure names the file and the system's reason. The
+// tokenizer files of tokenizer_dir (tokenizer.json, tokenizer.bin; NULL: none) go with it.
+void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir, const char* tokenizer_dir);
 // At start-up, before anything is written: -1 with the reason when DIR cannot be exported to
 // or would clobber what is not ours: a name that does not fit, a missing or read-only parent,
 // a DIR.tmp or DIR.old already there, or a DIR that is not an earlier export of fsdp.c
@@ -48,4 +49,8 @@ int weights_export_check(const char* opt, const char* dir, char* err, size_t err
 // (collective) its weights, with AdamW's state zeroed (a checkpoint's is not taken).
 int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen);
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src);
+// Where the source's tokenizer files are (into dir): a directory that holds tokenizer.json or
+// tokenizer.bin itself (an export), else beside the training data a checkpoint's meta.json
+// records; 0, or -1 when none is known.
+int model_source_tokenizer_dir(const char* src, char* dir, size_t len);
 #endif
