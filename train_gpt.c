@@ -15,6 +15,7 @@
 
 #include "data/tokenizer.h"
 #include "fsdp/checkpoint.h"
+#include "infra/clock.h"
 #include "infra/dist.h"
 #include "train/train.h"
 #include "weights/weights.h"
@@ -31,7 +32,16 @@ typedef struct {
   size_t cpu_plan, resident_before;
   double *step_ms, *comm_ms;
   int failed;  // the --max-bad-steps-th skipped step was read: the run ends with status 1
+  double started;      // the host's clock when the first step was queued (progress)
+  double tokens_seen;  // target tokens of every step so far (before a resume: its first step's count each)
 } Reporter;
+
+// A duration for the progress of the step line: 12.3 s, 4m05s, 2h07m.
+static void duration_words(double s, char* out, size_t len) {
+  if (s < 59.95) snprintf(out, len, "%.1f s", s);
+  else if (s < 3600) snprintf(out, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(out, len, "%dh%02dm", (int)(s / 3600), (int)s % 3600 / 60);
+}
 
 // Reads step `step`'s outcome (waiting for its work) and reports it: the step line, the JSON log,
 // a skipped step's reason, and the stop at --max-bad-steps (rp->failed). A step's time is the
@@ -53,6 +63,18 @@ static int64_t report_step(Reporter* rp, int step) {
   if (rp->peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / rp->peak);
   if (!r.update) log0(" | SKIPPED");
   if (rp->scaler->dynamic && r.update && r.next_scale != r.scale) log0(" | loss scale %.0f -> %.0f", r.scale, r.next_scale);
+  // Progress: wall time since the first step (evaluation, saves and samples included), the time
+  // the remaining steps would take at that pace, and the tokens trained on.
+  if (step == rp->start_step) rp->tokens_seen = (double)rp->start_step * r.tokens;
+  rp->tokens_seen += r.tokens;
+  double elapsed = now_seconds() - rp->started;
+  double eta = elapsed / (step + 1 - rp->start_step) * (rp->total_steps - step - 1);
+  char el[32], left[32];
+  duration_words(elapsed, el, sizeof el);
+  duration_words(eta, left, sizeof left);
+  double t = rp->tokens_seen;
+  log0(" | %s, ETA %s | %.3g%s tokens seen", el, left, t >= 1e9 ? t / 1e9 : t >= 1e6 ? t / 1e6 : t >= 1e3 ? t / 1e3 : t,
+       t >= 1e9 ? "G" : t >= 1e6 ? "M" : t >= 1e3 ? "k" : "");
   log0("\n");
   if (rp->on_cpu && step == rp->start_step) {
     size_t now_b = resident_bytes();
@@ -68,8 +90,9 @@ static int64_t report_step(Reporter* rp, int step) {
                       "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss_s, r.lr, norm_s, ms, tok_s, tflops);
     if (rp->peak > 0) fprintf(rp->logf, "%.6g", tflops * 1e12 / rp->peak);
     else fprintf(rp->logf, "null");
-    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", rp->comm_ms[step],
-            rp->fs->plan.total, r.scale, r.update ? "" : ", \"skipped\": true");
+    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g, \"elapsed_s\": %.3f, "
+            "\"tokens_seen\": %.0f%s}\n", rp->comm_ms[step], rp->fs->plan.total, r.scale, elapsed, rp->tokens_seen,
+            r.update ? "" : ", \"skipped\": true");
     if (fflush(rp->logf) != 0 || ferror(rp->logf)) fatal("--log %s: writing failed: %s", o->log_path, strerror(errno));
   }
   trace_flush(rp->fs->trace);
@@ -246,6 +269,7 @@ int main(int argc, char** argv) {
   // a trace, the last step) is read at once instead, and the host work sees its parameters. A stop
   // signal (train/signals.c) reaches every rank with the outcome of the step it came before: the
   // ranks then finish the step in flight, save it (with --save) and stop.
+  rep.started = now_seconds();
   int pending = -1;  // a queued step whose outcome is not read yet
   const char* stopped_by = NULL;
   for (int step = start_step; step < total_steps; step++) {

@@ -46,6 +46,8 @@ part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM
 part hf "exported GPT-2 and T5 against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
 part weights "--init-from and --export, pretrained weights in and out" "$CPU $TOOLS $SIM" /usr/bin/python3 test/test_weights.py
 part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash test/test_cli.sh
+part plot "scripts/plot_log.py on a run's log (the built-in renderer's PNG decoded and looked at), the step line's progress" \
+  "$CPU" python3 test/test_plot.py
 part tokenizer "the byte-level BPE trained here: round trips, merges, determinism, the model's vocabulary, samples, generate.py, exports" \
   "$CPU $TOOLS" python3 test/test_tokenizer.py
 part resume "--resume restores the run's settings and refuses contradictions; --resume-if-present; --init-from a checkpoint" \
