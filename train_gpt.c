@@ -161,6 +161,8 @@ int main(int argc, char** argv) {
   if (o.val_data) open_stream(&val, o.val_data, what_val, data_vocab, t5 ? 1 : B, window_tokens);
   PromptSet prompts = {0};
   if (o.eval_prompts) prompts = load_prompts(o.eval_prompts, T, cfg.V);
+  ChoiceSet choices = {0};
+  if (o.eval_choices && choices_load(o.eval_choices, cfg.V, T, &choices, err, sizeof err)) fatal("--eval-choices: %s", err);
 
   // Model and FSDP runtime: plan, check the plan fits, allocate once, initialize the shards.
   KernelCtx* kctx = kernels_init(dist_local_rank());  // each rank uses the GPU of its local rank
@@ -311,6 +313,12 @@ int main(int argc, char** argv) {
       double acc = exact_match(&model, &batch, &prompts);
       log0("step %5d | exact-match accuracy %.2f%% on %d held-out prompts\n", step + 1, 100.0 * acc, prompts.n);
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
+    }
+    if (eval_now && o.eval_choices) {
+      double acc = choice_accuracy(&model, &batch, &choices);
+      log0("step %5d | multiple-choice accuracy %.2f%% on %d examples of %s\n", step + 1, 100.0 * acc, choices.n,
+           o.eval_choices);
+      if (logf) fprintf(logf, "{\"step\": %d, \"choice_accuracy\": %.17g}\n", step + 1, acc);
     }
     if (save_now) {
       checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler, settings);

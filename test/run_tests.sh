@@ -30,7 +30,7 @@ part sim-trainer "the CUDA trainer on the simulator against the CPU trainer: GPT
   "$CPU $SIM" bash test/cudasim/test_trainer.sh "vs CPU|interleavings|offload|memory|launches"
 part cuda-build "the CUDA binaries and GPU tests compile with nvcc (bf16 and fp16)" "" bash test/test_cuda_build.sh
 part trust "faults and bad input: checkpoints, shards, output paths, hangs, non-finite steps" "$CPU $TOOLS" bash test/test_trust.sh
-part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts) on the sanitizer builds" \
+part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts, multiple-choice files) on the sanitizer builds" \
   "$CPU build/asan/train_gpt_cpu build/asan/generate_cpu build/asan/export_weights_cpu" python3 test/fuzz_inputs.py --cases 100
 part sim-fp16 "the fp16 CUDA trainer and its loss scaler on the simulator" "$CPU $SIM $SIM16" bash test/cudasim/test_fp16.sh
 part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT and T5" \
@@ -46,6 +46,8 @@ part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM
 part hf "exported GPT-2 and T5 against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
 part weights "--init-from and --export, pretrained weights in and out" "$CPU $TOOLS $SIM" /usr/bin/python3 test/test_weights.py
 part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash test/test_cli.sh
+part choices "--eval-choices: llm.c's multiple-choice files, written here, against a plain-torch reference, on 1 to 3 ranks" \
+  "$CPU" /usr/bin/python3 test/test_choices.py
 part plot "scripts/plot_log.py on a run's log (the built-in renderer's PNG decoded and looked at), the step line's progress" \
   "$CPU" python3 test/test_plot.py
 part tokenizer "the byte-level BPE trained here: round trips, merges, determinism, the model's vocabulary, samples, generate.py, exports" \

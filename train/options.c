@@ -76,6 +76,9 @@ static void print_help(void) {
       "  --eval-batches N      validation micro-batches (default 8)\n"
       "  --eval-prompts FILE   lines 'prompt<TAB>answer' (byte tokens): exact-match accuracy of\n"
       "                        greedy answers, reported with each evaluation\n"
+      "  --eval-choices FILE   llm.c's multiple-choice evaluation file (HellaSwag, MMLU: magic\n"
+      "                        20240522): accuracy by the completions' mean loss per token,\n"
+      "                        reported with each evaluation\n"
       "  --sample-every N      print a sampled continuation every N steps (default 0 = off)\n"
       "  --sample-tokens N     tokens per sample, at most --seq - 1 (default 64, or --seq - 1)\n"
       "  --log FILE            one JSON object per step (and per evaluation)\n"
@@ -259,7 +262,7 @@ void offload_name(int bits, char* out, size_t len) {
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
        OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD, OPT_GELU_EPILOGUE,
-       OPT_RESUME_IF_PRESENT };
+       OPT_RESUME_IF_PRESENT, OPT_EVAL_CHOICES };
 
 // The long options (file scope: option_given looks them up by name).
 static const struct option longopts[] = {
@@ -298,6 +301,7 @@ static const struct option longopts[] = {
     {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
     {"offload", required_argument, 0, OPT_OFFLOAD},
     {"resume-if-present", required_argument, 0, OPT_RESUME_IF_PRESENT},
+    {"eval-choices", required_argument, 0, OPT_EVAL_CHOICES},
     {"gelu-epilogue", required_argument, 0, OPT_GELU_EPILOGUE},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
@@ -381,6 +385,7 @@ Options parse_command_line(int argc, char** argv) {
       case 'v': o.eval_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'B': o.eval_batches = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'P': o.eval_prompts = optarg; break;
+      case OPT_EVAL_CHOICES: o.eval_choices = optarg; break;
       case 'x': o.sample_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'X': o.sample_tokens = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'L': o.log_path = optarg; break;
@@ -524,7 +529,8 @@ int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, 
 RunShape resolve_options(Options* o, const ModelConfig* cfg, int world) {
   char err[2048];
   int t5 = cfg->kind == MODEL_T5;
-  if (t5 && (o->eval_prompts || o->sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
+  if (t5 && (o->eval_prompts || o->eval_choices || o->sample_every))
+    usage_error("%s", "--eval-prompts, --eval-choices and --sample-every are for GPT models");
   RunShape s;
   if (run_shape(o, cfg, world, &s, err, sizeof err)) usage_error("%s", err);
   o->accum = s.A;

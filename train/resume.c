@@ -63,6 +63,7 @@ WORD(w_max_bad_steps, "%d", o->max_bad_steps)
 WORD(w_eval_every, "%d", o->eval_every)
 WORD(w_eval_batches, "%d", o->eval_batches)
 WORD(w_eval_prompts, "%s", o->eval_prompts ? o->eval_prompts : "")
+WORD(w_eval_choices, "%s", o->eval_choices ? o->eval_choices : "")
 WORD(w_sample_every, "%d", o->sample_every)
 WORD(w_sample_tokens, "%d", o->sample_tokens)
 #undef WORD
@@ -124,6 +125,7 @@ static const Setting SETTINGS[] = {
     {"eval-every", MAY_CHANGE, w_eval_every},
     {"eval-batches", MAY_CHANGE, w_eval_batches},
     {"eval-prompts", MAY_CHANGE, w_eval_prompts},
+    {"eval-choices", MAY_CHANGE, w_eval_choices},
     {"sample-every", MAY_CHANGE, w_sample_every},
     {"sample-tokens", MAY_CHANGE, w_sample_tokens},
 };
@@ -149,6 +151,7 @@ char* run_settings_json(const Options* o, const ModelConfig* cfg, int world) {
   if (o->data) cap += 2 * 6 * strlen(o->data);
   if (o->val_data) cap += 2 * 6 * strlen(o->val_data);
   if (o->eval_prompts) cap += 2 * 6 * strlen(o->eval_prompts);
+  if (o->eval_choices) cap += 2 * 6 * strlen(o->eval_choices);
   char* out = xmalloc(cap, "the run's settings");
   size_t at = (size_t)snprintf(out, cap, "{");
   char word[64];
@@ -157,9 +160,9 @@ char* run_settings_json(const Options* o, const ModelConfig* cfg, int world) {
     char* w = word;
     size_t wcap = sizeof word;
     char* big = NULL;
-    if (s->word == w_data || s->word == w_val_data || s->word == w_eval_prompts) {  // paths: any length
+    if (s->word == w_data || s->word == w_val_data || s->word == w_eval_prompts || s->word == w_eval_choices) {  // paths
       wcap = 4 + (o->data ? strlen(o->data) : 0) + (o->val_data ? strlen(o->val_data) : 0) +
-             (o->eval_prompts ? strlen(o->eval_prompts) : 0);
+             (o->eval_prompts ? strlen(o->eval_prompts) : 0) + (o->eval_choices ? strlen(o->eval_choices) : 0);
       w = big = xmalloc(wcap, "the run's settings");
     }
     s->word(o, cfg, world, w, wcap);

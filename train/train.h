@@ -4,6 +4,7 @@
 #define FSDP_TRAIN_H
 #include <stdint.h>
 
+#include "data/choices.h"
 #include "data/shard.h"
 #include "data/span_corrupt.h"
 #include "fsdp/fsdp.h"
@@ -26,6 +27,7 @@ typedef struct {
   const char* val_data;
   const char* log_path;
   const char* eval_prompts;
+  const char* eval_choices;         // --eval-choices FILE: llm.c's multiple-choice evaluation file
   int batch, seq, accum, global_batch, steps, warmup, enc_len, dec_len;
   float lr, lr_final_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
   uint64_t seed;
@@ -221,6 +223,9 @@ typedef struct {
 } PromptSet;
 PromptSet load_prompts(const char* path, int T, int V);
 double exact_match(Model* m, Batch* bt, const PromptSet* ps);
+// --eval-choices: the accuracy on llm.c's multiple-choice evaluation file (data/choices.h), by
+// the completions' mean loss per token; collective, each rank on its share of the examples.
+double choice_accuracy(Model* m, Batch* bt, const ChoiceSet* cs);
 void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64_t seed);
 
 // ---- the start-up table (train/settings.c) ------------------------------------------
