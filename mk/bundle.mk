@@ -24,11 +24,11 @@ BUNDLE_OBJ := $(BUILD)/bundle-obj$(PSUF)
 BUNDLE_ARCH := -march=x86-64 -mtune=generic
 BUNDLE_CFLAGS := $(filter-out -march=native -DNO_MPI,$(CFLAGS_CUDA_HOST)) $(BUNDLE_ARCH) -DNO_MPI
 BUNDLE_HOST_OBJS := $(patsubst %.c,$(BUNDLE_OBJ)/%.o,$(CUDA_HOST_SRCS))
-BUNDLE_CPU_REF_OBJS := $(patsubst kernels/cpu/%.c,$(BUNDLE_OBJ)/cpu_ref/%.o,$(wildcard kernels/cpu/*.c))
+BUNDLE_CPU_REF_OBJS := $(patsubst kernels/cpu/%.c,$(BUNDLE_OBJ)/cpu_ref/%.o,$(CPU_KERNEL_SRCS))
 $(BUNDLE_OBJ)/%.o: %.c $(CUDA_HEADERS)
 	@mkdir -p $(dir $@)
 	$(or $(CC),cc) $(BUNDLE_CFLAGS) -c $< -o $@
-$(BUNDLE_OBJ)/kernels/host/%.o: BUNDLE_CFLAGS += -fno-math-errno
+$(BUNDLE_OBJ)/kernels/cuda/adamw_host.o: BUNDLE_CFLAGS += -fno-math-errno
 $(BUNDLE_OBJ)/cpu_ref/%.o: kernels/cpu/%.c $(HEADERS) $(CPU_REF)/cpu_syms.txt
 	@mkdir -p $(dir $@)
 	$(or $(CC),cc) $(filter-out -march=native,$(CFLAGS_CPU_REF)) $(BUNDLE_ARCH) $(CPU_KERNEL_FLAGS) -c $< -o $@.plain.o

@@ -36,7 +36,7 @@ struct KernelCtx {
   size_t workspace_bytes;
   cudaDeviceProp prop;
   struct MatmulCache* matmul_cache;  // owned by matmul.cu
-  // The FSDP runtime's two communication streams (fsdp/device_cuda.c maps StreamId onto
+  // The FSDP runtime's two communication streams (kernels/cuda/device.c maps StreamId onto
   // stream / comm_streams[0] (all-gather) / comm_streams[1] (reduce-scatter) / comm_streams[2]
   // (activation copies of --offload activations)).
   cudaStream_t comm_streams[3];
