@@ -255,8 +255,23 @@ int main(int argc, char** argv) {
   }
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
-  double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
-  double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
+  // FSDP_STEPS_LIMIT=N: this process trains at most N steps, the first N of the run as given
+  // (its schedule unchanged), then ends as at the last step: for trying commands out (the
+  // suite runs the README's this way).
+  const char* limit_env = getenv("FSDP_STEPS_LIMIT");
+  if (limit_env) {
+    char* end;
+    long limit = strtol(limit_env, &end, 10);
+    if (!*limit_env || *end || limit < 0 || limit > 1 << 30)
+      usage_error("FSDP_STEPS_LIMIT='%s' must be a whole number of steps (0 or more)", limit_env);
+    if (start_step + limit < total_steps) {
+      log0("note: FSDP_STEPS_LIMIT=%ld: steps %d to %ld of the run's %d, then the run ends as at its last step\n", limit,
+           start_step + 1, start_step + limit, total_steps);
+      total_steps = start_step + (int)limit;
+    }
+  }
+  double* step_ms = xcalloc(schedule.steps, sizeof(double), "step times");
+  double* comm_ms = xcalloc(schedule.steps, sizeof(double), "step times");
   StepData data = {.batch = &batch, .stream = &train};
   step_start(&io, &o, &scaler);
   // The batch's memory is the step's pinned micro-batches: each step points it at its own, and
@@ -332,7 +347,7 @@ int main(int argc, char** argv) {
     dist_finalize();
     return 1;
   }
-  if (o.bench && start_step == 0 && !stopped_by)
+  if (o.bench && start_step == 0 && !stopped_by && total_steps == schedule.steps)  // (not cut by FSDP_STEPS_LIMIT)
     bench_report(&o, &model, &fs, A, step_ms + o.bench_warmup, comm_ms + o.bench_warmup, o.steps, peak, peak_source, device);
   if (o.digest) {
     uint64_t d = fsdp_params_digest(&fs);

@@ -77,7 +77,7 @@ def main():
     encode, decode = tokenizer(args.tokenizer, args.sp_model, args.bpe)
     ids = encode(args.prompt)
     r = subprocess.run([args.binary, args.src, "--prompt-ids", " ".join(map(str, ids))] + extra,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, errors="replace")  # its text: line may cut a character
     if r.returncode:
         die(f"{args.binary} failed:\n{r.stderr.strip()}")
     line = [l for l in r.stdout.splitlines() if l.startswith("ids:")]

@@ -98,9 +98,5 @@ measured = float(re.search(r'peak: ([0-9.e+-]+) TFLOPS measured', out).group(1))
 against = float(re.search(r'MFU against ([0-9.e+-]+) TFLOPS', out).group(1))
 print('same' if abs(against - measured) <= 1e-3 * measured else (measured, against))"
 
-# The README's mpirun example runs as written (after make run has made the data), shortened.
-readme_cmd=$(awk '/^    mpirun -np 4/ {go = 1} go {more = sub(/\\$/, ""); printf "%s ", $0; if (!more) exit}' README.md)
-expect "the README's mpirun example runs as written" 0 "exact-match accuracy" bash -c "$readme_cmd --steps 30 --eval-every 30"
-
 cases_summary
 [ $fail = 0 ]
