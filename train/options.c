@@ -137,7 +137,10 @@ static void print_help(void) {
       "                        it (as NCCL_MAX_CTAS=N); 0: collectives take no SMs (default: NCCL's choice)\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
-      "  --help                this text\n\n"
+      "  --help                this text\n"
+      "environment\n"
+      "  FSDP_STEPS_LIMIT=N    train only the first N steps of the run as given (its schedule\n"
+      "                        unchanged), then end as at its last step: to try a command out\n\n"
       "models:\n%s",
       usage_line(), presets);
 }
