@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "data/tokenizer.h"
+#include "infra/args.h"
 #include "infra/dist.h"
 #include "layers/model.h"
 #include "weights/weights.h"
@@ -141,6 +142,8 @@ int main(int argc, char** argv) {
                                      {"top-k", required_argument, 0, 'k'},      {"seed", required_argument, 0, 's'},
                                      {"tokenizer", required_argument, 0, 'z'},  {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
+  char err[4096];
+  if (long_options_exact(argc, argv, longopts, err, sizeof err)) usage("%s", err);
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -167,7 +170,6 @@ int main(int argc, char** argv) {
   if (optind != argc - 1) usage("%s", "give one SRC");
   if (prompt_ids && prompt_text) usage("%s", "give --prompt-ids or --prompt, not both");
   const char* src = argv[optind];
-  char err[4096];
   ModelConfig cfg;
   if (model_source_config(src, &cfg, err, sizeof err)) usage("%s", err);
   int t5 = cfg.kind == MODEL_T5, V = cfg.V;
@@ -221,9 +223,9 @@ int main(int argc, char** argv) {
   fsdp_init(&fs, model_num_units(&cfg, opt.wrap), opt, comm_world(), kctx);
   Model m;
   model_plan(&m, &cfg, &fs, 1, T, Te);
-  if (model_source_check(&fs, src, err, sizeof err)) fatal("%s", err);
+  if (model_source_check(&fs, src, "SRC", err, sizeof err)) fatal("%s", err);
   model_allocate(&m, seed);
-  model_source_load(&fs, &cfg, src);
+  model_source_load(&fs, &cfg, src, "SRC");
 
   int32_t* seq = xcalloc((size_t)T + 1, sizeof(int32_t), "sequence");
   act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");

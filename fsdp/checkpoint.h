@@ -24,8 +24,10 @@ int checkpoint_check_owner(const char* dir, int keep, const char* resume_dir, ch
 // after `step` completed optimizer steps, the run's identity, and the loss scaler's state when it
 // is dynamic (scaler may be NULL).
 // Refuses (fatal) to save a non-finite value; the previous checkpoint is then untouched.
+// settings: the run's options as a JSON object (meta.json's "options", which --resume restores),
+// or NULL.
 void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed,
-                     const LossScaler* scaler);
+                     const LossScaler* scaler, const char* settings);
 // Collective: loads the newest complete, intact checkpoint of DIR (DIR itself, DIR.tmp or DIR.old
 // left by an interrupted save, or the newest step_NNNNNNNN inside DIR) into the shards (master,
 // m, v; gradients zeroed), names it in `used`, takes over its run identity (and leaves its data's
@@ -43,4 +45,9 @@ int checkpoint_check_source(const FSDP* fs, const char* opt, const char* dir, co
 // The model recorded in the newest readable checkpoint of DIR (as checkpoint_load would look for
 // it), so a caller can tell another spelling of its own model; 0, or -1 when there is none.
 int checkpoint_recorded_model(const char* dir, char* model, size_t cap);
+// Not collective, before a model exists: the nth checkpoint of DIR that checkpoint_load would
+// try (0: the newest complete one), into path. Returns 1; 0 when there is no nth (for nth 0:
+// DIR holds no checkpoint at all, nor DIR.tmp, DIR.old or step_NNNNNNNN); -1 with the reason in
+// err (when not NULL) when there are only interrupted saves.
+int checkpoint_newest(const char* dir, int nth, char* path, size_t len, char* err, size_t errlen);
 #endif

@@ -2,18 +2,23 @@
 """Text in, text out around generate_cpu: encodes the prompt with the model's tokenizer, runs
 the generator on the ids, decodes the continuation with the same tokenizer.
 
-    python3 scripts/generate.py SRC "PROMPT" --tokenizer gpt2|sentencepiece [--sp-model FILE]
-                                [--binary ./generate_cpu] [-- generate_cpu options]
+    python3 scripts/generate.py SRC "PROMPT" [--tokenizer bpe|gpt2|sentencepiece] [--bpe FILE]
+                                [--sp-model FILE] [--binary ./generate_cpu] [-- generate_cpu options]
 
 SRC: what generate_cpu takes (an fsdp.c checkpoint, a Hugging Face directory, an llm.c .bin).
+bpe: the byte-level BPE scripts/prepare_text.py trained (its tokenizer.json: --bpe FILE, or
+SRC/tokenizer.json, which --export writes; the default tokenizer when there is one);
 gpt2: tiktoken's "gpt2" encoding; sentencepiece: the model file of --sp-model (T5's
 spiece.model), with the end-of-sequence id appended to the prompt as T5 expects its inputs.
 Options after "--" go to generate_cpu (--tokens, --temperature, --top-k, --seed). Prints the
 prompt and the continuation as text, and the ids.
 """
 import argparse
+import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def die(msg):
@@ -21,8 +26,16 @@ def die(msg):
     sys.exit(1)
 
 
-def tokenizer(kind, sp_model):
+def tokenizer(kind, sp_model, bpe_file):
     """(encode, decode) for the tokenizer kind."""
+    if kind == "bpe":
+        import bpe
+        try:
+            tok = bpe.load(bpe_file)
+        except (OSError, ValueError, KeyError) as e:
+            die(f"--tokenizer bpe: cannot read {bpe_file}: {e}")
+        return (lambda text: tok.encode(text.encode("utf-8"))), \
+               (lambda ids: tok.decode(ids).decode("utf-8", errors="replace"))
     if kind == "gpt2":
         try:
             import tiktoken
@@ -47,16 +60,24 @@ def main():
     ap = argparse.ArgumentParser(description="Text generation with generate_cpu and a Python tokenizer.")
     ap.add_argument("src")
     ap.add_argument("prompt")
-    ap.add_argument("--tokenizer", choices=["gpt2", "sentencepiece"], required=True)
+    ap.add_argument("--tokenizer", choices=["bpe", "gpt2", "sentencepiece"])
+    ap.add_argument("--bpe", help="tokenizer.json of --tokenizer bpe (default: SRC/tokenizer.json)")
     ap.add_argument("--sp-model")
     ap.add_argument("--binary", default="./generate_cpu")
     args = ap.parse_args(argv)
+    beside = os.path.join(args.src, "tokenizer.json")
+    if not args.tokenizer:
+        if not (args.bpe or os.path.isfile(beside)):
+            die(f"give --tokenizer bpe|gpt2|sentencepiece (there is no {beside} to take)")
+        args.tokenizer = "bpe"
+    if args.tokenizer == "bpe" and not args.bpe:
+        args.bpe = beside
     if args.tokenizer == "sentencepiece" and not args.sp_model:
         die("--tokenizer sentencepiece needs --sp-model FILE")
-    encode, decode = tokenizer(args.tokenizer, args.sp_model)
+    encode, decode = tokenizer(args.tokenizer, args.sp_model, args.bpe)
     ids = encode(args.prompt)
     r = subprocess.run([args.binary, args.src, "--prompt-ids", " ".join(map(str, ids))] + extra,
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, errors="replace")  # its text: line may cut a character
     if r.returncode:
         die(f"{args.binary} failed:\n{r.stderr.strip()}")
     line = [l for l in r.stdout.splitlines() if l.startswith("ids:")]

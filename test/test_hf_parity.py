@@ -21,7 +21,9 @@ Tokenizers (scripts/prepare_text.py, scripts/generate.py): a SentencePiece model
 on a small text: the shards hold sp.encode's ids and tokenizer.bin decodes them to sp.decode's
 text; tiktoken's gpt2 encoding: the decode table's pieces of the shard ids give back the text's
 bytes (its vocabulary is fetched once into build/tiktoken_cache); scripts/generate.py on a
-SentencePiece-vocabulary GPT-2 prints the decoded ids generate_cpu produced.
+SentencePiece-vocabulary GPT-2 prints the decoded ids generate_cpu produced; the byte-level BPE
+prepare_text.py trains (scripts/bpe.py): its tokenizer.json, loaded by transformers' tokenizers
+and AutoTokenizer, gives our ids and decodes them back.
 
 transformers, safetensors, sentencepiece and tiktoken come from PyPI into a virtual environment build/hfenv that sees
 Debian's torch (--system-site-packages); transformers is pinned to 4.44.2, a release that
@@ -291,6 +293,26 @@ def tokenizers(tmp, env, check):
     check("prepare_text.py gpt2 path (tiktoken's interface, a small BPE): merged ids in the shards, tokenizer.bin "
           "gives back the text's bytes", r.returncode == 0 and merged > 100 and len(table3) == 260 and eot3 == 259 and
           b"".join(table3[i] for i in ids3) == text.encode("utf-8"), f"{merged} merged ids; {r.stderr.strip()[-200:]}")
+
+    # The byte-level BPE trained here (scripts/bpe.py): its tokenizer.json in transformers'
+    # tokenizers gives our ids, and back the text, for text the BPE never saw.
+    import tokenizers as hf_tokenizers
+    from transformers import AutoTokenizer
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bpe
+    out4 = os.path.join(tmp, "bpe_own")
+    r = subprocess.run([sys.executable, prep, txt, out4, "--tokenizer", "bpe", "--vocab-size", "500"], capture_output=True,
+                       text=True)
+    ours = bpe.load(os.path.join(out4, "tokenizer.json"))
+    theirs = hf_tokenizers.Tokenizer.from_file(os.path.join(out4, "tokenizer.json"))
+    auto = AutoTokenizer.from_pretrained(out4)
+    samples = [text, "héllo   wörld\n\n  x  \t\ty 12345 a1b2 ——— 日本語 \u00a0 end  ", " leading", "trailing   ",
+               "\r\n\r\n", "it's naïve-über_data!? (shard #3)", open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()]
+    bad = [s[:40] for s in samples if theirs.encode(s).ids != ours.encode(s.encode("utf-8")) or
+           auto(s)["input_ids"] != ours.encode(s.encode("utf-8")) or auto.decode(auto(s)["input_ids"]) != s]
+    check("prepare_text.py bpe: transformers' tokenizers and AutoTokenizer load tokenizer.json, give our ids and "
+          "decode them to the text (7 texts, most not seen in training)", r.returncode == 0 and not bad,
+          (bad, r.stderr.strip()[-200:]))
 
     # scripts/generate.py on a GPT-2 with the SentencePiece vocabulary: text in, text out.
     cfg = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=sp.get_piece_size(), n_positions=32)
