@@ -13,6 +13,7 @@
 #include "fsdp/checkpoint_format.h"
 #include "infra/dist.h"
 #include "train/train.h"
+#include "weights/weights.h"
 
 typedef enum {
   AGREE,       // what is trained: the model, its data windows, the optimizer and its schedule's shape
@@ -221,7 +222,11 @@ Options resume_settings(const Options* given, int argc, char** argv) {
 #define ADD(...) used += (size_t)snprintf(restored + used, used < sizeof restored ? sizeof restored - used : 0, __VA_ARGS__)
   ModelConfig cfg;  // the checkpoint's (the model's T and family decide the sequence lengths' words)
   if (model_config_parse(s.model, &cfg, err, sizeof err)) fatal("%s %s: %s/meta.json: %s", opt, dir, from, err);
-  if (given->model && strcmp(given->model, s.model)) {
+  // The same shape spelled another way (key order, leading zeros, a trailing comma) is the same model.
+  ModelConfig named;
+  char why[1024];
+  if (given->model && strcmp(given->model, s.model) &&
+      (model_config_parse(given->model, &named, why, sizeof why) || weights_config_match(&named, &cfg, why, sizeof why))) {
     snprintf(err, sizeof err, "%s %s: %s holds model '%s' but --model is %s; leave --model out (the checkpoint names "
              "its model) or give the same one", opt, dir, from, s.model, given->model);
     usage_error("%s", err);
