@@ -48,6 +48,16 @@ run b $BIN $M $CONST --steps 2 --save "$TMP/own"
 run c $BIN $M $CONST --steps 4 --resume "$TMP/own" --save "$TMP/own"
 [ $rc = 0 ] && grep -q '"step": 4' "$TMP/own/complete.json" && grep -q "\"run_id\": \"$(grep -o '"run_id": "[0-9a-f]*"' "$TMP/own_before/meta.json" | cut -d'"' -f4)\"" "$TMP/own/meta.json" &&
   ok "a resumed run saves over its own checkpoint, under the identity it resumed" || bad "resume and save" "exit $rc $(show c)"
+# --init-from a checkpoint takes its weights, not its run: the new run has its own identity, and
+# cannot later save over the run it started from.
+run i1 $BIN --init-from "$TMP/own" --data "$TMP/train.bin" --batch 2 --seq 32 $CONST --steps 1 --save "$TMP/from_own"
+cp -r "$TMP/own" "$TMP/own_c"
+run i2 $BIN --resume "$TMP/from_own" --steps 2 --save "$TMP/own"
+id_of() { grep -o '"run_id": "[0-9a-f]*"' "$1/meta.json" | cut -d'"' -f4; }
+[ $rc = 2 ] && [ -n "$(id_of "$TMP/from_own")" ] && [ "$(id_of "$TMP/from_own")" != "$(id_of "$TMP/own")" ] &&
+  has i2 "own holds a checkpoint of another run" && same_files "$TMP/own" "$TMP/own_c" &&
+  ok "--init-from a checkpoint starts a run of its own: it cannot save over the run it started from" ||
+  bad "--init-from a checkpoint and identity" "exit $rc $(show i1) $(show i2)"
 
 # --keep-checkpoints: a new run in an older run's directory neither prunes nor shadows its checkpoints.
 run k1 $BIN $M $CONST --steps 4 --save "$TMP/keep" --save-every 1 --keep-checkpoints 2
