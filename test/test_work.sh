@@ -348,6 +348,10 @@ for tool in generate_cpu export_weights_cpu; do
     ! has big "out of host memory" && ok "$tool on a checkpoint whose meta.json names gpt2-774m beside small files refuses before allocating" ||
     bad "$tool on a mislabelled checkpoint" "exit $rc $(show big)"
 done
+run bigi bash -c "ulimit -v 4000000; exec $BIN --init-from $TMP/ck_big --data $TMP/train.bin --batch 1 --seq 8 --steps 0"
+[ $rc = 1 ] && has bigi "--init-from .*ck_big: no checkpoint there fits its model \(checked before anything of the model's size" &&
+  ! has bigi "out of host memory" && ok "--init-from the same checkpoint refuses before allocating" ||
+  bad "--init-from a mislabelled checkpoint" "exit $rc $(show bigi)"
 fi
 
 # ---- config.json: fields that change the model are refused by name ----------------------
