@@ -49,6 +49,8 @@ part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash te
 part fsdp "the FSDP runtime's unit tests: layout, schedule, optimizer, checkpoints" "build/test/test_fsdp" build/test/test_fsdp
 part ref-gpt "the CPU GPT against PyTorch" "$CPU build/tool/gpt_dump" /usr/bin/python3 test/ref_gpt.py
 part ref-t5 "the CPU T5 against PyTorch" "$CPU build/tool/t5_dump" /usr/bin/python3 test/ref_t5.py
+part ref-llama "the CPU Llama against transformers' LlamaForCausalLM" "$CPU build/tool/llama_dump" \
+  /usr/bin/python3 test/ref_llama.py
 part launch "launchers, rank discovery, the NCCL id exchange" "build/test/test_launch" build/test/test_launch
 part files "the strict JSON reader, input files, output names, the directory lock" "build/test/test_files" build/test/test_files
 part data "token shards and the sampler" "build/test/test_data" build/test/test_data

@@ -46,7 +46,16 @@ def has_transformers(python):
 
 
 def bootstrap():
-    """The python to run the checks with, making build/hfenv when needed; None when it cannot."""
+    """The python to run the checks with, making build/hfenv when needed; None when it cannot.
+    Parts that run at once (hf, ref-llama) take turns: the first makes it, the others wait."""
+    import fcntl
+    os.makedirs(os.path.dirname(VENV), exist_ok=True)
+    with open(VENV + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _bootstrap()
+
+
+def _bootstrap():
     vpy = os.path.join(VENV, "bin", "python")
     for py in ("/usr/bin/python3", vpy):
         if os.path.exists(py) and has_transformers(py):

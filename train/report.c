@@ -15,6 +15,10 @@ void print_model_line(const ModelConfig* c) {
   if (c->kind == MODEL_T5)
     log0("fsdp.c | model %s | T5 %s | L=%d+%d C=%d H=%d D=%d F=%d V=%d (padded %d)\n", c->name,
          c->gated ? "v1.1" : "v1.0", c->L, c->Ld, c->C, c->H, c->D, c->F, c->V, c->Vp);
+  else if (c->kind == MODEL_LLAMA)
+    log0("fsdp.c | model %s | Llama | L=%d C=%d H=%d KV=%d D=%d F=%d V=%d (padded %d) T=%d rope theta %g%s %s\n",
+         c->name, c->L, c->C, c->H, c->KV, c->D, c->F, c->V, c->Vp, c->T, c->rope.theta,
+         c->rope.factor > 0 ? ", 3.1 scaling" : "", c->tied ? "tied" : "untied");
   else
     log0("fsdp.c | model %s | GPT | L=%d C=%d H=%d V=%d (padded %d) T=%d\n", c->name, c->L, c->C, c->H, c->V, c->Vp, c->T);
 }
@@ -105,8 +109,8 @@ static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, in
 // memory traffic), full sharding, per-linear units (smaller collectives), then offload by what
 // it saves per byte over PCIe (AdamW state, block outputs, then shards copied at every gather
 // and reduction), then one unsharded unit at a time. Each sets its option in g and returns 1,
-// or 0 when g has it already or the model has no such policy (per-linear units and activation
-// offload are GPT's).
+// or 0 when g has it already or the model has no such policy (per-linear units are GPT's and
+// Llama's).
 typedef struct {
   const char* flag;
   int (*add)(FSDPOptions* g, int gpt);
@@ -138,7 +142,7 @@ static const MemoryOption memory_options[] = {
 
 // What each memory option the run does not use would change, added alone to its options.
 static void print_savings(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, const MemPlan* plan) {
-  int gpt = cfg->kind == MODEL_GPT;
+  int gpt = model_num_units(cfg, WRAP_LINEAR) > model_num_units(cfg, WRAP_BLOCK);  // a per-linear policy (GPT, Llama)
   log0("what each memory option would save per rank, added alone to this run's:\n");
   for (int i = 0; i < NUM_MEMORY_OPTIONS; i++) {
     FSDPOptions g = o->fsdp;
@@ -173,7 +177,7 @@ static void added_flags(const FSDPOptions* f, const FSDPOptions* g, char* out, s
 // ranks with all of them. Into out.
 static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, size_t limit,
                       char* out, size_t len) {
-  int gpt = cfg->kind == MODEL_GPT;
+  int gpt = model_num_units(cfg, WRAP_LINEAR) > model_num_units(cfg, WRAP_BLOCK);  // a per-linear policy (GPT, Llama)
   FSDPOptions f = o->fsdp, g = f;
   char flags[256];
   for (int i = 0; i < NUM_MEMORY_OPTIONS; i++) {

@@ -25,7 +25,11 @@
 int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len) {
   int t5 = cfg->kind == MODEL_T5;
   s->B = o->batch;
-  s->T = t5 ? o->dec_len : (o->seq ? o->seq : cfg->T);
+  // Llama's default length is the context its frequencies were trained at (8192), not the 131072
+  // positions the 3.1 scaling reaches.
+  int default_T = cfg->kind == MODEL_LLAMA && cfg->rope.original_context && cfg->rope.original_context < cfg->T
+                      ? cfg->rope.original_context : cfg->T;
+  s->T = t5 ? o->dec_len : (o->seq ? o->seq : default_T);
   s->Te = t5 ? o->enc_len : 0;
   s->W = world;
   s->A = o->accum;

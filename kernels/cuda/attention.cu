@@ -1047,6 +1047,8 @@ bool fused_ok(const AttnShape& s, const AttnBias& bias) {
 }
 
 AttnArgs make_args(const AttnShape& s, const AttnBias& bias) {
+  if (attn_kv_heads(s) != s.H)
+    cuda_fail("attention", "grouped-query attention (KV < H key/value heads) has no CUDA kernel yet", __FILE__, __LINE__);
   AttnArgs a;
   memset(&a, 0, sizeof a);
   a.B = s.B, a.Tq = s.Tq, a.Tk = s.Tk, a.H = s.H, a.D = s.D;
