@@ -216,10 +216,6 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
     snprintf(err, errlen, "unknown model '%s'; known models:\n%s", spec, list);
     return -1;
   }
-  if (cfg->V > 65536) {
-    snprintf(err, errlen, "model %s: V=%d exceeds 65536, the largest vocabulary uint16 token shards can hold", spec, cfg->V);
-    return -1;
-  }
   return 0;
 }
 
