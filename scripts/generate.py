@@ -2,12 +2,14 @@
 """Text in, text out around generate_cpu: encodes the prompt with the model's tokenizer, runs
 the generator on the ids, decodes the continuation with the same tokenizer.
 
-    python3 scripts/generate.py SRC "PROMPT" --tokenizer gpt2|sentencepiece [--sp-model FILE]
-                                [--binary ./generate_cpu] [-- generate_cpu options]
+    python3 scripts/generate.py SRC "PROMPT" --tokenizer gpt2|sentencepiece|llama3 [--sp-model FILE]
+                                [--tokenizer-file FILE] [--binary ./generate_cpu] [-- generate_cpu options]
 
 SRC: what generate_cpu takes (an fsdp.c checkpoint, a Hugging Face directory, an llm.c .bin).
 gpt2: tiktoken's "gpt2" encoding; sentencepiece: the model file of --sp-model (T5's
-spiece.model), with the end-of-sequence id appended to the prompt as T5 expects its inputs.
+spiece.model), with the end-of-sequence id appended to the prompt as T5 expects its inputs;
+llama3: Llama 3's tokenizer.json or tokenizer.model given by --tokenizer-file, the prompt after
+<|begin_of_text|> (scripts/llama3_tokenizer.py).
 Options after "--" go to generate_cpu (--tokens, --temperature, --top-k, --seed). Prints the
 prompt and the continuation as text, and the ids.
 """
@@ -21,8 +23,15 @@ def die(msg):
     sys.exit(1)
 
 
-def tokenizer(kind, sp_model):
+def tokenizer(kind, sp_model, tokenizer_file=None):
     """(encode, decode) for the tokenizer kind."""
+    if kind == "llama3":
+        from llama3_tokenizer import Llama3Tokenizer, TokenizerError
+        try:
+            tok = Llama3Tokenizer(tokenizer_file)
+        except TokenizerError as e:
+            die(str(e))
+        return tok.encode, tok.decode
     if kind == "gpt2":
         try:
             import tiktoken
@@ -47,13 +56,16 @@ def main():
     ap = argparse.ArgumentParser(description="Text generation with generate_cpu and a Python tokenizer.")
     ap.add_argument("src")
     ap.add_argument("prompt")
-    ap.add_argument("--tokenizer", choices=["gpt2", "sentencepiece"], required=True)
+    ap.add_argument("--tokenizer", choices=["gpt2", "sentencepiece", "llama3"], required=True)
     ap.add_argument("--sp-model")
+    ap.add_argument("--tokenizer-file")
     ap.add_argument("--binary", default="./generate_cpu")
     args = ap.parse_args(argv)
     if args.tokenizer == "sentencepiece" and not args.sp_model:
         die("--tokenizer sentencepiece needs --sp-model FILE")
-    encode, decode = tokenizer(args.tokenizer, args.sp_model)
+    if args.tokenizer == "llama3" and not args.tokenizer_file:
+        die("--tokenizer llama3 needs --tokenizer-file FILE (tokenizer.json or tokenizer.model)")
+    encode, decode = tokenizer(args.tokenizer, args.sp_model, args.tokenizer_file)
     ids = encode(args.prompt)
     r = subprocess.run([args.binary, args.src, "--prompt-ids", " ".join(map(str, ids))] + extra,
                        capture_output=True, text=True)

@@ -30,6 +30,7 @@ network this part FAILs with the command to run, it never passes silently.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -301,6 +302,8 @@ def tokenizers(tmp, env, check):
           "gives back the text's bytes", r.returncode == 0 and merged > 100 and len(table3) == 260 and eot3 == 259 and
           b"".join(table3[i] for i in ids3) == text.encode("utf-8"), f"{merged} merged ids; {r.stderr.strip()[-200:]}")
 
+    llama3_tokenizer(tmp, text, env, check)
+
     # scripts/generate.py on a GPT-2 with the SentencePiece vocabulary: text in, text out.
     cfg = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=sp.get_piece_size(), n_positions=32)
     src = os.path.join(tmp, "sp_gpt")
@@ -314,6 +317,73 @@ def tokenizers(tmp, env, check):
     want = sp.decode([i for i in ids3 if i != sp.eos_id()])
     check("scripts/generate.py: 8 new ids, printed as the SentencePiece text they decode to",
           r.returncode == 0 and len(ids3) == 8 and got.get("continuation") == want, (r.stdout + r.stderr).strip()[-300:])
+
+
+def llama3_tokenizer(tmp, text, env, check):
+    """--tokenizer llama3: Llama 3's tokenizer in both of its files (Meta's tokenizer.model, Hugging
+    Face's tokenizer.json), made here from one small byte-level BPE trained on the text with Llama
+    3's split pattern (the real one is not fetched): the shards are llm.c's Llama 3 format and
+    hold <|begin_of_text|> and the ids of the `tokenizers` library's own encoding of the
+    tokenizer.json, and tokenizer.bin decodes them back to the text."""
+    import base64
+    import tokenizers
+    from tiktoken._educational import bpe_train
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from llama3_tokenizer import LLAMA3_PATTERN, NUM_SPECIAL, byte_chars
+    ranks = bpe_train(text, 300, LLAMA3_PATTERN, visualise=None)
+    n = len(ranks)
+    names = ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(NUM_SPECIAL - 2)]
+    model_file = os.path.join(tmp, "tokenizer.model")
+    with open(model_file, "w") as f:
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(token).decode() + " %d\n" % rank)
+    chars = byte_chars()
+    as_text = lambda b: "".join(chars[x] for x in b)
+    merges = []  # every split of a token into two tokens, as transformers' conversion from tiktoken lists them
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        merges += sorted(((ranks[token[:i]], ranks[token[i:]], as_text(token[:i]) + " " + as_text(token[i:]))
+                          for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks))
+    doc = {"version": "1.0", "truncation": None, "padding": None, "normalizer": None, "post_processor": None,
+           "added_tokens": [{"id": n + i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for i, name in enumerate(names)],
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                     "vocab": {as_text(t): r for t, r in ranks.items()}, "merges": [m[2] for m in merges]}}
+    json_file = os.path.join(tmp, "tokenizer.json")
+    json.dump(doc, open(json_file, "w"), ensure_ascii=False)
+    theirs = [n] + tokenizers.Tokenizer.from_file(json_file).encode(text, add_special_tokens=False).ids
+    prep = os.path.join(ROOT, "scripts", "prepare_text.py")
+    shards = {}
+    for name, path in (("tokenizer.model", model_file), ("tokenizer.json", json_file)):
+        out = os.path.join(tmp, "llama3_" + name.replace(".", "_"))
+        r = subprocess.run([sys.executable, prep, os.path.join(tmp, "text.txt"), out, "--tokenizer", "llama3",
+                            "--tokenizer-file", path], capture_output=True, text=True, env=env)
+        ids, magics = [], set()
+        for fn in sorted(os.listdir(out)) if r.returncode == 0 else []:
+            if fn.endswith(".bin") and fn != "tokenizer.bin":
+                raw = open(os.path.join(out, fn), "rb").read()
+                magics.add(struct.unpack_from("<2i", raw))
+        for split in ("train", "val"):
+            for fn in sorted(os.listdir(out)) if r.returncode == 0 else []:
+                if fn.startswith(split + "_"):
+                    raw = open(os.path.join(out, fn), "rb").read()
+                    ids += list(struct.unpack_from(f"<{(len(raw) - 1024) // 4}I", raw, 1024))
+        shards[name] = ids
+        check(f"prepare_text.py llama3 from {name}: llm.c's Llama 3 shards (20240801, 7, uint32) holding "
+              f"<|begin_of_text|> and the ids of transformers' tokenizers on the tokenizer.json",
+              r.returncode == 0 and magics == {(20240801, 7)} and ids == theirs,
+              f"{len(ids)} ids vs {len(theirs)}; {r.stderr.strip()[-300:]}")
+        if r.returncode == 0:
+            _, _, eot, table = read_table(os.path.join(out, "tokenizer.bin"))
+            check(f"prepare_text.py llama3 from {name}: tokenizer.bin of {n + NUM_SPECIAL} tokens decodes the ids to "
+                  f"the text (end of text {n + 1})", len(table) == n + NUM_SPECIAL and eot == n + 1 and
+                  b"".join(table[i] for i in ids).decode("utf-8") == text)
+    check("prepare_text.py llama3: tokenizer.model and tokenizer.json give the same shards",
+          shards["tokenizer.model"] == shards["tokenizer.json"] and len(shards["tokenizer.model"]) > 100)
 
 
 if __name__ == "__main__":
