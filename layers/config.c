@@ -1,4 +1,5 @@
 // config.c: model presets and the custom model forms.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,10 +84,10 @@ void model_list_presets(char* out, size_t len) {
                   "  gpt:L=..,C=..,H=..,V=..,T=..        custom GPT (defaults L=2,C=64,H=4,V=256,T=64)\n"
                   "  t5:L=..,M=..,C=..,H=..,D=..,F=..,V=..  custom T5 v1.0 (M decoder blocks, default M=L;\n"
                   "  t5v1.1:...                          defaults L=2,C=64,H=4,D=16,F=128,V=512)\n"
-                  "  llama:L=..,C=..,H=..,KV=..,F=..,V=..,T=..,theta=..,scaling=..,tied=..\n"
+                  "  llama:L=..,C=..,H=..,KV=..,F=..,V=..,T=..,theta=..,scaling=..,tied=..,eps=..\n"
                   "                                      custom Llama (defaults L=2,C=64,H=4,KV=2,F=160,V=256,\n"
                   "                                      T=64, theta=500000, scaling=0: none, else Llama 3.1's\n"
-                  "                                      with that factor, tied=0)\n");
+                  "                                      with that factor, tied=0, eps=5: norms' epsilon 1e-5)\n");
 }
 
 // A key of a custom form and the smallest value it takes (1, or 0 for a switch or a "none").
@@ -144,9 +145,10 @@ static RopeConfig llama_rope(int theta, float factor) {
 }
 
 static void llama_config(ModelConfig* c, const char* name, int L, int C, int H, int KV, int F, int V, int T, int tied,
-                         RopeConfig rope) {
+                         RopeConfig rope, int eps_exponent) {
   *c = (ModelConfig){.kind = MODEL_LLAMA, .L = L, .C = C, .H = H, .KV = KV, .D = C / H, .F = F, .V = V,
-                     .Vp = pad_vocab(V), .T = T, .tied = tied, .norm_eps = 1e-5f, .rope = rope};
+                     .Vp = pad_vocab(V), .T = T, .tied = tied, .norm_eps = (float)pow(10.0, -eps_exponent),
+                     .rope = rope};
   snprintf(c->name, sizeof c->name, "%s", name);
 }
 
@@ -170,7 +172,7 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
     const LlamaPreset* p = &llama_presets[i];
     if (!strcmp(spec, p->name)) {
       llama_config(cfg, spec, p->L, p->C, p->H, p->KV, p->F, LLAMA_VOCAB, LLAMA_CONTEXT, p->tied,
-                   llama_rope(LLAMA_THETA, p->rope_factor));
+                   llama_rope(LLAMA_THETA, p->rope_factor), 5);
       return 0;
     }
   }
@@ -191,9 +193,9 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
     t5_config(cfg, spec, vals[0], vals[1] ? vals[1] : vals[0], vals[2], vals[3], vals[4], vals[5], vals[6], gated);
   } else if (!strncmp(spec, "llama:", 6) || !strcmp(spec, "llama")) {
     static const FormKey keys[] = {{"L", 1}, {"C", 1}, {"H", 1}, {"KV", 1}, {"F", 1}, {"V", 1}, {"T", 1},
-                                   {"theta", 1}, {"scaling", 0}, {"tied", 0}};
-    int vals[10] = {2, 64, 4, 2, 160, 256, 64, LLAMA_THETA, 0, 0};  // in the order of keys
-    if (spec[5] == ':' && parse_kv(spec + 6, keys, 10, vals, err, errlen)) return -1;
+                                   {"theta", 1}, {"scaling", 0}, {"tied", 0}, {"eps", 1}};
+    int vals[11] = {2, 64, 4, 2, 160, 256, 64, LLAMA_THETA, 0, 0, 5};  // in the order of keys
+    if (spec[5] == ':' && parse_kv(spec + 6, keys, 11, vals, err, errlen)) return -1;
     int C = vals[1], H = vals[2], KV = vals[3];
     if (C % H || (C / H) % 2 || C / H > ROPE_MAX_HEAD) {
       snprintf(err, errlen, "model %s: the width C=%d must be H=%d heads of an even size of at most %d (rotary "
@@ -209,7 +211,12 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
       snprintf(err, errlen, "model %s: tied=%d: expected 0 (an lm_head of its own) or 1 (the embedding's)", spec, vals[9]);
       return -1;
     }
-    llama_config(cfg, spec, vals[0], C, H, KV, vals[4], vals[5], vals[6], vals[9], llama_rope(vals[7], (float)vals[8]));
+    if (vals[10] > 12) {
+      snprintf(err, errlen, "model %s: eps=%d: the norms' epsilon is 10^-eps, eps from 1 to 12", spec, vals[10]);
+      return -1;
+    }
+    llama_config(cfg, spec, vals[0], C, H, KV, vals[4], vals[5], vals[6], vals[9], llama_rope(vals[7], (float)vals[8]),
+                 vals[10]);
   } else {
     char list[4096];
     model_list_presets(list, sizeof list);

@@ -13,7 +13,7 @@ typedef enum { MODEL_GPT, MODEL_T5, MODEL_LLAMA } ModelKind;
 
 typedef struct {
   ModelKind kind;
-  char name[64];   // preset name or the custom spec
+  char name[128];  // preset name or the custom spec
   int L;           // transformer blocks (T5: encoder blocks)
   int Ld;          // T5: decoder blocks (0 for GPT)
   int C;           // model width (d_model)

@@ -43,7 +43,7 @@ part e2e "make run learns addition" "$CPU" bash test/test_e2e.sh
 part sim-kernels "every CUDA kernel against the CPU reference on the simulator (bf16, shuffled threads, both matmul paths)" \
   "$SIM" bash test/cudasim/test_kernels.sh build/sim
 part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM" python3 test/test_plan.py
-part hf "exported GPT-2 and T5 against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
+part hf "exported GPT-2, T5 and Llama against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
 part weights "--init-from and --export, pretrained weights in and out" "$CPU $TOOLS $SIM" /usr/bin/python3 test/test_weights.py
 part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash test/test_cli.sh
 part fsdp "the FSDP runtime's unit tests: layout, schedule, optimizer, checkpoints" "build/test/test_fsdp" build/test/test_fsdp

@@ -91,7 +91,7 @@ def inner():
     import numpy as np
     import torch
     import transformers
-    from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
     transformers.logging.set_verbosity_error()
     torch.manual_seed(12)
     passed = failed = 0
@@ -122,11 +122,19 @@ def inner():
                     p.copy_(torch.randn_like(p))
                 elif "h." in name:  # GPT-2 block weights: unit-variance activations
                     p.copy_(torch.randn_like(p) / p.shape[0] ** 0.5)
+                elif "layers." in name:  # Llama block weights ([out, in]): unit-variance activations
+                    p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+                elif "embed_tokens" in name:
+                    p.copy_(torch.randn_like(p))
 
-    def case(name, model, extra, tokens, B, T, Te):
+    def case(name, model, extra, tokens, B, T, Te, save_args=None):
         src, out = os.path.join(tmp, name + "_src"), os.path.join(tmp, name + "_export")
         model.eval()
-        model.save_pretrained(src, safe_serialization=True)
+        model.save_pretrained(src, safe_serialization=True, **(save_args or {}))
+        if save_args:
+            shards = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))
+            check(f"{name}: save_pretrained wrote a sharded model ({len(shards)} shards and the index)",
+                  len(shards) > 1 and os.path.exists(os.path.join(src, "model.safetensors.index.json")), str(shards))
         r = subprocess.run([os.path.join(ROOT, "train_gpt_cpu"), "--init-from", src, "--data", data, "--steps", "0",
                             "--batch", "1", "--export", out] + extra, capture_output=True, text=True, env=env)
         if r.returncode:
@@ -138,8 +146,8 @@ def inner():
         bad = info["missing_keys"] + info["unexpected_keys"] + info["mismatched_keys"]
         check(f"{name}: from_pretrained(export) with no missing/unexpected/mismatched keys", not bad, str(bad[:4]))
         a, b = model.state_dict(), loaded.state_dict()
-        same = all(torch.equal(a[k], b[k]) for k in a if k in b) and set(a) == set(b)
-        check(f"{name}: the exported model's tensors == the original's", same)
+        same = all(torch.equal(a[k].float(), b[k]) for k in a if k in b) and set(a) == set(b)
+        check(f"{name}: the exported model's tensors == the original's (fp32)", same)
         d = os.path.join(tmp, name + "_tokens")
         os.makedirs(d)
         for k, v in tokens.items():
@@ -149,6 +157,14 @@ def inner():
         if r.returncode:
             check(f"{name}: weights_logits", False, r.stderr.strip()[-400:])
             return
+        digest = [l for l in r.stdout.splitlines() if l.startswith("params_digest")]
+        r2 = subprocess.run([os.path.join(ROOT, "build", "tool", "weights_logits"), src, str(B), str(T), str(Te), d],
+                            capture_output=True, text=True, env=env)
+        digest_src = [l for l in r2.stdout.splitlines() if l.startswith("params_digest")]
+        check(f"{name}: the export read back holds the parameters the original gave (the same params_digest)",
+              digest and digest == digest_src, f"{digest} vs {digest_src} {r2.stderr.strip()[-200:]}")
+        r = subprocess.run([os.path.join(ROOT, "build", "tool", "weights_logits"), out, str(B), str(T), str(Te), d],
+                           capture_output=True, text=True, env=env)  # the export's logits again, in d
         V = model.config.vocab_size
         ours = torch.from_numpy(np.fromfile(os.path.join(d, "logits.bin"), dtype=np.float32).reshape(B, T, V))
         our_loss = float(open(os.path.join(d, "loss.txt")).read())
@@ -201,6 +217,24 @@ def inner():
         tg[1, -2:] = -1
         case(name, m, ["--enc-len", str(Te), "--dec-len", str(Td)], {"tokens": dec, "targets": tg, "enc_tokens": enc},
              B, Td, Te)
+    # Llama: grouped-query attention with Llama 3.1's rotary scaling and an untied lm_head, read
+    # from a sharded save (model-0000X-of-0000N.safetensors and the index); and a tied 4:1 model
+    # saved in bf16 (the import widens it exactly, so the export's fp32 equals the original).
+    B, T = 2, 12
+    for name, kv, tied, dtype, save in (("llama_sharded", 2, False, torch.float32, {"max_shard_size": 60000}),
+                                        ("llama_tied_bf16", 1, True, torch.bfloat16, None)):
+        cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=kv, max_position_embeddings=T, rms_norm_eps=1e-5, rope_theta=500000.0,
+                          rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                          tie_word_embeddings=tied, attn_implementation="eager")
+        m = LlamaForCausalLM(cfg)
+        redraw(m)
+        m = m.to(dtype)
+        toks = torch.randint(0, 97, (B, T), dtype=torch.int32)
+        targets = torch.full((B, T), -1, dtype=torch.int32)
+        targets[:, :-1] = toks[:, 1:]
+        case(name, m, ["--seq", str(T)], {"tokens": toks, "targets": targets}, B, T, 0, save)
     tokenizers(tmp, env, check)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

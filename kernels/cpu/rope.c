@@ -5,20 +5,23 @@
 // result does not depend on the thread count. The angle is position x frequency rounded to fp32
 // (kernels/rope.h), and cos and sin are libm's of that float.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-#include "infra/dist.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/rope.h"
 
 // cs[(t * half + i) * 2 + 0 / 1]: cos and sin of position t's angle for pair i.
 static float* angle_table(RopeConfig r, int T, int D) {
-  if (D % 2 || D > ROPE_MAX_HEAD) fatal("rope: head size %d must be even and at most %d", D, ROPE_MAX_HEAD);
   int half = D / 2;
+  float* cs = malloc((size_t)T * half * 2 * sizeof(float) + 1);
+  if (D % 2 || D > ROPE_MAX_HEAD || !cs) {  // the model's forms admit no other head (layers/config.c)
+    fprintf(stderr, "error: rope: head size %d must be even and at most %d (or out of memory)\n", D, ROPE_MAX_HEAD);
+    exit(1);
+  }
   float freq[ROPE_MAX_HEAD / 2];
   rope_frequencies(r, D, freq);
-  float* cs = xmalloc((size_t)T * half * 2 * sizeof(float), "rope angles");
 #pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)T * half))
   for (int t = 0; t < T; t++)
     for (int i = 0; i < half; i++) {
