@@ -10,12 +10,17 @@
 #   make generate_cpu export_weights_cpu    continuations of a prompt; a checkpoint to Hugging Face
 #   make bench            on a GPU: the benchmark sweep (BENCH_ARGS="--quick")
 #   make gpu-report       on a GPU: everything that needs one, into one folder (GPU_REPORT_DIR)
+#   make gpu-bundle       without a GPU: build/gpu-bundle/, everything a short GPU window needs,
+#                         prebuilt, and its run.sh (LLMC_DIR=ext/llm.c adds llm.c; docs/performance.md)
 #   make test-gpu         on a GPU: every CUDA kernel and the trainer against the CPU reference
 #   make kernel-report    registers, spills, shared memory and occupancy of every CUDA kernel for
-#                         sm_90, from ptxas (no GPU): docs/kernel_report.md
+#                         sm_90, from ptxas, and the main loops' machine code, from cuobjdump (no
+#                         GPU): docs/kernel_report.md
 #   make deps             install OpenMPI, g++ and PyTorch (for /usr/bin/python3) when missing
+# Every binary is the same core sources plus one backend folder of kernels/ (CORE_SRCS below).
 # The variants are in mk/: cuda.mk (the CUDA build, fp16, GPU tests, cuda-config), sim.mk (the
-# CUDA simulator), predict.mk (the timeline backend), tests.mk (test programs, sanitizer builds).
+# CUDA simulator), predict.mk (the timeline backend), tests.mk (test programs, sanitizer builds),
+# bundle.mk (the GPU bundle; bundle-gpu.conf and bundle-sim.conf: what its run script runs).
 .DEFAULT_GOAL := train_gpt_cpu
 
 # ---- CPU binary ---------------------------------------------------------------------
@@ -69,7 +74,7 @@ generate_cpu: $(BUILD)/cpu/generate.o $(CPU_LIB_OBJS)
 export_weights_cpu: $(BUILD)/cpu/export_weights.o $(CPU_LIB_OBJS)
 	$(CC_CPU) $^ -o $@ $(LDLIBS_CPU)
 
-include mk/cuda.mk mk/sim.mk mk/predict.mk mk/tests.mk
+include mk/cuda.mk mk/sim.mk mk/predict.mk mk/tests.mk mk/bundle.mk
 
 # ---- built-in dataset: synthetic addition problems as byte tokens -------------------
 $(BUILD)/make_addition: scripts/make_addition.c data/shard.c data/shard.h infra/files.c infra/files.h
@@ -114,4 +119,4 @@ clean:
 	  generate_cpu export_weights_cpu
 
 .PHONY: deps test test-sim test-gpu kernel-report bench gpu-report sim-bins sim-bins-fp16 predict-bins train_gpt_sim cuda-config run print-run-args \
-  print-sim-kernel-flags print-sim-host-objs clean
+  print-sim-kernel-flags print-sim-host-objs print-nvcc clean

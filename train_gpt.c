@@ -29,12 +29,14 @@ typedef struct {
   double flops_step, recompute_step, peak;
   size_t cpu_plan, resident_before;
   double *step_ms, *comm_ms;
+  int failed;  // the --max-bad-steps-th skipped step was read: the run ends with status 1
 } Reporter;
 
 // Reads step `step`'s outcome (waiting for its work) and reports it: the step line, the JSON log,
-// a skipped step's reason, and the stop at --max-bad-steps. A step's time is the compute stream's,
-// from the step's first operation to its outcome (on the CPU backend, the host's time for it).
-// Returns the stop signals the ranks had seen when the step began (train/signals.c; 0: none).
+// a skipped step's reason, and the stop at --max-bad-steps (rp->failed). A step's time is the
+// compute stream's, from the step's first operation to its outcome (on the CPU backend, the
+// host's time for it). Returns the stop signals the ranks had seen when the step began
+// (train/signals.c; 0: none).
 static int64_t report_step(Reporter* rp, int step) {
   const Options* o = rp->o;
   StepResult r = train_step_result(rp->io, step);
@@ -86,10 +88,7 @@ static int64_t report_step(Reporter* rp, int step) {
       fprintf(stderr, "error: stopping at step %d after %d steps with a non-finite loss or gradient%s; the "
                       "parameters are those of the last good step. Lower --lr, check the data, or resume from "
                       "a checkpoint\n", step + 1, r.bad_steps, where);
-    device_synchronize();
-    if (rp->logf) fclose(rp->logf);
-    dist_finalize();
-    exit(1);
+    rp->failed = 1;
   }
   return r.stop_signals;
 }
@@ -105,39 +104,13 @@ int main(int argc, char** argv) {
   ModelConfig cfg;
   if (weights_resolve_model(o.model, o.init_from, &cfg, err, sizeof err)) usage_error("%s", err);
   int t5 = cfg.kind == MODEL_T5;
-  if (t5 && (o.eval_prompts || o.sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
-  RunShape shape;
-  if (run_shape(&o, &cfg, o.plan && o.plan_world ? o.plan_world : W, &shape, err, sizeof err)) usage_error("%s", err);
+  RunShape shape = resolve_options(&o, &cfg, o.plan && o.plan_world ? o.plan_world : W);  // train/options.c
   int B = shape.B, T = shape.T, Te = shape.Te, A = shape.A, M = shape.M;
-  o.accum = A;
-  o.fsdp.accum_steps = A;  // the plan keeps no unsharded gradient buffers when each unit's goes into its shard
-  model_check_options(&cfg, &o.fsdp);  // before any data is read
-  if (o.plan && o.plan_backend && strcmp(o.plan_backend, kernels_backend()))
-    usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
-                o.plan_backend);
   if (o.plan) {  // --plan: lay out and plan, allocate nothing
     plan_report(&o, &cfg, B, T, Te, shape.W);
     dist_finalize();
     return 0;
   }
-  if (o.fsdp.reduce_dtype != DT_F32 && !strcmp(kernels_backend(), "cpu"))
-    usage_error("--reduce-dtype %s needs the CUDA build (train_gpt); the CPU backend reduces in fp32",
-                dtype_name(o.fsdp.reduce_dtype));
-  if (o.fsdp.reduce_dtype != DT_F32 && o.fsdp.reduce_dtype != ACT_DTYPE) {  // the staging buffer is act_t
-    snprintf(err, sizeof err, "this train_gpt was built for " ACT_NAME " activations and reduces in " ACT_NAME
-             " or fp32; for %s, build with `make train_gpt PRECISION=%s`", dtype_name(o.fsdp.reduce_dtype),
-             dtype_name(o.fsdp.reduce_dtype));
-    usage_error("--reduce-dtype: %s", err);
-  }
-  // A static scale whose loss gradient of one token, S / tokens per step (the target logit's,
-  // about -S / tokens from the start), is beyond fp16's 65504 overflows on every step.
-  if (ACT_DTYPE == DT_F16 && !o.loss_scale_dynamic && o.loss_scale / ((double)M * B * T) > 65504.0) {
-    snprintf(err, sizeof err, "%.0f / %lld tokens per step puts a token's loss gradient beyond fp16's 65504, so "
-             "every step would overflow; use --loss-scale dynamic, which finds the largest scale that does not",
-             o.loss_scale, (long long)M * B * T);
-    usage_error("--loss-scale: %s", err);
-  }
-  if (o.fsdp.sim_world > 1 && W > 1) usage_error("%s", "--sim-world simulates several ranks from one: run it without mpirun");
 
   // Data first: a bad path on any rank stops every rank before the model is built.
   Batch batch = {.t5 = t5, .B = B, .T = T, .Te = Te, .seed = o.seed};
@@ -153,9 +126,6 @@ int main(int argc, char** argv) {
     data_vocab = batch.span.sentinel_top - spans + 1;
     window_tokens = raw_len;
   }
-  batch.inputs = xmalloc((size_t)B * T * sizeof(int32_t), "batch");
-  batch.targets = xmalloc((size_t)B * T * sizeof(int32_t), "batch");
-  batch.enc = xmalloc((size_t)B * (Te ? Te : 1) * sizeof(int32_t), "batch");
   TokenStream train, val;
   char what_train[160] = "--data", what_val[160] = "--val-data";
   if (t5) {
@@ -169,6 +139,7 @@ int main(int argc, char** argv) {
 
   // Model and FSDP runtime: plan, check the plan fits, allocate once, initialize the shards.
   KernelCtx* kctx = kernels_init(dist_local_rank());  // each rank uses the GPU of its local rank
+  device_gelu_epilogue(kctx, o.gelu_epilogue);
   char device[128];
   kernels_device_name(kctx, device, sizeof device);
   comm_configure(o.init_dir, o.comm_timeout);
@@ -180,8 +151,6 @@ int main(int argc, char** argv) {
   StepIO io;  // the step's control values on the device and its pinned host buffers (train/step.c)
   step_plan(&io, &fs.plan, &shape, t5);
   check_plan_fits(&o, &cfg, B, T, Te, &fs);
-  if (o.inject_step > 0 && (o.inject_rank >= W || o.inject_unit >= fs.nunits))
-    usage_error("%s", "--inject-nonfinite names a rank or unit this run does not have");
   size_t free_before = device_free_bytes(), resident_before = resident_bytes();
   model_allocate(&model, o.seed);
   // What the one allocation really took from the device (on a GPU: cudaMemGetInfo), beside
@@ -193,6 +162,11 @@ int main(int argc, char** argv) {
   log0("| %-22s | %-30lld |\n", "train tokens", (long long)train.total);
   if (o.val_data) log0("| %-22s | %-30lld |\n", "val tokens", (long long)val.total);
   log0("| %-22s | %-30s |\n", "device", device);
+  if (!t5) {  // GPT's MLP: fc (C -> 4C) with the GELU, then its projection
+    char gelu[64];
+    device_describe_gelu(kctx, B * T, cfg.C, 4 * cfg.C, gelu, sizeof gelu);
+    log0("| %-22s | %-30s |\n", "GELU epilogue", gelu);
+  }
   memplan_print(&fs.plan);
   int on_cpu = !strcmp(kernels_backend(), "cpu");
   // On the CPU backend the plan's pinned host part (--offload) is host memory like the rest.
@@ -258,6 +232,9 @@ int main(int argc, char** argv) {
   double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
   StepData data = {.batch = &batch, .stream = &train};
   step_start(&io, &o, &scaler);
+  // The batch's memory is the step's pinned micro-batches: each step points it at its own, and
+  // evaluation and samples, which run between steps, read through the last one (train/batch.c).
+  step_batch(&io, &batch, start_step, 0);
   Reporter rep = {.o = &o, .fs = &fs, .io = &io, .scaler = &scaler, .logf = logf, .total_steps = total_steps,
                   .start_step = start_step, .W = W, .rank = rank, .flops_step = flops_step,
                   .recompute_step = recompute_step, .peak = peak, .on_cpu = on_cpu, .cpu_plan = cpu_plan,
@@ -279,6 +256,7 @@ int main(int argc, char** argv) {
            (long long)(fs.stats.node_all_gathers - before.node_all_gathers),
            (long long)(fs.stats.reduce_scatters - before.reduce_scatters));
     int64_t signals = pending >= 0 ? report_step(&rep, pending) : 0;
+    if (rep.failed) break;
     pending = step;
     int last = step + 1 == total_steps;
     int eval_now = (o.eval_every && (step + 1) % o.eval_every == 0) || last;
@@ -287,6 +265,7 @@ int main(int argc, char** argv) {
     if (!(signals || eval_now || save_now || sample_now || fs.trace)) continue;
     signals |= report_step(&rep, step);
     pending = -1;
+    if (rep.failed) break;
     if (signals && !last) {
       stopped_by = stop_signal_name(signals);
       if (o.save_dir) {
@@ -312,6 +291,12 @@ int main(int argc, char** argv) {
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
     if (sample_now) sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
+  }
+  if (rep.failed) {  // --max-bad-steps: nothing after the last good step is saved or written
+    device_synchronize();
+    if (logf) fclose(logf);
+    dist_finalize();
+    return 1;
   }
   if (o.bench && start_step == 0 && !stopped_by)
     bench_report(&o, &model, &fs, A, step_ms + o.bench_warmup, comm_ms + o.bench_warmup, o.steps, peak, peak_source, device);

@@ -73,4 +73,13 @@ void device_host_zero(void* p, size_t bytes);
 // stream s: it runs after the work queued there before it; wait on an event recorded after it
 // before reading dst. The CPU backend copies at once.
 void device_copy_async(void* dst, const void* src, size_t bytes, StreamId s);
+
+// The GELU epilogue of the linear layers' products (--gelu-epilogue): on, cuBLASLt's GELU_AUX
+// and DGELU epilogues where it has an algorithm for them, else the plain product and the GELU
+// kernel; off, always the latter. A backend without epilogues (the CPU's) has nothing to turn.
+struct KernelCtx;
+void device_gelu_epilogue(struct KernelCtx* ctx, int on);
+// For the start-up table: how the GELU products of a linear layer of N rows, C -> OC (bias)
+// run here, forward and backward, in a few words.
+void device_describe_gelu(struct KernelCtx* ctx, int N, int C, int OC, char* out, size_t n);
 #endif

@@ -218,9 +218,9 @@ void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
 // Probabilities for sampling: probs[:V] = softmax(logits[row, :V] / temperature), fp32, host
 // (infinite logits as above).
 void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, float temperature);
-// acc[0] += (losses[0] + losses[1] + ... + losses[N-1]), the sum taken from 0 in index order in
-// double: a step's loss stays on the device until the step reads it once (no host copy per
-// micro-batch), with the bits of the host's in-order sum.
+// acc[0] += (losses[0] + losses[1] + ... + losses[N-1]), summed in double in the fixed order of
+// kernels/loss_sum.h on both backends (the same bits): a step's loss stays on the device until
+// the step reads it once (no host copy per micro-batch).
 void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N);
 
 // ---- relative position bias (T5) ---------------------------------------------------
@@ -292,17 +292,11 @@ typedef struct {
   int step;           // 1-based
   int update;         // 0: the step is skipped: p, m, v and the working copy stay as they are
 } AdamWStep;
-// The by-value arguments of the same step (the host AdamW of --offload optim), and back (an update).
+// The by-value arguments of the same step (the host AdamW of --offload optim).
 static inline AdamWArgs adamw_step_args(const AdamWStep* s) {
   AdamWArgs a = {.lr = s->lr, .beta1 = s->beta1, .beta2 = s->beta2, .eps = s->eps, .weight_decay = s->weight_decay,
                  .grad_scale = s->grad_scale, .step = s->step};
   return a;
-}
-static inline AdamWStep adamw_step_of(AdamWArgs a) {
-  AdamWStep s = {.lr = a.lr, .beta1 = a.beta1, .beta2 = a.beta2, .eps = a.eps, .weight_decay = a.weight_decay,
-                 .grad_scale = a.grad_scale, .bc1 = adamw_bias_correction(a.beta1, a.step),
-                 .bc2 = adamw_bias_correction(a.beta2, a.step), .step = a.step, .update = 1};
-  return s;
 }
 // adamw_update over every range of one shard (a unit's parameters) in one call, with the
 // scalars of s (in the backend's memory): range k with s->weight_decay if r[k].decay, else 0.

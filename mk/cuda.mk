@@ -178,6 +178,9 @@ test-gpu: $(GPU_TEST)/test_kernels_gpu train_gpt train_gpt_cpu data/addition/tra
 	GPU_TEST=$(GPU_TEST) bash test/gpu/test_gpu.sh
 # The static kernel report (scripts/kernel_report.py, no GPU needed): registers, spills, shared
 # memory and occupancy of every kernel for sm_90, bf16 and fp16, into docs/kernel_report.md.
+# The nvcc make found (empty without one), for test/test_kernel_report.sh.
+print-nvcc:
+	@echo $(NVCC)
 kernel-report: $(GPU_TEST)/test_kernels_gpu
 	python3 scripts/kernel_report.py --out docs/kernel_report.md --table-bin $(GPU_TEST)/test_kernels_gpu --print-attention
 $(BUILD)/cuda-fp16/train_gpt: $(CUDA_HOST_OBJS) $(CUDA_KERNEL_OBJS)

@@ -7,6 +7,7 @@
 #
 #   scripts/bench_llmc.sh [--models "gpt2-124m ..."] [--batches "8 64"] [--seq T] [--rounds R]
 #                         [--steps S] [--warmup W] [--no-cudnn] [--out DIR] [--dry-run | --build-only]
+#                         [--prebuilt-llmc DIR]
 #   scripts/bench_llmc.sh --cpu [--model M] [--batch B] [--seq T] [--threads N] [--rounds R]
 #                         [--steps S] [--warmup W] [--torch-blas DIR] [--no-torch] [--out DIR]
 #
@@ -14,7 +15,9 @@
 # the commit these scripts were written against). Its Makefile, train_gpt2.c, train_gpt2.cu and
 # llmc/ are copied to build/llmc/<variant>/ and patched there (scripts/llmc_patch.py lists every
 # change and why; patches.txt in DIR records the ones applied). Without LLMC_DIR the llm.c
-# sides are skipped, saying so, and the other sides still run.
+# sides are skipped, saying so, and the other sides still run. --prebuilt-llmc DIR runs llm.c's
+# binaries already built there instead (DIR/cuda/train_gpt2cu, DIR/cudnn/train_gpt2cu when there,
+# DIR/commit.txt: the GPU bundle's llmc/), without LLMC_DIR and without building.
 #
 # GPU mode (default): ./train_gpt (--shard full, one rank) against llm.c's train_gpt2cu (bf16),
 #   built with llm.c's Makefile (NO_MULTI_GPU=1 NO_USE_MPI=1, the GPU's compute capability),
@@ -23,7 +26,8 @@
 #   d48, randomly initialized by both), T=1024, micro-batches 8 and 64. llm.c runs as its own
 #   scripts/run_gpt2_*.sh do on one GPU: no recompute (-r 0), weight decay 0.1, and -ge 1 for
 #   d48; no gradient accumulation, evaluation at the first and last step only (one batch, outside
-#   its timed region), no sampling, no checkpoints. A batch that does not fit one side (fsdp.c's
+#   its timed region), no sampling, no checkpoints. A model llm.c has no descriptor for (a custom
+#   shape) runs on fsdp.c's side only. A batch that does not fit one side (fsdp.c's
 #   plan refuses it, or llm.c runs out of memory) is halved for both, and the table says so.
 # CPU mode (--cpu): ./train_gpt_cpu (fp32) against llm.c's train_gpt2 (fp32, the CPU trainer) and
 #   scripts/bench_torch.py --device cpu (PyTorch eager fp32; --no-torch leaves it out), all with
@@ -38,7 +42,8 @@
 #
 # Data: BENCH_DATA (one llm.c token shard, the same file for every side), else
 # build/bench-data/zipf-V<vocab>.bin (scripts/zipf_tokens.py: 2M Zipf-distributed ids).
-# Environment: LLMC_DIR; BENCH_FSDP_ARGS (more options for every fsdp.c run, e.g. --recompute
+# Environment: LLMC_DIR; FSDP_COMMIT (the commit meta.txt names, where DIR is not a checkout: the
+# bundle's); BENCH_FSDP_ARGS (more options for every fsdp.c run, e.g. --recompute
 # selective or --memory-limit GIB); BENCH_PYTHON (PyTorch's python, CPU mode; default /usr/bin/python3);
 # BENCH_TIMEOUT (seconds per run, default 900 GPU, 600 CPU); CUDNN_FRONTEND_PATH (cudnn-frontend's
 # include/; else cudnn-frontend/include beside the llm.c checkout, in it, or in ~, the last two
@@ -57,7 +62,7 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 
 MODE=gpu MODELS="" BATCHES="" SEQ="" THREADS=2 ROUNDS="" STEPS="" WARMUP="" OUT="" TORCH_BLAS=""
-USE_TORCH=1 USE_CUDNN=1 DRY=0 BUILD_ONLY=0
+USE_TORCH=1 USE_CUDNN=1 DRY=0 BUILD_ONLY=0 PREBUILT=""
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 need_int() {  # need_int OPTION VALUE MIN
   if ! [[ ${2:-} =~ ^[0-9]+$ ]] || [ "$2" -lt "$3" ]; then
@@ -87,6 +92,9 @@ while [ $# -gt 0 ]; do
     --out) need_value "$1" "${2:-}"; OUT=$2; shift ;;
     --dry-run) DRY=1 ;;
     --build-only) BUILD_ONLY=1 ;;
+    --prebuilt-llmc)
+      [ -x "${2:-}/cuda/train_gpt2cu" ] || { echo "error: --prebuilt-llmc needs a folder with cuda/train_gpt2cu (got '${2:-}')" >&2; exit 2; }
+      PREBUILT=$(cd "$2" && pwd); shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "error: unknown option '$1' (see scripts/bench_llmc.sh --help)" >&2; exit 2 ;;
   esac
@@ -116,10 +124,6 @@ c = parse_model(sys.argv[1]); print(c["V"] if c["kind"] == "gpt" else "t5")' "$m
     echo "error: --models: '$m' is not a GPT model fsdp.c knows (llm.c trains GPT-2 only)" >&2
     exit 2
   fi
-  if [ $MODE = gpu ] && [ -z "$(llmc_descriptor "$m")" ]; then
-    echo "error: --models: '$m' has no llm.c descriptor; the GPU mode runs gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b" >&2
-    exit 2
-  fi
   VOCABS+=" $v"
 done
 [ "$(echo $VOCABS | tr ' ' '\n' | sort -u | wc -l)" = 1 ] || { echo "error: --models: all models must share one vocabulary (one token shard serves every run)" >&2; exit 2; }
@@ -139,7 +143,9 @@ FAILED=0
 # ---- llm.c: copy, patch, build ------------------------------------------------------------
 LLMC=${LLMC_DIR:-}
 LLMC_SKIP=""
-if [ -z "$LLMC" ]; then
+if [ -n "$PREBUILT" ]; then
+  LLMC=""
+elif [ -z "$LLMC" ]; then
   LLMC_SKIP="LLMC_DIR is not set (a checkout of karpathy/llm.c: docs/performance.md, 'Against llm.c')"
 elif [ ! -f "$LLMC/train_gpt2.c" ] || [ ! -d "$LLMC/llmc" ]; then
   echo "error: LLMC_DIR=$LLMC is not an llm.c checkout (no train_gpt2.c and llmc/ there)" >&2
@@ -149,6 +155,7 @@ else
 fi
 LLMC_COMMIT=$( [ -n "$LLMC" ] && [ -z "$LLMC_SKIP" ] && git -C "$LLMC" rev-parse HEAD 2>/dev/null || echo unknown)
 [ -n "$LLMC_SKIP" ] && LLMC_COMMIT="-"
+[ -n "$PREBUILT" ] && LLMC_COMMIT=$(cat "$PREBUILT/commit.txt" 2>/dev/null || echo unknown)
 [ -n "$LLMC_SKIP" ] && say "skip: llm.c: $LLMC_SKIP; the other sides run alone"
 : > "$OUT/patches.txt"
 
@@ -277,7 +284,15 @@ build_llmc_cuda() {
   LLMC_CUDNN_BIN=$ROOT/build/llmc/cudnn/train_gpt2cu LLMC_CUDNN_LIB=$lib
 }
 
-if [ -z "$LLMC_SKIP" ] && [ $DRY = 0 ]; then
+if [ -n "$PREBUILT" ]; then
+  [ $MODE = gpu ] || { echo "error: --prebuilt-llmc is for the GPU mode" >&2; exit 2; }
+  [ $BUILD_ONLY = 0 ] || { echo "error: --prebuilt-llmc runs prebuilt binaries: nothing to build" >&2; exit 2; }
+  LLMC_BIN=$PREBUILT/cuda/train_gpt2cu
+  if [ $USE_CUDNN = 0 ]; then CUDNN_SKIP="--no-cudnn"
+  elif [ -x "$PREBUILT/cudnn/train_gpt2cu" ]; then LLMC_CUDNN_BIN=$PREBUILT/cudnn/train_gpt2cu
+  else CUDNN_SKIP="the prebuilt folder $PREBUILT has no cudnn/train_gpt2cu"; fi
+  cp "$PREBUILT/patches.txt" "$OUT/patches.txt" 2>/dev/null || true
+elif [ -z "$LLMC_SKIP" ] && [ $DRY = 0 ]; then
   if [ $MODE = cpu ]; then build_llmc_cpu; else build_llmc_cuda; fi || exit 1
 fi
 if [ $BUILD_ONLY = 1 ]; then
@@ -361,7 +376,9 @@ run_side() {
       if [ $MODE = gpu ]; then
         fmt=llmc-cuda done_pat='total average iteration time'
         local bin=${LLMC_BIN:-$ROOT/build/llmc/cuda/train_gpt2cu} desc
-        [ $side = llm.c+cudnn ] && bin=${LLMC_CUDNN_BIN:-$ROOT/build/llmc/cudnn/train_gpt2cu} env=(LD_LIBRARY_PATH="$LLMC_CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+        [ $side = llm.c+cudnn ] && bin=${LLMC_CUDNN_BIN:-$ROOT/build/llmc/cudnn/train_gpt2cu}
+        # cuDNN from where it was found at the build (a prebuilt llm.c finds it on the library path)
+        [ $side = llm.c+cudnn ] && [ -n "$LLMC_CUDNN_LIB" ] && env=(LD_LIBRARY_PATH="$LLMC_CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
         desc=$(llmc_descriptor "$model")
         cmd=("$bin" -e "$desc" -i "$DATA_ABS" -j "$DATA_ABS" -b "$b" -t "$SEQ" -x $((WARMUP + STEPS)) -v 100000 -m 1
              -s 0 -n 0 -r 0 -c 0.1)
@@ -423,10 +440,10 @@ run_side() {
   fi
 }
 
-side_skip() {  # side_skip SIDE: why the side does not run (empty when it does)
+side_skip() {  # side_skip SIDE MODEL: why the side does not run (empty when it does)
   case $1 in
-    llm.c) echo "$LLMC_SKIP" ;;
-    llm.c+cudnn) echo "$CUDNN_SKIP" ;;
+    llm.c | llm.c+cudnn) if [ $MODE = gpu ] && [ -z "$(llmc_descriptor "$2")" ]; then echo "llm.c has no descriptor for $2"
+                         elif [ $1 = llm.c ]; then echo "$LLMC_SKIP"; else echo "$CUDNN_SKIP"; fi ;;
     pytorch) echo "$TORCH_SKIP" ;;
     *) echo "" ;;
   esac
@@ -440,7 +457,7 @@ for model in $MODELS; do
       lowered=0
       for r in $(seq 1 "$ROUNDS"); do
         for side in $SIDES; do
-          why=$(side_skip "$side")
+          why=$(side_skip "$side" "$model")
           if [ -n "$why" ]; then
             [ "$r" = 1 ] && manifest "$side" "$model" "$b" "$SEQ" "$r" - - skipped "$why"
             continue
@@ -464,7 +481,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 {
   echo "mode: $MODE"
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' (with uncommitted changes)')"
+  echo "commit: ${FSDP_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$([ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' (with uncommitted changes)')}"
   echo "llmc_commit: $LLMC_COMMIT"
   echo "data: $DATA"
   echo "rounds: $ROUNDS"

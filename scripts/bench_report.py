@@ -551,25 +551,27 @@ def read_profile(path):
 
 
 # Kernel groups for the measured-against-predicted table: (group, the kernels.h calls whose
-# modelled time the timeline's trace names, the starts of the CUDA kernels ncu names for them).
-# Some CUDA kernels serve several calls: the column sums' second pass (finish_column_sums) adds
-# up both the norms' parameter gradients and the matmuls' bias gradients, and is counted under
-# the norms; the first pass of the bias sums (column_partials) under the matmuls.
+# modelled time the timeline's trace names (a trace name is the call, or the call followed by a
+# space or a colon and a detail: "matmul_backward dinp"), the starts of the CUDA kernels ncu names
+# for them). The bias gradients' column sums are one kernel (bias_sums_kernel), counted with the
+# matmuls whose gradients they finish; the norms' parameter gradients are summed inside
+# norm_backward_kernel.
 KERNEL_GROUPS = [
-    ("matmuls (cuBLASLt; bias gradients' first pass)", ("matmul_forward", "matmul_forward_gelu", "matmul_backward"),
-     ("matmuls (cuBLAS)", "matmul_fallback_kernel", "column_partials_kernel")),
+    ("matmuls (cuBLASLt) and bias gradients", ("matmul_forward", "matmul_forward_gelu", "matmul_backward",
+     "bias gradient"), ("matmuls (cuBLAS)", "matmul_fallback_kernel", "bias_sums_kernel")),
     ("attention", ("attention_forward", "attention_backward"), ("attn_",)),
-    ("norms (and every column sum's second pass)", ("layernorm_forward", "residual_layernorm_forward",
+    ("norms", ("layernorm_forward", "residual_layernorm_forward",
      "layernorm_backward", "rmsnorm_forward", "residual_rmsnorm_forward", "rmsnorm_backward"),
-     ("norm_", "finish_column_sums_kernel")),
+     ("norm_",)),
     ("activations", ("gelu_forward", "gelu_backward", "relu_forward", "relu_backward", "geglu_forward", "geglu_backward"),
      ("gelu_", "relu_", "geglu_")),
     ("classifier and loss", ("classifier_forward_backward", "softmax_row", "loss_accumulate"),
      ("classifier_", "loss_accumulate_")),
     ("embeddings and position bias", ("embedding_forward", "embedding_backward", "relative_position_bucket",
      "relative_bias_forward", "relative_bias_backward"), ("embedding_", "relative_bias_", "iota_kernel", "cub::", "Device")),
-    ("AdamW and gradient norm", ("adamw_update", "adamw_update_ranges", "block_sumsq", "exact_sum"),
-     ("adamw_", "block_sumsq_", "exact_")),
+    ("AdamW and gradient norm", ("adamw_update", "adamw_update_ranges", "block_sumsq", "exact_sum", "grad_norm_words",
+     "step_prepare", "step_decide"), ("adamw_", "block_sumsq_", "exact_", "grad_norm_words_", "step_prepare_",
+                                     "step_decide_")),
     ("casts, adds, scales, fills", ("add_inplace", "scale_act", "fill_zero_act", "fill_zero_f32", "scale_f32", "add_f32",
      "cast_f32_to_act", "cast_act_to_f32", "narrow_f32_to_act"), ("add_", "scale_", "cast_", "narrow_", "fill")),
     ("collectives (NCCL)", ("all-gather", "reduce-scatter", "all-reduce"), ("nccl",)),
@@ -585,7 +587,7 @@ def group_of_measured(name):
 
 def group_of_predicted(name):
     for group, calls, _ in KERNEL_GROUPS:
-        if name in calls:
+        if any(name == c or name.startswith(c + " ") or name.startswith(c + ":") for c in calls):
             return group
     return None
 
@@ -621,7 +623,7 @@ def group_table(measured, steps, predicted):
         g = group_of_predicted(name)
         if g is None:
             unmatched_predicted.append(name)
-            g = "other (modelled; not ncu kernels: copies)" if name.startswith("copy") else "other kernels"
+            g = "other (modelled; not ncu kernels: copies)" if "copy" in name else "other kernels"
         rows.setdefault(g, [0.0, 0.0, 0])[0] += ms
     order = [g for g, _, _ in KERNEL_GROUPS] + ["other kernels", "other (modelled; not ncu kernels: copies)"]
     out = ["| kernel group | predicted ms | measured ms per step | measured / predicted | launches per step |",

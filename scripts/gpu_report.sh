@@ -31,10 +31,11 @@
 # After the parts: scripts/bench_report.py on bench/ and scripts/results_section.py on DIR
 # (results.md), and with --pack DEST, DEST/gpu-report.tar.gz (all of DIR but binary files)
 # and DEST/results.md: two files, small enough to copy back from a lent machine.
-# On a lent GPU whose commands are limited to 10 minutes, run the parts in several calls into
-# one DIR (docs/performance.md, "Against llm.c, and one command for a GPU": the exact commands). The estimates below are from the runs'
-# sizes, not yet measured: build 2-3 min, test 3-5 min each, peak under 1, llmc 6-9, torch 4-6,
-# profile 2-4, kernels as its target. --dry-run prints the plan (every command) and runs nothing.
+# With --pack, DEST/gpu-report.tar.gz is also rewritten as each part ends, so a command stopped
+# part-way leaves the parts it finished. Where commands are limited to a few minutes, the GPU
+# bundle (make gpu-bundle, docs/performance.md) measures the essentials in one; else run these
+# parts in several calls into one DIR. --dry-run prints the plan (every command, and each part's
+# expected minutes, estimated from the runs' sizes) and runs nothing.
 # Exit status: 0 when every part passed, 1 when one failed (the others still run), 2 on usage.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -68,11 +69,21 @@ STATUS=0
 # part NAME NOTE COMMAND: runs one part's shell command (or prints it in a dry run, with the
 # runs of the benchmark scripts' own --dry-run), its output to DIR/NAME.log, its result to
 # parts.tsv
+# The minutes each part is expected to take on an H100 (estimated from the runs' sizes)
+expected() {
+  case $1 in build) echo 2-3 ;; test | test-fp16) echo 3-6 ;; peak) echo 0-1 ;; llmc) echo 6-12 ;; torch) echo 5-10 ;;
+    profile) echo 1-3 ;; kernels) echo 0-1 ;; esac
+}
+pack() {
+  [ -n "$PACK" ] || return 0
+  mkdir -p "$PACK" && tar -C "$(dirname "$OUT")" -czf "$PACK/gpu-report.tar.gz.tmp" --exclude='*.bin' "$(basename "$OUT")" &&
+    mv -f "$PACK/gpu-report.tar.gz.tmp" "$PACK/gpu-report.tar.gz"
+}
 part() {
   local name=$1 note=$2 cmd=$3
   [[ ",$PARTS," == *",$name,"* ]] || return 0
   if [ $DRY = 1 ]; then
-    echo "part $name: $cmd${note:+   # $note}"
+    echo "part $name: $cmd   # about $(expected "$name") min${note:+; $note}"
     case $name in
       llmc | torch | profile)
         local tmp
@@ -83,7 +94,7 @@ part() {
     esac
     return 0
   fi
-  say "part $name: $cmd"
+  say "part $name (about $(expected "$name") min): $cmd"
   local t rc secs
   t=$(date +%s)
   bash -c "set -o pipefail; $cmd" > "$OUT/$name.log" 2>&1
@@ -98,6 +109,7 @@ part() {
     printf '%s\tfailed\t%s\texit %s; %s\n' "$name" "$secs" "$rc" "$note" >> "$OUT/parts.tsv"
     STATUS=1
   fi
+  pack
 }
 
 if [ $DRY = 0 ]; then
@@ -148,9 +160,7 @@ if ! python3 scripts/results_section.py --gpu "$OUT" --out "$OUT/results.md" > "
   STATUS=1
 fi
 if [ -n "$PACK" ]; then
-  mkdir -p "$PACK" || exit 1
-  tar -C "$(dirname "$OUT")" -czf "$PACK/gpu-report.tar.gz" --exclude='*.bin' "$(basename "$OUT")" &&
-    cp "$OUT/results.md" "$PACK/results.md" 2>/dev/null
+  pack && cp "$OUT/results.md" "$PACK/results.md" 2>/dev/null
   say "packed: $PACK/gpu-report.tar.gz ($(du -h "$PACK/gpu-report.tar.gz" | cut -f1)), $PACK/results.md"
 fi
 say "finished: $OUT/results.md"

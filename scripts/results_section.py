@@ -8,9 +8,14 @@
            (bench_llmc.sh: fsdp.c, llm.c, llm.c with cuDNN), bench/results.json and
            bench/peak.json (bench.sh: PyTorch, --peak, the ncu profile per kernel group),
            kernels.txt (make kernel-report)
+           or a GPU bundle's run (scripts/gpu_bundle.sh; meta.txt says "kind: gpu-bundle"): the
+           same llmc/, kernels.txt and logs/train-check.txt (its tests on the GPU), steps.tsv,
+           profile/groups.json (scripts/gpu_bundle_report.py's per-group sums)
 --cpu DIR  a scripts/bench_llmc.sh --cpu folder (results.json: fsdp.c, llm.c, PyTorch on the CPU)
 --out FILE writes the section there (gpu_report.sh: DIR/results.md); --write FILE replaces the
-           text between "<!-- results -->" and "<!-- end of results -->" in FILE with it.
+           text between "<!-- results -->" and "<!-- end of results -->" in FILE with it, or,
+           given only --gpu or only --cpu, just that machine's block inside it (between
+           "<!-- gpu results -->" and "<!-- end of gpu results -->", or the same with cpu).
 
 The section leads with fsdp.c's throughput against llm.c's and the date, GPU, driver, toolkit
 and commits of the figures; one table per machine; older figures live in
@@ -96,6 +101,14 @@ def ms(x):
 
 
 def tests_line(d):
+    if read_meta(d).get("kind") == "gpu-bundle":
+        out = []
+        for path, what in (("kernels.txt", "the attention and step-control kernels against the CPU reference"),
+                           (os.path.join("logs", "train-check.txt"), "10 training steps against the CPU trainer")):
+            p = os.path.join(d, path)
+            got = re.findall(r"^(\d+) passed, (\d+) failed$", open(p, errors="replace").read(), re.M) if os.path.exists(p) else []
+            out.append("%s: %s" % (what, "%s passed, %s failed" % got[-1] if got else "did not run"))
+        return "On the GPU, " + "; ".join(out) + "."
     out = []
     for prec in ("bf16", "fp16"):
         path = os.path.join(d, "test-%s.txt" % prec)
@@ -181,17 +194,24 @@ def gpu_section(d):
         extra.append("PyTorch FSDP2 on one rank, which measures FSDP2's own per-unit overhead: " + ", ".join(
             "%s %s %s ms" % (r["model"], "compiled" if r["backend"] == "pytorch+compile" else "eager",
                              ms(r["step_ms_median"])) for r in fsdp2) + ".")
-    for run, g in sorted(((bench or {}).get("profile_groups") or {}).items()):
+    groups = dict((bench or {}).get("profile_groups") or {})
+    groups.update(load_json(os.path.join(d, "profile", "groups.json")) or {})
+    for run, g in sorted(groups.items()):
         extra.append("Where a step goes (`%s`, ncu): %.2f ms of kernels against %.2f predicted by the timeline; the "
-                     "table per kernel group is in bench/results.md." % (run, g["measured_ms"], g["predicted_ms"]))
+                     "table per kernel group is in %s." % (run, g["measured_ms"], g["predicted_ms"],
+                                                           "docs/performance.md" if meta.get("kind") == "gpu-bundle" else
+                                                           "bench/results.md"))
     kern = os.path.join(d, "kernels.txt")
     if os.path.exists(kern):
         first = open(kern, errors="replace").readline().strip()
         extra.append("Kernel report: %s" % ("kernels.txt" if not first.startswith("note:") else first[6:]))
-    for line in open(os.path.join(d, "parts.tsv")).read().splitlines()[1:] if os.path.exists(os.path.join(d, "parts.tsv")) else []:
-        p = line.split("\t")
-        if len(p) >= 3 and p[1] != "ok":
-            extra.append("Part %s %s (%s)." % (p[0], p[1], p[3] if len(p) > 3 else ""))
+    for name in ("parts.tsv", "steps.tsv"):
+        path = os.path.join(d, name)
+        for line in open(path).read().splitlines()[1:] if os.path.exists(path) else []:
+            p = line.split("\t")
+            if len(p) >= 3 and p[1] != "ok":
+                extra.append("%s %s %s (%s)." % ("Part" if name == "parts.tsv" else "Step", p[0], p[1],
+                                                 p[3] if len(p) > 3 else ""))
     if extra:
         L.append("")
         L += ["- " + x for x in extra]
@@ -241,18 +261,36 @@ def cpu_section(d):
     return L
 
 
-def section(gpu, cpu):
-    L = []
+def block(name, lines):
+    return ["<!-- %s results -->" % name] + lines + ["<!-- end of %s results -->" % name]
+
+
+def gpu_block(gpu):
     if gpu:
-        L += gpu_section(gpu)
-    else:
-        L.append("No GPU figures from `make gpu-report` yet. The last GPU measurements (an H100, 2026-11-25, against "
-                 "PyTorch FSDP2 on one rank only) are in [%s](%s)." % (HISTORY, HISTORY))
+        return block("gpu", gpu_section(gpu))
+    return block("gpu", ["No GPU figures from `make gpu-report` or the GPU bundle yet. The last GPU measurements (an "
+                         "H100, 2026-11-25, against PyTorch FSDP2 on one rank only) are in [%s](%s)." % (HISTORY, HISTORY)])
+
+
+def section(gpu, cpu):
+    L = gpu_block(gpu)
     if cpu:
-        L += [""] + cpu_section(cpu)
+        L += [""] + block("cpu", cpu_section(cpu))
     L += ["", "How to measure these again: [docs/performance.md](docs/performance.md), \"Against llm.c, and one command "
           "for a GPU\". Older figures and how they came about: [%s](%s)." % (HISTORY, HISTORY)]
     return "\n".join(L) + "\n"
+
+
+def replace_block(path, name, text):
+    """Replaces what stands between "<!-- NAME -->" and "<!-- end of NAME -->" in the file at path
+    (the README's GPU or CPU results, docs/performance.md's per-group table) with text."""
+    doc = open(path).read()
+    start, end = "<!-- %s -->\n" % name, "<!-- end of %s -->" % name
+    i, j = doc.find(start), doc.find(end)
+    if i < 0 or j < i:
+        raise BadInput("%s has no '%s' ... '%s' markers" % (path, start.strip(), end))
+    with open(path, "w") as f:
+        f.write(doc[: i + len(start)] + text + doc[j:])
 
 
 def main(argv):
@@ -266,21 +304,23 @@ def main(argv):
         p.error("give --gpu DIR, --cpu DIR or both")
     try:
         text = section(a.gpu, a.cpu)
+        sys.stdout.write(text)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write(text)
+        if a.write:
+            doc = open(a.write).read()
+            if START not in doc or doc.find(END) < doc.find(START):
+                raise BadInput("%s has no '%s' ... '%s' markers" % (a.write, START.strip(), END))
+            if a.gpu and a.cpu:
+                replace_block(a.write, "results", text)
+            elif a.gpu:  # only this machine's block: the other's figures stay
+                replace_block(a.write, "gpu results", "\n".join(gpu_section(a.gpu)) + "\n")
+            else:
+                replace_block(a.write, "cpu results", "\n".join(cpu_section(a.cpu)) + "\n")
     except BadInput as e:
         print("error: %s" % e, file=sys.stderr)
         return 1
-    sys.stdout.write(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    if a.write:
-        doc = open(a.write).read()
-        i, j = doc.find(START), doc.find(END)
-        if i < 0 or j < i:
-            print("error: %s has no '%s' ... '%s' markers" % (a.write, START.strip(), END), file=sys.stderr)
-            return 1
-        with open(a.write, "w") as f:
-            f.write(doc[: i + len(START)] + text + doc[j:])
     return 0
 
 

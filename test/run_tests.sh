@@ -59,6 +59,8 @@ part kernels "the CPU kernels against finite differences" "build/test/test_kerne
 part timeline "the timeline backend's models against hand-drawn timelines" "build/predict/test_timeline" build/predict/test_timeline
 part table "predict/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
 part plan-table "docs/performance.md's plan table is current" "$CPU predict_gpt" bash test/test_plan_table.sh
+part gpu-bundle "the GPU bundle built, its run script end to end on the simulator, planted failures, its report" \
+  "gpu-bundle gpu-bundle-sim" bash test/test_gpu_bundle.sh
 part build "the build's MPI stamp" "" bash test/test_build.sh
 part includes "dependencies point down: infra/ and kernels/ include nothing from fsdp/, layers/ or train/, fsdp/ nothing from layers/ or train/" \
   "" bash test/test_includes.sh

@@ -347,7 +347,7 @@ check "profile report: cuBLAS kernels as one line (1 per step, 0.200 ms, 200 us 
 check "profile report: ns with thousands separators, namespace and arguments dropped" \
   grep -q "^| attn_fwd_kernel<64, 0> | 1 | 0.100 | 100.0 | 33.3% |$" "$GM"
 check "profile report: per kernel group beside the prediction (matmuls 0.160 predicted, 0.200 measured, 1.25)" \
-  grep -q "^| matmuls (cuBLASLt; bias gradients' first pass) | 0.160 | 0.200 | 1.25 | 1 |$" "$GM"
+  grep -q "^| matmuls (cuBLASLt) and bias gradients | 0.160 | 0.200 | 1.25 | 1 |$" "$GM"
 check "profile report: attention 0.050 predicted, 0.100 measured (2.00); AdamW predicted but not measured" \
   bash -c "grep -q '^| attention | 0.050 | 0.100 | 2.00 | 1 |\$' '$GM' && grep -q '^| AdamW and gradient norm | 0.030 | 0.000 | 0.00 | 0 |\$' '$GM'"
 check "profile report: every kernel 0.245 predicted (the copy included), 0.300 measured" \
@@ -560,6 +560,7 @@ LLMC_DIR=$FAKE scripts/gpu_report.sh --dry-run --out "$TMP/gr" > "$TMP/gr.txt" 2
 check "gpu_report.sh --dry-run exits 0 without a GPU" test $? = 0
 check "the plan: every part, in order" diff <(grep -o '^part [a-z0-9-]*' "$TMP/gr.txt") \
   <(printf 'part %s\n' build test test-fp16 peak llmc torch profile kernels)
+check "the plan: each part with its expected minutes" test "$(grep -cE '^part [a-z0-9-]+: .*   # about [0-9]+-[0-9]+ min' "$TMP/gr.txt")" = 8
 check "the plan: make test-gpu in both precisions" bash -c \
   "grep -q '^part test: make --no-print-directory test-gpu 2>&1' '$TMP/gr.txt' && grep -q '^part test-fp16: make --no-print-directory test-gpu PRECISION=fp16' '$TMP/gr.txt'"
 n=$(grep -cE -- "train_gpt2cu -e d(12|24|36|48) -i .* -b (8|64) -t 1024 -x 13 .* -r 0 -c 0.1" "$TMP/gr.txt")

@@ -23,6 +23,7 @@
 #include "kernels/exact_sum.h"
 #include "layers/model.h"
 #include "train/train.h"
+#include "test/adamw_step.h"
 #include "test/test.h"
 
 static Comm* g_world;

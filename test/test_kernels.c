@@ -22,6 +22,7 @@
 #include "kernels/kernels.h"
 #include "kernels/rope.h"
 #include "kernels/step_control.h"
+#include "test/adamw_step.h"
 #include "test/test.h"
 
 // ---- helpers ------------------------------------------------------------------------

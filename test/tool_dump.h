@@ -12,6 +12,7 @@
 #include "infra/dist.h"
 #include "fsdp/fsdp.h"
 #include "layers/model.h"
+#include "test/adamw_step.h"
 
 static void write_file(const char* dir, const char* name, const void* data, size_t bytes) {
   char path[4096];

@@ -26,9 +26,11 @@ int64_t batch_valid_targets(const Batch* b) {
   return n;
 }
 
-// Asynchronous copies on the compute stream, before the forward that reads them: from the
-// step's pinned micro-batch buffers (train/step.c) they run without the host waiting; from
-// pageable memory (evaluation) the data is taken at the call.
+// Asynchronous copies on the compute stream, before the forward that reads them, from the step's
+// pinned micro-batch buffers (train/step.c), the batch's only memory: they run without the host
+// waiting. Evaluation and samples write the same buffers between steps, when no copy of a step
+// is in flight (the trainer has read the last step's outcome), and each of their forwards ends
+// in a read of its result, after which the buffer may be written again.
 void batch_to_model(const Batch* b, Model* m) {
   size_t n = (size_t)b->B * b->T * sizeof(int32_t);
   device_copy_async(m->inputs, b->inputs, n, STREAM_COMPUTE);

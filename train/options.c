@@ -111,6 +111,8 @@ static void print_help(void) {
       "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
       "  --bench-json FILE     write the benchmark results as JSON\n"
       "  --peak                measure this device's achievable matmul rate for MFU\n"
+      "  --gelu-epilogue on|off  the GELU in cuBLASLt's epilogue where it has one (default on); off:\n"
+      "                        the product, then the GELU kernel (to measure both)\n"
       "  --predict GPU[:NET]   predict step time and TFLOPS per GPU on --world N GPUs without them (no\n"
       "                        --data needed): GPU a100-40gb | a100-80gb | h100-sxm | h200, NET efa400 |\n"
       "                        roce | eth120 | ib3200 (default: the GPU's); --trace FILE writes the timeline;\n"
@@ -247,11 +249,11 @@ void offload_name(int bits, char* out, size_t len) {
 
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
-       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD };
+       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD, OPT_GELU_EPILOGUE };
 
 Options parse_options(int argc, char** argv) {
   set_usage(argc > 0 ? argv[0] : NULL);
-  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict_comm_sms = -1, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
+  Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .gelu_epilogue = 1, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict = {.comm_sms = -1}, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
@@ -292,6 +294,7 @@ Options parse_options(int argc, char** argv) {
       {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
       {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
       {"offload", required_argument, 0, OPT_OFFLOAD},
+      {"gelu-epilogue", required_argument, 0, OPT_GELU_EPILOGUE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opterr = 0;
@@ -341,6 +344,11 @@ Options parse_options(int argc, char** argv) {
         if (parse_offload(optarg, &o.fsdp.offload))
           usage_error("--offload expects a comma-separated list of params, optim, grads, activations (or all, none), got '%s'", optarg);
         break;
+      case OPT_GELU_EPILOGUE:
+        if (!strcmp(optarg, "on")) o.gelu_epilogue = 1;
+        else if (!strcmp(optarg, "off")) o.gelu_epilogue = 0;
+        else usage_error("--gelu-epilogue expects on or off, got '%s'", optarg);
+        break;
       case OPT_WRAP:
         if (!strcmp(optarg, "block")) o.fsdp.wrap = WRAP_BLOCK;
         else if (!strcmp(optarg, "linear")) o.fsdp.wrap = WRAP_LINEAR;
@@ -386,8 +394,8 @@ Options parse_options(int argc, char** argv) {
       case 'Y': o.plan_world = (int)parse_long(name, optarg, 1, 1 << 24); break;
       case 'z': o.memory_limit_gib = parse_float(name, optarg, 1e-6f, 1e9f); break;
       case 'q': o.bench = 1; break;
-      case 'g': o.predict = optarg; break;
-      case OPT_PREDICT_SWEEP: o.predict_sweep = 1; break;
+      case 'g': o.predict.cluster = optarg; break;
+      case OPT_PREDICT_SWEEP: o.predict.sweep = 1; break;
       case OPT_LOSS_SCALE: {
         // 'dynamic', 'dynamic:S' (S the starting scale) or a static S.
         const char* num = optarg;
@@ -412,14 +420,14 @@ Options parse_options(int argc, char** argv) {
         break;
       }
       case OPT_LOSS_SCALE_WINDOW: o.loss_scale_window = (int)parse_long(name, optarg, 1, 1 << 30); break;
-      case OPT_PREDICT_ALLOC_RETRY: o.predict_alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
+      case OPT_PREDICT_ALLOC_RETRY: o.predict.alloc_retry_ms = parse_float(name, optarg, 0.0f, 1e6f); break;
       case OPT_PREDICT_ATTENTION:
         if (strcmp(optarg, "fused") && strcmp(optarg, "eager"))
           usage_error("--predict-attention must be fused (fsdp.c's kernel) or eager (the seeds' PyTorch attention), "
                       "not '%s'", optarg);
-        o.predict_attention = optarg;
+        o.predict.attention = optarg;
         break;
-      case OPT_PREDICT_COMM_SMS: o.predict_comm_sms = (int)parse_long(name, optarg, 0, 1024); break;
+      case OPT_PREDICT_COMM_SMS: o.predict.comm_sms = (int)parse_long(name, optarg, 0, 1024); break;
       case 'u': o.bench_warmup = (int)parse_long(name, optarg, 0, 1 << 20); break;
       case 'J': o.bench_json = optarg; break;
       case 'Z': o.peak = 1; break;
@@ -436,16 +444,16 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
-  int listing = o.predict && !strcmp(o.predict, "list");  // --predict list: the catalogue, no model
+  int listing = o.predict.cluster && !strcmp(o.predict.cluster, "list");  // --predict list: the catalogue, no model
   if (!o.model && !o.init_from && !listing) usage_error("%s", "--model is required (or --init-from weights that say it)");
   if (o.init_from && o.resume_dir) usage_error("%s", "--init-from and --resume both set the weights: give one");
-  if (!o.data && !o.plan && !o.predict) usage_error("%s", "--data is required");
-  if (o.plan_world && !o.plan && !o.predict) usage_error("%s", "--world is for --plan and --predict");
-  if (o.predict_alloc_retry_ms > 0 && !o.predict) usage_error("%s", "--predict-alloc-retry is for --predict");
-  if (o.predict_attention && !o.predict) usage_error("%s", "--predict-attention is for --predict");
-  if (o.predict_comm_sms >= 0 && !o.predict) usage_error("%s", "--predict-comm-sms is for --predict");
-  if (o.predict_sweep && !o.predict) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
-  if (o.predict && !o.plan_world && !listing) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
+  if (!o.data && !o.plan && !o.predict.cluster) usage_error("%s", "--data is required");
+  if (o.plan_world && !o.plan && !o.predict.cluster) usage_error("%s", "--world is for --plan and --predict");
+  if (o.predict.alloc_retry_ms > 0 && !o.predict.cluster) usage_error("%s", "--predict-alloc-retry is for --predict");
+  if (o.predict.attention && !o.predict.cluster) usage_error("%s", "--predict-attention is for --predict");
+  if (o.predict.comm_sms >= 0 && !o.predict.cluster) usage_error("%s", "--predict-comm-sms is for --predict");
+  if (o.predict.sweep && !o.predict.cluster) usage_error("%s", "--predict-sweep needs --predict GPU[:NETWORK] --world N");
+  if (o.predict.cluster && !o.plan_world && !listing) usage_error("%s", "--predict needs --world N, the number of GPUs to predict for");
   if (o.save_every && !o.save_dir) usage_error("%s", "--save-every needs --save DIR");
   if (o.plan_backend && !o.plan) usage_error("%s", "--backend is for --plan (a run uses the backend it was built with)");
   if (o.keep_checkpoints && !o.save_dir) usage_error("%s", "--keep-checkpoints needs --save DIR");
@@ -453,4 +461,67 @@ Options parse_options(int argc, char** argv) {
     usage_error("%s", "--global-batch sets the accumulation (A = G / (batch x ranks)); give --accum or --global-batch, not both");
   if ((o.fsdp.sim_world > 1) != (o.fsdp.sim_gbps > 0)) usage_error("%s", "--sim-world W and --sim-link GBPS go together");
   return o;
+}
+
+int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len) {
+  int t5 = cfg->kind == MODEL_T5;
+  s->B = o->batch;
+  // Llama's default length is the context its frequencies were trained at (8192), not the 131072
+  // positions the 3.1 scaling reaches.
+  int default_T = cfg->kind == MODEL_LLAMA && cfg->rope.original_context && cfg->rope.original_context < cfg->T
+                      ? cfg->rope.original_context : cfg->T;
+  s->T = t5 ? o->dec_len : (o->seq ? o->seq : default_T);
+  s->Te = t5 ? o->enc_len : 0;
+  s->W = world;
+  s->A = o->accum;
+  if (!t5 && s->T > cfg->T) {
+    snprintf(err, len, "--seq %d exceeds the model's maximum sequence length %d (%s)", s->T, cfg->T, cfg->name);
+    return -1;
+  }
+  if (o->global_batch) {
+    if (o->global_batch % (s->B * world)) {
+      snprintf(err, len, "--global-batch %d cannot be split into micro-batches of --batch %d on %d ranks: it must be "
+               "a multiple of batch x ranks = %d", o->global_batch, s->B, world, s->B * world);
+      return -1;
+    }
+    s->A = o->global_batch / (s->B * world);
+  }
+  s->M = world * s->A;
+  return 0;
+}
+
+RunShape resolve_options(Options* o, const ModelConfig* cfg, int world) {
+  char err[2048];
+  int t5 = cfg->kind == MODEL_T5;
+  if (t5 && (o->eval_prompts || o->sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
+  RunShape s;
+  if (run_shape(o, cfg, world, &s, err, sizeof err)) usage_error("%s", err);
+  o->accum = s.A;
+  o->fsdp.accum_steps = s.A;  // the plan keeps no unsharded gradient buffers when each unit's goes into its shard
+  model_check_options(cfg, &o->fsdp);
+  if (o->plan && o->plan_backend && strcmp(o->plan_backend, kernels_backend()))
+    usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
+                o->plan_backend);
+  if (o->plan) return s;
+  if (o->fsdp.reduce_dtype != DT_F32 && !strcmp(kernels_backend(), "cpu"))
+    usage_error("--reduce-dtype %s needs the CUDA build (train_gpt); the CPU backend reduces in fp32",
+                dtype_name(o->fsdp.reduce_dtype));
+  if (o->fsdp.reduce_dtype != DT_F32 && o->fsdp.reduce_dtype != ACT_DTYPE) {  // the staging buffer is act_t
+    snprintf(err, sizeof err, "this train_gpt was built for " ACT_NAME " activations and reduces in " ACT_NAME
+             " or fp32; for %s, build with `make train_gpt PRECISION=%s`", dtype_name(o->fsdp.reduce_dtype),
+             dtype_name(o->fsdp.reduce_dtype));
+    usage_error("--reduce-dtype: %s", err);
+  }
+  // A static scale whose loss gradient of one token, S / tokens per step (the target logit's,
+  // about -S / tokens from the start), is beyond fp16's 65504 overflows on every step.
+  if (ACT_DTYPE == DT_F16 && !o->loss_scale_dynamic && o->loss_scale / ((double)s.M * s.B * s.T) > 65504.0) {
+    snprintf(err, sizeof err, "%.0f / %lld tokens per step puts a token's loss gradient beyond fp16's 65504, so "
+             "every step would overflow; use --loss-scale dynamic, which finds the largest scale that does not",
+             o->loss_scale, (long long)s.M * s.B * s.T);
+    usage_error("--loss-scale: %s", err);
+  }
+  if (o->fsdp.sim_world > 1 && world > 1) usage_error("%s", "--sim-world simulates several ranks from one: run it without mpirun");
+  if (o->inject_step > 0 && (o->inject_rank >= world || o->inject_unit >= model_num_units(cfg, o->fsdp.wrap)))
+    usage_error("%s", "--inject-nonfinite names a rank or unit this run does not have");
+  return s;
 }

@@ -1,6 +1,6 @@
 // step.c: one optimizer step, the one home of its sequence. train_gpt.c's loop and the
 // timeline backend (predict/predict.c) both call train_step, so --predict models the calls a
-// real step makes, and the run's shape (micro-batch, lengths, accumulation) is derived once.
+// real step makes.
 //
 //   the step's inputs (learning rate, bias corrections, tokens, stop signals) copied to the device; per
 //   micro-step: load the micro-batch into pinned memory, copy it to the model, forward (unshard,
@@ -22,41 +22,13 @@
 #include "infra/dist.h"
 #include "train/train.h"
 
-int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len) {
-  int t5 = cfg->kind == MODEL_T5;
-  s->B = o->batch;
-  // Llama's default length is the context its frequencies were trained at (8192), not the 131072
-  // positions the 3.1 scaling reaches.
-  int default_T = cfg->kind == MODEL_LLAMA && cfg->rope.original_context && cfg->rope.original_context < cfg->T
-                      ? cfg->rope.original_context : cfg->T;
-  s->T = t5 ? o->dec_len : (o->seq ? o->seq : default_T);
-  s->Te = t5 ? o->enc_len : 0;
-  s->W = world;
-  s->A = o->accum;
-  if (!t5 && s->T > cfg->T) {
-    snprintf(err, len, "--seq %d exceeds the model's maximum sequence length %d (%s)", s->T, cfg->T, cfg->name);
-    return -1;
-  }
-  if (o->global_batch) {
-    if (o->global_batch % (s->B * world)) {
-      snprintf(err, len, "--global-batch %d cannot be split into micro-batches of --batch %d on %d ranks: it must be "
-               "a multiple of batch x ranks = %d", o->global_batch, s->B, world, s->B * world);
-      return -1;
-    }
-    s->A = o->global_batch / (s->B * world);
-  }
-  s->M = world * s->A;
-  return 0;
-}
-
 // Micro-batch j of this step on this rank is the step's micro-batch number j*W + rank, so rank
 // r reads micro-batches r, r+W, ... and W ranks see what one rank with W*A micro-steps sees.
 static void load_micro_batch(const StepData* d, const RunShape* s, int step, int j, int rank) {
   if (d->stream) batch_load(d->batch, d->stream, (int64_t)step * s->M + (int64_t)j * s->W + rank);
 }
 
-// Points the batch at micro-batch j of the pinned set of this step's parity.
-static void use_slot(const StepIO* io, Batch* b, int step, int j) {
+void step_batch(const StepIO* io, Batch* b, int step, int j) {
   int32_t* at = io->batches[step & 1] + (size_t)j * io->batch_ints;
   size_t n = (size_t)b->B * b->T;
   b->inputs = at, b->targets = at + n, b->enc = at + 2 * n;
@@ -113,7 +85,7 @@ void train_step(FSDP* fs, Model* m, const StepData* d, const RunShape* s, int st
   if (t5) {
     in->tokens = 0;
     for (int j = 0; j < s->A; j++) {
-      use_slot(io, b, step, j);
+      step_batch(io, b, step, j);
       load_micro_batch(d, s, step, j, rank);
       in->tokens += batch_valid_targets(b);
     }
@@ -123,7 +95,7 @@ void train_step(FSDP* fs, Model* m, const StepData* d, const RunShape* s, int st
   comm_all_reduce(fs->world, &io->ctl->in.tokens, 2, DT_I64);  // tokens and stop signals, over the ranks
   step_prepare(fs->kctx, io->ctl);
   for (int j = 0; j < s->A; j++) {
-    use_slot(io, b, step, j);
+    step_batch(io, b, step, j);
     if (!t5) load_micro_batch(d, s, step, j, rank);
     batch_to_model(b, m);
     fsdp_begin_forward(fs, j, 1);

@@ -10,6 +10,15 @@
 #include "layers/model.h"
 
 // ---- options (train/options.c) -----------------------------------------------------
+// What predict_gpt (predict/) reads: a trainer hands --predict over to it before it parses.
+typedef struct {
+  const char* cluster;              // --predict GPU[:NETWORK] (NULL: no prediction; "list": the catalogue)
+  int sweep;                        // --predict-sweep
+  double alloc_retry_ms;            // --predict-alloc-retry MS: model another allocator's retries
+  const char* attention;            // --predict-attention fused|eager (NULL: not given, fused)
+  int comm_sms;                     // --predict-comm-sms N: SMs a collective may hold (-1: NCCL's choice)
+} PredictOptions;
+
 typedef struct {
   const char* model;
   const char* data;
@@ -25,6 +34,7 @@ typedef struct {
   int plan, plan_world;             // --plan [--world N]
   double memory_limit_gib;          // --memory-limit: plan against this instead of free memory
   int bench, bench_warmup, peak;    // --bench, --bench-warmup, --peak
+  int gelu_epilogue;                // --gelu-epilogue on|off (the CUDA matmuls' GELU epilogue)
   const char* bench_json;
   const char* trace_path;           // --trace FILE
   const char* save_dir;             // --save DIR: checkpoint at the end (and every --save-every)
@@ -42,11 +52,7 @@ typedef struct {
   const char* init_dir;             // --init-dir DIR: NCCL id exchange without MPI
   double comm_timeout;              // --comm-timeout seconds
   const char* plan_backend;         // --plan --backend cuda|cpu (NULL: cuda)
-  const char* predict;              // --predict GPU[:NETWORK]: the timeline backend (predict_gpt)
-  int predict_sweep;                // --predict-sweep
-  double predict_alloc_retry_ms;    // --predict-alloc-retry MS: model another allocator's retries
-  const char* predict_attention;    // --predict-attention fused|eager (NULL: not given, fused)
-  int predict_comm_sms;             // --predict-comm-sms N: SMs a collective may hold (-1: NCCL's choice)
+  PredictOptions predict;           // --predict ...: the timeline backend (predict_gpt)
   FSDPOptions fsdp;
 } Options;
 
@@ -61,6 +67,24 @@ const char* strategy_name(ShardStrategy s);
 void offload_name(int bits, char* out, size_t len);
 void shard_option(const FSDPOptions* f, char* out, size_t len);
 const char* prefetch_name(const FSDPOptions* f);
+// The shape of a run, derived once from the options for the trainer, --plan and --predict.
+typedef struct {
+  int B;   // sequences per micro-batch (--batch)
+  int T;   // tokens per sequence (GPT: --seq or the model's; T5: the decoder length)
+  int Te;  // T5: the encoder length (0 for GPT)
+  int W;   // ranks
+  int A;   // micro-steps per optimizer step (--accum, or --global-batch / (B x W))
+  int M;   // micro-batches per optimizer step over all ranks: W x A
+} RunShape;
+// Returns 0, or -1 with the reason in err (a --seq beyond the model, a --global-batch that does
+// not split into micro-batches).
+int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len);
+// The options a run on `world` ranks derives and checks once the model is known, before any
+// data is read: its shape (run_shape; --accum and the FSDP options' micro-steps set from it),
+// the model's policies (model_check_options), and what this binary can run (--plan --backend,
+// --reduce-dtype, fp16's static loss scale, --sim-world, --inject-nonfinite). A combination it
+// cannot run is a usage error on every rank. A plan (--plan) is checked for its shape alone.
+RunShape resolve_options(Options* o, const ModelConfig* cfg, int world);
 // The usage line of the binary that was run ("usage: NAME --model NAME ...").
 const char* usage_line(void);
 Options parse_options(int argc, char** argv);
@@ -98,8 +122,9 @@ float learning_rate(const Options* o, int step);
 // ---- data (train/batch.c) ----------------------------------------------------------
 // Opens and validates a glob of shards; a stream shorter than one micro-batch is refused.
 void open_stream(TokenStream* ts, const char* glob, const char* what, int vocab, int B, int T);
-// One micro-batch on the host: GPT token windows, or T5 span-corrupted examples. The model's
-// own token buffers live in its memory plan (device memory on CUDA); batch_to_model copies.
+// One micro-batch on the host: GPT token windows, or T5 span-corrupted examples, in the step's
+// pinned micro-batch buffers (step_batch). The model's own token buffers live in its memory plan
+// (device memory on CUDA); batch_to_model copies.
 typedef struct {
   int t5, B, T, Te;
   SpanConfig span;
@@ -111,18 +136,6 @@ int64_t batch_valid_targets(const Batch* b);
 void batch_to_model(const Batch* b, Model* m);
 
 // ---- one optimizer step (train/step.c) ---------------------------------------------
-// The shape of a run, derived once from the options for the trainer, --plan and --predict.
-typedef struct {
-  int B;   // sequences per micro-batch (--batch)
-  int T;   // tokens per sequence (GPT: --seq or the model's; T5: the decoder length)
-  int Te;  // T5: the encoder length (0 for GPT)
-  int W;   // ranks
-  int A;   // micro-steps per optimizer step (--accum, or --global-batch / (B x W))
-  int M;   // micro-batches per optimizer step over all ranks: W x A
-} RunShape;
-// Returns 0, or -1 with the reason in err (a --seq beyond the model, a --global-batch that does
-// not split into micro-batches).
-int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len);
 // Where a step's micro-batches come from: `stream` (the training data), loaded into `batch`; with
 // stream NULL the batch is used as it is (the timeline backend, which computes nothing).
 typedef struct {
@@ -150,6 +163,9 @@ void step_plan(StepIO* io, MemPlan* p, const RunShape* s, int t5);
 // After the allocation: the buffers and events, and on the device the run's constants and the
 // loss scaler's state (a synchronous copy at start-up, before the first step).
 void step_start(StepIO* io, const Options* o, const LossScaler* scaler);
+// Points b at micro-batch j of the pinned set of step `step`'s parity: the step's micro-batches
+// are the only memory a Batch has (train_step points it at each of its own in turn).
+void step_batch(const StepIO* io, Batch* b, int step, int j);
 typedef struct {
   int step;                // 1-based
   double loss;             // mean loss per target token, over all ranks
@@ -187,11 +203,18 @@ PromptSet load_prompts(const char* path, int T, int V);
 double exact_match(Model* m, Batch* bt, const PromptSet* ps);
 void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64_t seed);
 
-// ---- reports (train/report.c) -----------------------------------------------------
+// ---- the start-up table (train/settings.c) ------------------------------------------
 void print_model_line(const ModelConfig* c);
 void print_settings(const Options* o, const Model* m, const FSDP* fs, int A);
+
+// ---- memory plans (train/plan.c) ---------------------------------------------------
+// --plan: the layout and the memory plan of one rank of a `world`-rank run, allocating nothing.
 void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world);
+// Refuses a plan that does not fit this device (or --memory-limit) before anything is allocated,
+// and says what to change.
 void check_plan_fits(const Options* o, const ModelConfig* cfg, int B, int T, int Te, const FSDP* fs);
+
+// ---- speed (train/bench.c) ---------------------------------------------------------
 double device_peak_flops(const char* device_name);
 double measure_peak_flops(KernelCtx* k);
 // This process's resident memory (/proc/self/statm), 0 when unknown.

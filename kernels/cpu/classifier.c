@@ -18,6 +18,7 @@
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "kernels/loss_sum.h"
 
 void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
                                  const int32_t* targets, int N, int V, int Vp, const float* dloss_at) {
@@ -66,9 +67,8 @@ void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_row, int V, f
   for (int j = 0; j < V; j++) probs[j] *= inv;
 }
 
+// In loss_sum.h's fixed order, which the CUDA kernel shares: the same bits on both backends.
 void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N) {
   (void)ctx;
-  double sum = 0.0;
-  for (int i = 0; i < N; i++) sum += losses[i];  // in order: the same bits on every rank count
-  acc[0] += sum;
+  acc[0] += loss_sum_fixed_order(losses, N);
 }

@@ -52,6 +52,13 @@ void device_event_synchronize(DeviceEvent* e) { (void)e; }
 
 void device_step_begin(int step) { (void)step; }
 void device_step_end(int step) { (void)step; }
+void device_gelu_epilogue(struct KernelCtx* ctx, int on) { (void)ctx, (void)on; }
+
+void device_describe_gelu(struct KernelCtx* ctx, int N, int C, int OC, char* out, size_t n) {
+  (void)ctx, (void)N, (void)C, (void)OC;
+  snprintf(out, n, "none (CPU: a GELU kernel)");
+}
+
 void device_delay(StreamId s, double seconds) {
   (void)s;
   if (seconds <= 0) return;

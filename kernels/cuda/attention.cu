@@ -32,27 +32,33 @@
 //   kept on q.k (or on scale * q.k + bias), and each probability is one FFMA and one ex2,
 //   exp2(x * c - m * c), so the scale costs no separate multiply. The causal mask and the Tk
 //   edge are applied only on the steps that cross them (a warp-uniform branch), and a warp
-//   stops at the step past its last row. Query tiles are scheduled last-first so the longest
-//   causal rows start first.
+//   stops at the step past its last row. The grid is (heads, batches, query tiles) with the
+//   last query tile first, so the longest causal tiles of every (batch, head) start first.
 // Backward (FA2 Algorithm 2, its 5 products per tile: S = Q K^T, dV += P^T dO, dP = dO V^T,
 //   dK += dS^T Q, dQ += dS K): CTA = (128 keys, head, batch), 8 warps of 16 keys, looping over
-//   query tiles of 64 rows (Q, dO, lse and D = rowsum(dO * O) two-stage pipelined). Each warp
-//   holds S^T, P^T, dP^T and dS^T of its keys in registers (in two sub-tiles of 32 queries
-//   above DP = 64); dV and dK accumulate in registers and are written once. dS^T goes to
-//   shared memory (16 bits) for the dQ product, where warp w takes 16 query rows (w % 4) and
-//   half the columns (w / 4) over all 128 keys.
-//   dQ is deterministic without floating-point atomics: the key-tile CTAs add their dQ of a
-//   query tile into an fp32 buffer (the kernel scratch) one after another, in decreasing key
-//   tile order, each warp of a CTA waiting on a flag per (query tile, warp) that counts the
-//   adders before it (an acquire load; the adder releases it with a red.release). The first
-//   adder stores, the last (key tile 0) writes dq itself in 16 bits. In a causal attention the
-//   key tile that starts at a query tile's diagonal is its first adder and reaches it first,
-//   so no CTA waits in steady state. CTAs are launched so that every CTA a flag waits for has
-//   a lower block index: blockIdx.x = key tiles - 1 - key tile. GPUs start blocks in index
-//   order, and a flag's releasers are all earlier blocks of the same (head, batch) (at most
-//   64 CTAs at T = 8192), so the waits cannot deadlock; the simulator, which runs blocks one
-//   after another, reports any wait that an earlier block did not release.
-//   The order of every sum depends on the shape only: the same bits on every run and GPU.
+//   query tiles of 64 rows from the last down to the diagonal (Q, dO, and lse and D =
+//   rowsum(dO * O) by 4-byte cp.async, two-stage pipelined). Each warp holds S^T, P^T, dP^T and
+//   dS^T of its keys in registers (in two sub-tiles of 32 queries above DP = 64); dV and dK
+//   accumulate in registers and are written once. dS^T goes to shared memory (16 bits) for the
+//   dQ product, where warp w takes 16 query rows (w % 4) and half the columns (w / 4) over all
+//   128 keys.
+//   dQ is deterministic without floating-point atomics: the key-tile CTAs of a (batch, head) add
+//   their dQ of a query tile into fp32 partial sums (the kernel scratch, each warp's slice in its
+//   accumulators' order, one 16-byte load or store per accumulator tile) one after another, in
+//   increasing key tile order: key tile 0 stores, key tile j adds once j tiles have, the last
+//   (the diagonal's, or the last key tile) writes dq itself in 16 bits. The order of every sum
+//   depends on the shape only: the same bits on every run and GPU. A query tile's flag counts
+//   the key tiles that have added; a CTA counts its turn (red.release, one thread after the
+//   __syncthreads that follows every warp's adds: no __threadfence) at the start of its next
+//   tile, and each warp loads the flag (ld.acquire) at the start of a tile and checks it only
+//   before its adds, waiting then if it must; the partial sums of (at most) two column groups are
+//   loaded at once before their product, which hides their latency.
+//   Work is handed out by a ticket counter taken at block start (as CUB's decoupled look-back
+//   does): ticket n is key tile n / P of pair n % P (P pairs of a launch), so every CTA a wait is
+//   for took a lower ticket and has started, whatever order the GPU starts blocks in: the waits
+//   cannot deadlock. All pairs' key tile 0 (in a causal attention the longest) go first, and
+//   since every CTA visits the last query tile first, a CTA that starts with its predecessors
+//   trails them by one tile's adds, once.
 // Position bias (T5): bucket(r) does not change beyond |r| >= max_distance, so a CTA keeps the
 //   bias of head h for r clamped to [-M, M] (M = max_distance) in shared memory, 2M + 1 floats,
 //   computed from the table at its start. Its gradient: each thread first sums its dS^T values
@@ -112,11 +118,13 @@ struct AttnArgs {
   const act16* table;
   float* dtable;
   int nbuckets, maxdist, bidir;
-  // Backward work buffers (kernel scratch), for the heads h0 .. h0 + Hc - 1 of a launch: dq
-  // partial sums [B][Tq][Hc][D] fp32, the dQ flags [B][Hc][query tiles][warps], and the bias
-  // gradient per CTA [B][Hc][key tiles][2M + 1].
+  // Backward work buffers (kernel scratch), for the heads h0 .. h0 + Hc - 1 of a launch: the dq
+  // partial sums [B][Hc][query tiles][warps][BwdCfg::SLOT] fp32 (each warp's slice of a query
+  // tile in its fragment order), the dQ flags [B][Hc][query tiles], the ticket counter, and
+  // the bias gradient per CTA [B][Hc][key tiles][2M + 1].
   float* dq_acc;
   int* dq_flag;
+  unsigned int* ticket;
   float* bias_part;
   int h0, Hc;
   int B, Tq, Tk, H, D, q_stride, kv_stride, causal, vec;
@@ -332,8 +340,11 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
   act16* Vs = Ks + ST * BN * LD;               // [ST][BN][LD]
   float* pb = reinterpret_cast<float*>(Vs + ST * BN * LD);  // HAS_BIAS: [2M + 1]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * BM, h = blockIdx.y, b = blockIdx.z;
   const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D, M = a.maxdist;
+  // Grid (heads, batches, query tiles), the last query tile at blockIdx.z = 0: the longest causal
+  // tiles of every (batch, head) pair start first (GPUs start blocks in about index order, x
+  // fastest; the order is for speed only).
+  const int q0 = (int)(gridDim.z - 1 - blockIdx.z) * BM, h = blockIdx.x, b = blockIdx.y;
   const int qrows = min(BM, Tq - q0);
   const int wrow0 = q0 + warp * 32;  // the warp's first query row
   const size_t hoff = (size_t)h * a.D;
@@ -526,7 +537,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
 
 // ---- backward: D = rowsum(dout * out) ----------------------------------------------------
 
-// One warp per (b, i, h) row of D elements; a fixed shuffle tree, so deterministic.
+// One warp per (b, i, h) row of D <= 128 elements; a fixed shuffle tree, so deterministic.
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_rowdot_kernel(float* Dvec, const act16* out, const act16* dout, int B, int Tq, int H, int D) {
   const long rows = (long)B * Tq * H;
@@ -535,8 +546,17 @@ __global__ void __launch_bounds__(kThreads)
   if (r >= rows) return;
   const act16* o = out + (size_t)r * D;  // [B*Tq, H*D] row-major: (b*Tq + i)*H + h = r
   const act16* d = dout + (size_t)r * D;
+  // D <= 128 (the fused path's head sizes): every load issued before the first product.
+  float x[4], y[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int c = lane + 32 * k;
+    x[k] = c < D ? act2f(o[c]) : 0.0f, y[k] = c < D ? act2f(d[c]) : 0.0f;
+  }
   float sum = 0.0f;
-  for (int c = lane; c < D; c += 32) sum += act2f(o[c]) * act2f(d[c]);
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (lane + 32 * k < D) sum += x[k] * y[k];
   sum = warp_sum(sum);
   if (lane == 0) {
     const int h = (int)(r % H);
@@ -559,31 +579,40 @@ struct BwdCfg {
   // dQ = dS K: warp w takes query rows 16 (w % 4).. and, of the DP / 16 column groups of 16, the
   // first HALF (w < 4) or the rest.
   static constexpr int NCG = DP / 16, HALF = (NCG + 1) / 2;
+  // A warp's dq partial sums of a query tile: 2 HALF float4 per lane (its accumulator tiles),
+  // stored lane-contiguous so each float4 of the warp is one 512-byte access.
+  static constexpr int SLOT = 2 * HALF * 4 * 32;
   static constexpr int LD = DP + 8, LDS = BQ + 8;
   static constexpr int U = BQ / 8 + 1;  // a thread's diagonals per tile (per column parity)
+  // The diagonal sums' row of one (warp, parity, t): 8 U values indexed by 8 u + g, padded so
+  // that the row stride is 8 banks: the 32 lanes writing one (u, c) hit 32 banks (8 t + g), and
+  // the 32 threads reading consecutive diagonals read consecutive words.
+  static constexpr int XS = 8 * U + (40 - 8 * U % 32) % 32;
+  // K, V, the Q and dO stages, dS^T, the lse and D stages, and the CTA's ticket (16 bytes)
   static constexpr size_t tiles = (size_t)(2 * BK + 2 * STAGES * BQ) * LD * sizeof(act16) +
-                                  (size_t)2 * STAGES * BQ * sizeof(float) + (size_t)BK * LDS * sizeof(act16);
-  // with the bias gradient: each thread's diagonal sums of a tile, [warps][U][2][32], and the
+                                  (size_t)BK * LDS * sizeof(act16) + (size_t)2 * STAGES * BQ * sizeof(float) + 16;
+  // with the bias gradient: each thread's diagonal sums of a tile, [warps][2][4][XS], and the
   // warps' sums of the two far ends, [2][warps]
-  static constexpr size_t diag_stage = (size_t)(kBwdWarps * U * 2 * 32 + 2 * kBwdWarps) * sizeof(float);
+  static constexpr size_t diag_stage = (size_t)(kBwdWarps * 2 * 4 * XS + 2 * kBwdWarps) * sizeof(float);
 };
 
-// The ordered dQ accumulation's flags (one per query tile and warp; see the top): a warp
-// waits until `value` key tiles have added (an acquire, so their adds are visible to its loads),
-// and after its own adds makes them visible at GPU scope before lane 0 counts its turn.
-__device__ __forceinline__ void dq_turn_wait(const int* flag, int value) { flag_wait_eq(flag, value); }
-__device__ __forceinline__ void dq_turn_done(int* flag, int lane) {
-  __threadfence();
-  __syncwarp();
-  if (lane == 0) flag_release_add(flag, 1);
+// The ordered dQ accumulation's flag of a query tile counts the key tiles that have added to
+// it (see the top). A warp waits until `value` have (an acquire, so their adds are visible to
+// its loads); seen: the value of an earlier acquire load of the flag, issued at the start of the
+// tile so that its latency hides behind the products. After a __syncthreads that follows every
+// warp's adds, one thread counts the CTA's turn (a release: the barrier orders the other warps'
+// stores before it).
+__device__ __forceinline__ void dq_turn_wait(const int* flag, int seen, int value) {
+  if (seen != value) flag_wait_eq(flag, value);
 }
+__device__ __forceinline__ void dq_turn_done(int* flag) { flag_release_add(flag, 1); }
 
 // BIAS: the position bias is read; BGRAD: its gradient is summed too (into a.bias_part).
 template <int DP, bool BIAS, bool BGRAD>
 __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a) {
   using Cfg = BwdCfg<DP>;
   constexpr int BK = Cfg::BK, BQ = Cfg::BQ, ST = Cfg::STAGES, LD = Cfg::LD, LDS = Cfg::LDS, U = Cfg::U;
-  constexpr int NCG = Cfg::NCG, HALF = Cfg::HALF, QSUB = Cfg::QSUB, NS = QSUB / 8;
+  constexpr int NCG = Cfg::NCG, HALF = Cfg::HALF, QSUB = Cfg::QSUB, NS = QSUB / 8, XS = Cfg::XS;
   constexpr int NT = BQ / 8, DT = DP / 8, KS = DP / 16;
   constexpr bool KVREG = Cfg::KVREG;
   DYNAMIC_SMEM(smem);
@@ -594,44 +623,68 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
   act16* dSs = dOs + ST * BQ * LD;                            // [BK][LDS]: dS^T of the tile
   float* Ls = reinterpret_cast<float*>(dSs + BK * LDS);      // [ST][BQ]: lse * log2(e)
   float* Ds = Ls + ST * BQ;                                   // [ST][BQ]: D
-  float* pb = Ds + ST * BQ;                                   // BIAS: [2M + 1]
+  int* work_sm = reinterpret_cast<int*>(Ds + ST * BQ);        // [4]: the CTA's work (below)
+  float* pb = Ds + ST * BQ + 4;                               // BIAS: [2M + 1]
   float* gsum = pb + (BIAS ? 2 * a.maxdist + 1 : 0);          // BGRAD: [2M + 1] per-position sums
-  float* dstage = gsum + (BGRAD ? 2 * a.maxdist + 1 : 0);     // BGRAD: [warps][U][2][32]
-  float* far = dstage + kBwdWarps * U * 2 * 32;               // BGRAD: [2][warps]
+  float* dstage = gsum + (BGRAD ? 2 * a.maxdist + 1 : 0);     // BGRAD: [warps][2][4][XS]
+  float* far = dstage + kBwdWarps * 2 * 4 * XS;               // BGRAD: [2][warps]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int nk = gridDim.x, j = nk - 1 - (int)blockIdx.x;  // key tile (launch order: see top)
-  const int k0 = j * BK, hc = blockIdx.y, h = a.h0 + hc, b = blockIdx.z;  // hc: the head in the launch's range
+  // The CTA's work: ticket n = j P + pair (P = B Hc pairs of the launch), in the order CTAs
+  // start, whatever order the GPU starts blocks in: every key tile j' < j of a pair, the only
+  // CTAs this one waits for, took a lower ticket, so they have started (see the top). Kept in
+  // shared memory, work[0] = j, [1] = pair, [2] = batch, [3] = head, and read where used rather
+  // than held in registers through the products (the registers are this kernel's limit).
   const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D, M = a.maxdist;
-  const size_t hoff = (size_t)h * a.D;
-  const act16* qg = a.q + (size_t)b * Tq * a.q_stride + hoff;
-  const act16* dog = a.dout + (size_t)b * Tq * C + hoff;
-  const float* lse_b = a.lse + ((size_t)b * a.H + h) * Tq;
-  const float* D_b = a.Dvec + ((size_t)b * a.H + h) * Tq;
-  const int nq = (Tq + BQ - 1) / BQ;
-  const int it_begin = a.causal ? k0 / BQ : 0;  // first query tile with a row i >= k0
-  const int kw0 = k0 + warp * 16;               // the warp's first key
+  const int nk = (Tk + BK - 1) / BK, nq = (Tq + BQ - 1) / BQ;
+  volatile int* work = work_sm;
+  if (threadIdx.x == 0) {
+    const int n = (int)atomicAdd(a.ticket, 1u), P = a.B * a.Hc, pair = n % P;
+    work[0] = n / P, work[1] = pair, work[2] = pair / a.Hc, work[3] = a.h0 + pair % a.Hc;
+  }
+  __syncthreads();
+  auto J = [&] { return work[0]; };
+  auto PQ = [&] { return work[1] * nq; };  // the pair's first query tile (flags, partial sums)
+  auto Bi = [&] { return work[2]; };
+  auto Hoff = [&] { return (size_t)work[3] * a.D; };
+  const int k0 = J() * BK, b = Bi(), h = work[3];
+  const size_t hoff = Hoff();
+  const int it_end = a.causal ? k0 / BQ : 0;  // the last query tile visited: the first with a row i >= k0
+  const int nsteps = nq - it_end;              // query tiles nq - 1 down to it_end
+  const int kw0 = k0 + warp * 16;              // the warp's first key
 
   load_tile<BK, DP, kBwdThreads>(Ks, a.k + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
   load_tile<BK, DP, kBwdThreads>(Vs, a.v + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
-  auto load_q = [&](int it) {
-    const int qi0 = it * BQ, rows = min(BQ, Tq - qi0), stage = it % ST;
-    load_tile<BQ, DP, kBwdThreads>(Qs + stage * BQ * LD, qg + (size_t)qi0 * a.q_stride, a.q_stride, rows, a.D, a.vec);
-    load_tile<BQ, DP, kBwdThreads>(dOs + stage * BQ * LD, dog + (size_t)qi0 * C, C, rows, a.D, a.vec);
-    for (int r = threadIdx.x; r < BQ; r += kBwdThreads) {
-      // Rows past Tq: lse = +inf makes P = 0, so they contribute nothing.
-      Ls[stage * BQ + r] = r < rows ? lse_b[qi0 + r] * kLog2e : INFINITY;
-      Ds[stage * BQ + r] = r < rows ? D_b[qi0 + r] : 0.0f;
+  // Step s's query tile into stage s % ST: Q, dO, and lse and D by 4-byte cp.async, thread r
+  // < 2 BQ one value (rows past Tq: lse = +inf, so P = 0, and D = 0, stored here). lse_to_log2
+  // converts the landed lse to base 2 (lse * log2(e)) in place, by the thread that copied it,
+  // before the barrier that publishes the stage.
+  static_assert(2 * BQ <= kBwdThreads, "one lse or D value per thread");
+  auto load_q = [&](int step) {
+    const int qi0 = (nq - 1 - step) * BQ, rows = min(BQ, Tq - qi0), stage = step % ST;
+    const size_t row0 = (size_t)Bi() * Tq + qi0, hd = Hoff();
+    load_tile<BQ, DP, kBwdThreads>(Qs + stage * BQ * LD, a.q + row0 * a.q_stride + hd, a.q_stride, rows, a.D, a.vec);
+    load_tile<BQ, DP, kBwdThreads>(dOs + stage * BQ * LD, a.dout + row0 * C + hd, C, rows, a.D, a.vec);
+    const int r = threadIdx.x % BQ;
+    if (threadIdx.x < 2 * BQ) {
+      float* dst = (threadIdx.x < BQ ? Ls : Ds) + stage * BQ + r;
+      if (r < rows) cp_async4(dst, (threadIdx.x < BQ ? a.lse : a.Dvec) + ((size_t)Bi() * a.H + work[3]) * Tq + qi0 + r);
+      else *dst = threadIdx.x < BQ ? INFINITY : 0.0f;
     }
+  };
+  auto lse_to_log2 = [&](int step) {
+    const int qi0 = (nq - 1 - step) * BQ;
+    if (threadIdx.x < BQ && (int)threadIdx.x < Tq - qi0) Ls[step % ST * BQ + threadIdx.x] *= kLog2e;
   };
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
-    if (it_begin + s < nq) load_q(it_begin + s);
+    if (s < nsteps) load_q(s);
     cp_async_commit();
   }
   if (BIAS) fill_bias<kBwdThreads>(pb, a, h);
   if (BGRAD)
     for (int s = threadIdx.x; s <= 2 * M; s += kBwdThreads) gsum[s] = 0.0f;
   cp_async_wait<ST - 2>();
+  if (nsteps > 0) lse_to_log2(0);
   __syncthreads();
 
   uint32_t kf[KVREG ? KS : 1][4], vf[KVREG ? KS : 1][4];  // the warp's 16 keys and values as A fragments
@@ -646,15 +699,26 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
   zero_acc(dk);
   zero_acc(dv);
   float far_lo = 0.0f, far_hi = 0.0f;  // BGRAD: this thread's sums of positions <= -M and >= M
+  // dQ = dS K: warp w takes 16 query rows (w % 4) and column groups (BwdCfg) of every tile.
+  const int rg = warp & 3, cg0 = warp < 4 ? 0 : HALF, ncg = warp < 4 ? HALF : NCG - HALF;
+  // A key tile's adds to query tile it are the last unless j < jmax(it) (then its flag counts
+  // them, after the barrier at the start of the next tile).
+  auto jmax_of = [&](int it) { return a.causal ? min(nk - 1, (it * BQ + BQ - 1) / BK) : nk - 1; };
 
-  for (int it = it_begin; it < nq; ++it) {
-    if (it > it_begin) {
+  for (int step = 0; step < nsteps; ++step) {
+    const int it = nq - 1 - step, stage = step % ST, qi0 = it * BQ;
+    if (step > 0) {
       cp_async_wait<ST - 2>();
-      __syncthreads();  // tile it landed; every warp is done with tile it - 1 (its stage, dS, stage sums)
+      lse_to_log2(step);
+      __syncthreads();  // tile it landed; every warp is done with the previous tile (its stage, dS, sums, dq adds)
     }
-    if (it + ST - 1 < nq) load_q(it + ST - 1);
+    if (step > 0 && threadIdx.x == 0 && J() < jmax_of(it + 1)) dq_turn_done(a.dq_flag + PQ() + it + 1);
+    if (step + ST - 1 < nsteps) load_q(step + ST - 1);
     cp_async_commit();
-    const int stage = it % ST, qi0 = it * BQ;
+    // This tile's turn: key tiles add to a query tile in increasing order, j after j - 1.
+    const int j = J();
+    const bool first = j == 0, last = j == jmax_of(it);
+    const int seen = DP <= 64 && ncg > 0 && !first ? flag_load_acquire(a.dq_flag + PQ() + it) : -1;
     const act16* Qt = Qs + stage * BQ * LD;
     const act16* dOt = dOs + stage * BQ * LD;
     const float* Lt = Ls + stage * BQ;
@@ -730,7 +794,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
               const int nt = rr - u;
               if (nt >= 0 && nt < NS) sum += dp[nt][2 * rr + c];
             }
-            float* slot = dstage + ((warp * U + u - q1 / 8 + NT - 1) * 2 + c) * 32 + lane;
+            float* slot = dstage + ((warp * 2 + c) * 4 + t) * XS + 8 * (u - q1 / 8 + NT - 1) + g;
             *slot = (q1 > 0 && u == 1 ? *slot : 0.0f) + sum;
           }
       }
@@ -739,7 +803,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
 
     if (BGRAD && threadIdx.x < BK + BQ - 1) {
       // Thread d owns the tile's diagonal d: relative position r = k0 - qi0 - (BQ - 1) + d. Its
-      // terms come from (warp w, lane g*4+t, parity c) with 16 w + 8 u + g - 2t - c = d - (BQ - 1).
+      // terms come from (warp w, lane g*4+t, parity c) with 16 w + 8 u + g - 2t - c = d - (BQ - 1),
+      // at x = 8 u + g of the row (w, c, t): consecutive threads read consecutive words.
       const int d = threadIdx.x;
       float sum = 0.0f;
 #pragma unroll
@@ -748,9 +813,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
         for (int tt = 0; tt < 4; ++tt)
 #pragma unroll
           for (int c = 0; c < 2; ++c) {
-            const int x = d - (BQ - 1) - 16 * w + 2 * tt + c;  // = 8 u + g
-            const int u = x >> 3, gg = x & 7;
-            if (u >= -(NT - 1) && u <= 1) sum += dstage[((w * U + u + NT - 1) * 2 + c) * 32 + gg * 4 + tt];
+            const int x = d - (BQ - 1) - 16 * w + 2 * tt + c + 8 * (NT - 1);  // = 8 (u + NT - 1) + g
+            if (x >= 0 && x < 8 * U) sum += dstage[((w * 2 + c) * 4 + tt) * XS + x];
           }
       const int r = k0 - qi0 - (BQ - 1) + d;
       if (r <= -M) far_lo += sum;
@@ -758,64 +822,72 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
       else gsum[r + M] += sum;  // each position has one owner per tile; tiles are barrier-separated
     }
 
-    // dQ = dS K over the CTA's BK keys, for this warp's 16 query rows and column groups (BwdCfg),
-    // added in order: key tiles add in decreasing order, this one after the tiles j' > j that
-    // visit query tile it.
-    const int rg = warp & 3, cg0 = warp < 4 ? 0 : HALF, ncg = warp < 4 ? HALF : NCG - HALF;
-    const int jmax = a.causal ? min(nk - 1, (qi0 + BQ - 1) / BK) : nk - 1;
-    const bool first = j == jmax, last = j == 0;
-    int* flag = a.dq_flag + (((size_t)b * a.Hc + hc) * nq + it) * kBwdWarps + warp;
-    float dq[2 * HALF][4];
+    // dQ = dS K over the CTA's BK keys, this warp's 16 query rows and column groups, added to the
+    // sums of key tiles 0 .. j - 1 once their turns are done, in chunks of CH column groups: a
+    // chunk's partial sums are loaded (one 16-byte load per accumulator tile, all issued at once)
+    // before its product, which hides them, and the registers hold one chunk at a time.
+    constexpr int CH = DP > 64 ? 1 : HALF < 2 ? HALF : 2, NCH = (HALF + CH - 1) / CH;
+    float4* acc = a.dq_acc ? reinterpret_cast<float4*>(a.dq_acc) + ((size_t)(PQ() + it) * kBwdWarps + warp) * (Cfg::SLOT / 4) + lane
+                           : nullptr;  // (one key tile: no partial sums)
+    if (ncg > 0 && !first) dq_turn_wait(a.dq_flag + PQ() + it, seen, j);
 #pragma unroll
-    for (int i = 0; i < 2 * HALF; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+    for (int ch = 0; ch < NCH; ++ch) {
+      const int c0 = ch * CH;  // the chunk's first column group of the warp's
+      if (c0 >= ncg) break;  // (DP = 16: warps 4-7 have no columns)
+      float4 prev[2 * CH];
+      if (!first)
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      uint32_t af[4];
-      load_a_t<LDS>(af, dSs, kk * 16, rg * 16, lane);
+        for (int i = 0; i < 2 * CH; ++i)
+          if (2 * c0 + i < 2 * ncg) prev[i] = acc[(2 * c0 + i) * 32];
+      float dq[2 * CH][4];
 #pragma unroll
-      for (int cg = 0; cg < HALF; ++cg) {
-        if (cg >= ncg) break;
-        uint32_t bf[4];
-        load_b_kn<LD>(bf, Ks, kk * 16, (cg0 + cg) * 16, lane);
-        mma_act16(dq[2 * cg], af, bf[0], bf[1]);
-        mma_act16(dq[2 * cg + 1], af, bf[2], bf[3]);
+      for (int i = 0; i < 2 * CH; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        uint32_t af[4];
+        load_a_t<LDS>(af, dSs, kk * 16, rg * 16, lane);
+#pragma unroll
+        for (int cg = 0; cg < CH; ++cg) {
+          if (c0 + cg >= ncg) break;
+          uint32_t bf[4];
+          load_b_kn<LD>(bf, Ks, kk * 16, (cg0 + c0 + cg) * 16, lane);
+          mma_act16(dq[2 * cg], af, bf[0], bf[1]);
+          mma_act16(dq[2 * cg + 1], af, bf[2], bf[3]);
+        }
       }
-    }
-    if (ncg > 0) {  // (DP = 16: warps 4-7 have no columns, and no turn)
-      if (!first) dq_turn_wait(flag, jmax - j);
-      const int row0 = qi0 + rg * 16 + g;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = row0 + 8 * r;
-        if (row >= Tq) continue;
-        float* acc = a.dq_acc + (((size_t)b * Tq + row) * a.Hc + hc) * a.D;
-        act16* out = a.dq + ((size_t)b * Tq + row) * a.q_stride + hoff;
+      for (int i = 0; i < 2 * CH; ++i) {
+        const int n = 2 * c0 + i;  // the warp's accumulator tile
+        if (n >= 2 * ncg) break;
+        float4 x = make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+        if (!first) x.x += prev[i].x, x.y += prev[i].y, x.z += prev[i].z, x.w += prev[i].w;
+        if (!last) {
+          acc[n * 32] = x;
+          continue;
+        }
+        // The last adder writes dq: element e of accumulator tile n is row g + 8 (e >> 1),
+        // column 8 n + 2t + (e & 1) of the warp's slice.
+        const float xe[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-        for (int n = 0; n < 2 * HALF; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int col = cg0 * 16 + n * 8 + 2 * t + c;
-            if (n >= 2 * ncg || col >= a.D) continue;
-            float x = dq[n][2 * r + c];
-            if (!first) x += acc[col];
-            if (last) out[col] = f2act(x * a.scale);
-            else acc[col] = x;
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int row = qi0 + rg * 16 + g + 8 * (e >> 1), col = cg0 * 16 + n * 8 + 2 * t + (e & 1);
+          if (row < Tq && col < a.D) a.dq[((size_t)Bi() * Tq + row) * a.q_stride + Hoff() + col] = f2act(xe[e] * a.scale);
+        }
       }
-      if (!last) dq_turn_done(flag, lane);
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the last tile before K and V are overwritten
+  if (nsteps > 0 && threadIdx.x == 0 && J() < jmax_of(it_end)) dq_turn_done(a.dq_flag + PQ() + it_end);
 
   act16* k_warp = Ks + warp * 16 * LD;
   act16* v_warp = Vs + warp * 16 * LD;
   stage_acc<DP>(k_warp, dk, a.scale, a.scale, lane);
   stage_acc<DP>(v_warp, dv, 1.0f, 1.0f, lane);
   __syncwarp();
-  const size_t grow = (size_t)b * Tk + kw0;
-  store_rows<16, DP>(k_warp, a.dk + grow * a.kv_stride + hoff, a.kv_stride, Tk - kw0, a.D, a.vec, lane);
-  store_rows<16, DP>(v_warp, a.dv + grow * a.kv_stride + hoff, a.kv_stride, Tk - kw0, a.D, a.vec, lane);
+  const size_t grow = (size_t)Bi() * Tk + kw0;
+  store_rows<16, DP>(k_warp, a.dk + grow * a.kv_stride + Hoff(), a.kv_stride, Tk - kw0, a.D, a.vec, lane);
+  store_rows<16, DP>(v_warp, a.dv + grow * a.kv_stride + Hoff(), a.kv_stride, Tk - kw0, a.D, a.vec, lane);
   if (BGRAD) {
     // The far ends: one fixed tree over the CTA's threads, then the CTA's sums to the scratch.
     const float lo = warp_sum(far_lo), hi = warp_sum(far_hi);
@@ -827,7 +899,7 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
       gsum[0] = x, gsum[2 * M] = y;
     }
     __syncthreads();
-    float* part = a.bias_part + (((size_t)b * a.Hc + hc) * nk + j) * (2 * M + 1);
+    float* part = a.bias_part + ((size_t)work[1] * nk + J()) * (2 * M + 1);  // pair = b Hc + hc
     for (int s2 = threadIdx.x; s2 <= 2 * M; s2 += kBwdThreads) part[s2] = gsum[s2];
   }
 }
@@ -1279,7 +1351,9 @@ extern "C" void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const 
   }
   dispatch_dp(ATTN_PADDED_HEAD(s.D), [&](auto dpc) {
     constexpr int P = decltype(dpc)::value;
-    const dim3 grid(ceil_div(s.Tq, FwdCfg<P>::BM), s.H, s.B);
+    const unsigned nqt = ceil_div(s.Tq, FwdCfg<P>::BM);
+    if (s.B > 65535 || nqt > 65535) cuda_fail("attention forward", "more than 65535 batches or query tiles", __FILE__, __LINE__);
+    const dim3 grid(s.H, s.B, nqt);
     const size_t smem = fwd_smem<P>(a.table != nullptr, a.maxdist);
     if (a.table) attn_fwd_kernel<P, true><<<grid, kThreads, smem, ctx->stream>>>(a);
     else attn_fwd_kernel<P, false><<<grid, kThreads, smem, ctx->stream>>>(a);
@@ -1295,15 +1369,19 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
   const AttnArgs a0 = backward_args(dq, dk, dv, dtable, dout, out, lse, q, k, v, bias, s);
   // Scratch: D = rowsum(dout * out) of a chunk of batches (every head), and per (batch, head) of
   // a launch the dq partial sums (when several key tiles add), the flags and the bias gradient's
-  // per-CTA sums. Batches run in chunks that fit, in increasing b; where one batch with every
-  // head does not fit, one batch at a time in chunks of heads, in increasing h.
+  // per-CTA sums, and the launch's ticket counter. Batches run in chunks that fit, in increasing
+  // b; where one batch with every head does not fit, one batch at a time in chunks of heads, in
+  // increasing h.
   constexpr int BK = ATTN_BWD_KEYS, BQ = ATTN_BWD_ROWS;  // BwdCfg's (the same for every head size)
   const int nk = (int)ceil_div(s.Tk > 0 ? s.Tk : 1, BK), nq = (int)ceil_div(s.Tq > 0 ? s.Tq : 1, BQ);
   const size_t npos = a0.dtable ? 2 * (size_t)bias.max_distance + 1 : 0;  // the bias gradient's positions
-  const size_t per_head = (nk > 1 ? (size_t)s.Tq * s.D : 0) + (size_t)nq * kBwdWarps + (size_t)nk * npos;
+  const int dp = ATTN_PADDED_HEAD(s.D), half = (dp / 16 + 1) / 2;
+  const size_t slot = (size_t)2 * half * 4 * 32;  // BwdCfg<dp>::SLOT
+  const size_t per_head = (nk > 1 ? (size_t)nq * kBwdWarps * slot : 0) + (size_t)nq + (size_t)nk * npos;
   const size_t dvec_batch = (size_t)s.H * s.Tq;
   size_t wsf;
   float* ws = scratch_f32(ctx, &wsf);
+  wsf = wsf > 5 ? wsf - 5 : 0;  // the ticket counter, and the partial sums' 16-byte alignment
   if (!fused_ok(s, bias) || s.Tk == 0 || s.Tq == 0 || wsf < dvec_batch + per_head) {
     simple_backward(ctx, a0);
     return;
@@ -1333,15 +1411,20 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
       CUDA_LAUNCH_CHECK();
       for (int h0 = 0; h0 < s.H; h0 += nh) {
         a.h0 = h0, a.Hc = s.H - h0 < nh ? s.H - h0 : nh;
-        float* w = ws + (size_t)a.B * dvec_batch;
+        static_assert(BwdCfg<DP>::SLOT % 4 == 0, "16-byte partial-sum slots");
+        if (slot != BwdCfg<DP>::SLOT) cuda_fail("attention backward", "scratch slot size", __FILE__, __LINE__);
+        float* w = ws + ((size_t)a.B * dvec_batch + 3) / 4 * 4;  // 16-byte aligned float4 partial sums
         a.dq_acc = nk > 1 ? w : nullptr;
-        w += nk > 1 ? (size_t)a.B * a.Hc * s.Tq * s.D : 0;
+        w += nk > 1 ? (size_t)a.B * a.Hc * nq * kBwdWarps * BwdCfg<DP>::SLOT : 0;
         a.dq_flag = reinterpret_cast<int*>(w);
-        const size_t nflags = (size_t)a.B * a.Hc * nq * kBwdWarps;
-        w += nflags;
+        const size_t nflags = (size_t)a.B * a.Hc * nq;
+        a.ticket = reinterpret_cast<unsigned int*>(w + nflags);
+        w += nflags + 1;
         a.bias_part = bgrad ? w : nullptr;
-        CUDA_CHECK(cudaMemsetAsync(a.dq_flag, 0, nflags * sizeof(int), ctx->stream));
-        const dim3 grid(nk, a.Hc, a.B);
+        CUDA_CHECK(cudaMemsetAsync(a.dq_flag, 0, (nflags + 1) * sizeof(int), ctx->stream));
+        const size_t blocks = (size_t)nk * a.B * a.Hc;
+        if (blocks > INT32_MAX) cuda_fail("attention backward", "more than 2^31 key tiles", __FILE__, __LINE__);
+        const dim3 grid((unsigned)blocks);
         if (bgrad) attn_bwd_kernel<DP, true, true><<<grid, kBwdThreads, smem, ctx->stream>>>(a);
         else if (has_bias) attn_bwd_kernel<DP, true, false><<<grid, kBwdThreads, smem, ctx->stream>>>(a);
         else attn_bwd_kernel<DP, false, false><<<grid, kBwdThreads, smem, ctx->stream>>>(a);

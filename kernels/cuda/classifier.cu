@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/loss_sum.h"
 
 #define CLS_THREADS 512
 
@@ -235,15 +236,30 @@ extern "C" void softmax_row(KernelCtx* ctx, float* probs, const act_t* logits_ro
   free(copy);
 }
 
-// One thread, in index order: the same sum on every run and rank count (N is one micro-batch's
-// tokens, a few thousand adds; far less than one read of the losses back to the host).
-__global__ void loss_accumulate_kernel(double* acc, const float* losses, int N) {
-  double sum = 0.0;
-  for (int i = 0; i < N; i++) sum += losses[i];
-  acc[0] += sum;
+// acc[0] += the losses' sum in loss_sum.h's fixed order (the CPU backend's, bit for bit): one
+// block, thread l the lane l; the tree's steps above a warp in shared memory, the last five by
+// shuffles (lane l takes lane l + s: the same x[l] += x[l + s]).
+__global__ void __launch_bounds__(LOSS_LANES) loss_accumulate_kernel(double* acc, const float* losses, int N) {
+  __shared__ double x[LOSS_LANES];
+  const int l = threadIdx.x;
+  double v = 0.0;
+#pragma unroll 8
+  for (int i = l; i < N; i += LOSS_LANES) v += (double)losses[i];
+  x[l] = v;
+  __syncthreads();
+#pragma unroll
+  for (int s = LOSS_LANES / 2; s >= 32; s /= 2) {
+    if (l < s) x[l] = v = v + x[l + s];
+    __syncthreads();
+  }
+  if (l < 32) {
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) v += __shfl_down_sync(0xffffffffu, v, s);
+    if (l == 0) acc[0] += v;
+  }
 }
 
 extern "C" void loss_accumulate(KernelCtx* ctx, double* acc, const float* losses, int N) {
-  loss_accumulate_kernel<<<1, 1, 0, ctx->stream>>>(acc, losses, N);
+  loss_accumulate_kernel<<<1, LOSS_LANES, 0, ctx->stream>>>(acc, losses, N);
   CUDA_LAUNCH_CHECK();
 }

@@ -36,7 +36,7 @@ struct KernelCtx {
   size_t workspace_bytes;
   cudaDeviceProp prop;
   struct MatmulCache* matmul_cache;  // owned by matmul.cu
-  // The FSDP runtime's two communication streams (fsdp/device_cuda.c maps StreamId onto
+  // The FSDP runtime's two communication streams (kernels/cuda/device.c maps StreamId onto
   // stream / comm_streams[0] (all-gather) / comm_streams[1] (reduce-scatter) / comm_streams[2]
   // (activation copies of --offload activations)).
   cudaStream_t comm_streams[3];
@@ -116,7 +116,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // ---- GELU, tanh form (GPT-2): the one home of its formulas for every kernel ----------------
-// (activation.cu's maps, the matmul fallback's epilogues; kernels/cpu/activation.c has the
+// (activation.cu's maps; kernels/cpu/activation.c has the
 // same arithmetic.)
 #define GELU_K 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_A 0.044715f

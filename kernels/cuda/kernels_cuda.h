@@ -30,7 +30,12 @@ void classifier_init(const KernelCtx* ctx);
 // block and dynamic shared memory, the bias variants at the given max_distance. No CUDA call.
 int attention_kernel_table(char (*names)[48], int* threads, size_t* smem, int max, int max_distance);
 
-// (matmul_forward_gelu, with GELU in the cuBLASLt epilogue, is in kernels.h.)
+// matmul.cu: the GELU epilogue (matmul_forward_gelu, matmul_backward_gelu) on or off (on by
+// default; off, the plain product and the GELU kernel, as where cuBLASLt has no algorithm for
+// it), and whether the GELU products of a layer of N rows, C -> OC fuse it here, forward and
+// backward (1 fused, 0 not: no algorithm, -1 not: turned off), for the start-up table.
+void matmul_gelu_epilogue(int on);
+void matmul_gelu_fuses(KernelCtx* ctx, int N, int C, int OC, int has_bias, int* forward_fuses, int* backward_fuses);
 
 #ifdef __cplusplus
 }

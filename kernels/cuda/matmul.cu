@@ -31,9 +31,13 @@
 // chosen for. Determinism: cuBLASLt gives the same bits run to run for a fixed algorithm and
 // workspace on the same GPU; the cache pins the algorithm per shape.
 //
-// Where the heuristic returns no algorithm (unusual shapes or alignments), a simple tiled
-// fp32-accumulating kernel computes the product instead (same semantics, slower), with a note
-// on stderr the first time.
+// Epilogues chosen, not hoped for: where the heuristic has no algorithm for a GELU epilogue
+// (GELU_AUX, DGELU), or the epilogue is turned off (matmul_gelu_epilogue: --gelu-epilogue off,
+// as llm.c ships, which measured it slower in bf16), the product runs without it and the GELU
+// kernel follows (activation.cu: gelu_forward, gelu_backward); matmul_gelu_fuses says which, for
+// the start-up report. Only where the heuristic has no algorithm even for the plain product
+// (unusual shapes or alignments) does a simple tiled fp32-accumulating kernel compute it
+// instead (same semantics, far slower), with a note on stderr the first time for each shape.
 #include <string.h>
 
 #include "kernels/cuda/common.cuh"
@@ -49,6 +53,7 @@ typedef struct {
   int used;
   MatmulKey key;
   int has_algo;  // 0: cuBLASLt found no algorithm, the fallback kernel runs instead
+  int warned;    // the fallback's note was printed for this shape
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, c, d;
   cublasLtMatmulAlgo_t algo;
@@ -59,7 +64,6 @@ typedef struct {
 #define MATMUL_CACHE_SIZE 1024
 struct MatmulCache {
   int count;
-  int warned_fallback;
   MatmulPlan e[MATMUL_CACHE_SIZE];
 };
 
@@ -195,12 +199,10 @@ static MatmulPlan* plan_get(KernelCtx* ctx, const MatmulKey* k) {
 // ---- fallback kernel ---------------------------------------------------------------------
 // out(i, j) = sum_k A(i, k) B(k, j) in k order (fp32), with A(i, k) = A[i*sai + k*sak] and
 // B(k, j) = B[k*sbk + j*sbj]; out row-major [M, ldo]. Epilogue: + bias[j]; then either
-// accumulate into fp32 (out_f32 += ...) or store bf16, with FB_GELU_AUX: aux = pre,
-// out = gelu(pre); with FB_DGELU: out = (the product) * gelu'(aux), aux read.
+// accumulate into fp32 (out_f32 += ...) or store bf16 (a GELU follows as its own kernel).
 #define FB_TILE 16
-enum { FB_PLAIN = 0, FB_GELU_AUX = 1, FB_DGELU = 2 };
 
-__global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, act16* aux, int epilogue, const act16* A,
+__global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, const act16* A,
                                        size_t sai, size_t sak, const act16* B, size_t sbk,
                                        size_t sbj, const act16* bias, int M, int Ncol, int K,
                                        size_t ldo) {
@@ -221,31 +223,22 @@ __global__ void matmul_fallback_kernel(act16* out_act, float* out_f32, act16* au
   if (i >= M || j >= Ncol) return;
   size_t o = (size_t)i * ldo + j;
   if (bias) acc += act2f(bias[j]);
-  if (out_f32) {
-    out_f32[o] += acc;
-  } else if (epilogue == FB_GELU_AUX) {
-    aux[o] = f2act(acc);
-    out_act[o] = f2act(gelu_tanh(acc));
-  } else if (epilogue == FB_DGELU) {
-    out_act[o] = f2act(acc * gelu_tanh_grad(act2f(aux[o])));
-  } else {
-    out_act[o] = f2act(acc);
-  }
+  if (out_f32) out_f32[o] += acc;
+  else out_act[o] = f2act(acc);
 }
 
-static void fallback(KernelCtx* ctx, const MatmulKey* k, act16* out_act, float* out_f32, act16* aux, int epilogue,
-                     const act16* A, size_t sai, size_t sak, const act16* B, size_t sbk, size_t sbj,
+static void fallback(KernelCtx* ctx, MatmulPlan* p, act16* out_act, float* out_f32, const act16* A, size_t sai, size_t sak, const act16* B, size_t sbk, size_t sbj,
                      const act16* bias, int M, int Ncol, int K) {
-  struct MatmulCache* mc = ctx->matmul_cache;
-  if (!mc->warned_fallback) {
+  const MatmulKey* k = &p->key;
+  if (!p->warned) {  // once per shape
     fprintf(stderr, "note: cuBLASLt has no algorithm for a matmul (kind %d, m=%d n=%d k=%d, alignments %d/%d/%d);"
             " using the slow fallback kernel\n", k->kind, k->m, k->n, k->k, k->align_a, k->align_b, k->align_c);
-    mc->warned_fallback = 1;
+    p->warned = 1;
   }
   dim3 block(FB_TILE, FB_TILE), grid(ceil_div(Ncol, FB_TILE), ceil_div(M, FB_TILE));
   if (grid.y > 65535) cuda_fail("matmul fallback", "too many rows for the fallback kernel", __FILE__, __LINE__);
-  matmul_fallback_kernel<<<grid, block, 0, ctx->stream>>>(out_act, out_f32, aux, epilogue, A, sai, sak, B, sbk,
-                                                          sbj, bias, M, Ncol, K, (size_t)Ncol);
+  matmul_fallback_kernel<<<grid, block, 0, ctx->stream>>>(out_act, out_f32, A, sai, sak, B, sbk, sbj, bias, M, Ncol,
+                                                          K, (size_t)Ncol);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -259,35 +252,64 @@ static void run_plan(KernelCtx* ctx, MatmulPlan* p, const void* A, const void* B
                               ctx->workspace, ctx->workspace_bytes, ctx->stream));
 }
 
-static void forward(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp, const act_t* weight,
-                    const act_t* bias, int N, int C, int OC) {
+// Whether the GELU epilogues are used where cuBLASLt has them (matmul_gelu_epilogue).
+static int g_gelu_epilogue = 1;
+
+extern "C" void matmul_gelu_epilogue(int on) { g_gelu_epilogue = on != 0; }
+
+// The plan of a GELU product (forward: GELU_AUX, backward: DGELU) when the epilogue is on, the
+// aux matrix allows it (a leading dimension divisible by 8, 16-byte aligned) and cuBLASLt has an
+// algorithm for it; else NULL: the plain product, then the GELU kernel.
+static MatmulPlan* gelu_plan(KernelCtx* ctx, const MatmulKey* k, int ld, const void* pre) {
+  if (!g_gelu_epilogue || ld % 8 != 0 || (uintptr_t)pre % 16 != 0) return NULL;
+  MatmulPlan* p = plan_get(ctx, k);
+  return p->has_algo ? p : NULL;
+}
+
+static void forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight, const act_t* bias, int N, int C,
+                    int OC) {
   if (N <= 0 || OC <= 0) return;
   if (C <= 0) cuda_fail("matmul_forward", "C must be positive", __FILE__, __LINE__);
-  int gelu = pre != NULL;
-  MatmulKey k = {gelu ? MM_FORWARD_GELU : MM_FORWARD, OC, N, C, bias != NULL,
-                 ptr_align(weight), ptr_align(inp), gelu ? min(ptr_align(out), ptr_align(pre)) : ptr_align(out)};
+  MatmulKey k = {MM_FORWARD, OC, N, C, bias != NULL, ptr_align(weight), ptr_align(inp), ptr_align(out)};
   MatmulPlan* p = plan_get(ctx, &k);
   if (p->has_algo)
-    run_plan(ctx, p, weight, inp, out, bias, pre, 0.0f);
+    run_plan(ctx, p, weight, inp, out, bias, NULL, 0.0f);
   else  // out[n][o] = sum_c inp[n*C + c] * weight[o*C + c]
-    fallback(ctx, &k, as_act16(out), NULL, gelu ? as_act16(pre) : NULL, gelu ? FB_GELU_AUX : FB_PLAIN,
-             as_act16(inp), (size_t)C, 1, as_act16(weight), 1, (size_t)C, bias ? as_act16(bias) : NULL, N, OC, C);
+    fallback(ctx, p, as_act16(out), NULL, as_act16(inp), (size_t)C, 1, as_act16(weight), 1,
+             (size_t)C, bias ? as_act16(bias) : NULL, N, OC, C);
 }
 
 extern "C" void matmul_forward(KernelCtx* ctx, act_t* out, const act_t* inp, const act_t* weight,
                                const act_t* bias, int N, int C, int OC) {
-  forward(ctx, out, NULL, inp, weight, bias, N, C, OC);
+  forward(ctx, out, inp, weight, bias, N, C, OC);
 }
 
 extern "C" void matmul_forward_gelu(KernelCtx* ctx, act_t* out, act_t* pre, const act_t* inp,
                                     const act_t* weight, const act_t* bias, int N, int C, int OC) {
-  // The epilogue's aux buffer needs a leading dimension divisible by 8 and 16-byte alignment.
-  if (OC % 8 != 0 || ((uintptr_t)pre % 16) != 0) {
-    forward(ctx, pre, NULL, inp, weight, bias, N, C, OC);
-    gelu_forward(ctx, out, pre, (size_t)N * OC);
+  if (N <= 0 || OC <= 0) return;
+  if (C <= 0) cuda_fail("matmul_forward_gelu", "C must be positive", __FILE__, __LINE__);
+  MatmulKey k = {MM_FORWARD_GELU, OC, N, C, bias != NULL, ptr_align(weight), ptr_align(inp),
+                 min(ptr_align(out), ptr_align(pre))};
+  MatmulPlan* p = gelu_plan(ctx, &k, OC, pre);
+  if (p) {
+    run_plan(ctx, p, weight, inp, out, bias, pre, 0.0f);
     return;
   }
-  forward(ctx, out, pre, inp, weight, bias, N, C, OC);
+  forward(ctx, pre, inp, weight, bias, N, C, OC);
+  gelu_forward(ctx, out, pre, (size_t)N * OC);
+}
+
+// For the start-up report: how a layer's GELU products of these shapes run here, the forward's
+// and the backward's (dinp), with the operands at the 16 bytes of alignment every buffer the
+// trainer plans has: 1 fused (cuBLASLt's epilogue), 0 the plain product and the GELU kernel (no
+// algorithm), -1 the same because the epilogue is off.
+extern "C" void matmul_gelu_fuses(KernelCtx* ctx, int N, int C, int OC, int has_bias, int* forward_fuses,
+                                  int* backward_fuses) {
+  const void* aligned16 = (const void*)(uintptr_t)16;
+  MatmulKey f = {MM_FORWARD_GELU, OC, N, C, has_bias, 16, 16, 16};
+  MatmulKey b = {MM_DINP_DGELU, OC, N, C, 0, 16, 16, 16};  // dinp of the layer after the GELU: C_next = OC
+  *forward_fuses = !g_gelu_epilogue ? -1 : gelu_plan(ctx, &f, OC, aligned16) != NULL;
+  *backward_fuses = !g_gelu_epilogue ? -1 : gelu_plan(ctx, &b, OC, aligned16) != NULL;
 }
 
 // dinp (through the GELU whose input was `pre`, when pre is not NULL), dweight and dbias.
@@ -295,18 +317,22 @@ static void backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, 
                      const act_t* weight, const act_t* pre, int N, int C, int OC) {
   if (N <= 0 || C <= 0 || OC <= 0) return;
   if (dinp) {
-    // The epilogue's aux matrix (pre) needs a leading dimension divisible by 8 and 16-byte
-    // alignment; otherwise the plain product and gelu_backward.
-    int dgelu = pre && C % 8 == 0 && (uintptr_t)pre % 16 == 0;
-    MatmulKey k = {dgelu ? MM_DINP_DGELU : MM_DINP, C, N, OC, 0, ptr_align(weight), ptr_align(dout),
-                   dgelu ? min(ptr_align(dinp), ptr_align(pre)) : ptr_align(dinp)};
-    MatmulPlan* p = plan_get(ctx, &k);
-    if (p->has_algo)
-      run_plan(ctx, p, weight, dout, dinp, NULL, (void*)pre, 0.0f);
-    else  // dinp[n][c] = sum_o dout[n*OC + o] * weight[o*C + c] (* gelu'(pre[n][c]))
-      fallback(ctx, &k, as_act16(dinp), NULL, dgelu ? (act16*)as_act16(pre) : NULL, dgelu ? FB_DGELU : FB_PLAIN,
-               as_act16(dout), (size_t)OC, 1, as_act16(weight), (size_t)C, 1, NULL, N, C, OC);
-    if (pre && !dgelu) gelu_backward(ctx, dinp, pre, dinp, (size_t)N * C);
+    // Through a GELU: the DGELU epilogue where gelu_plan finds it, else the plain product and
+    // gelu_backward.
+    MatmulKey kg = {MM_DINP_DGELU, C, N, OC, 0, ptr_align(weight), ptr_align(dout), min(ptr_align(dinp), ptr_align(pre))};
+    MatmulPlan* pg = pre ? gelu_plan(ctx, &kg, C, pre) : NULL;
+    if (pg) {
+      run_plan(ctx, pg, weight, dout, dinp, NULL, (void*)pre, 0.0f);
+    } else {
+      MatmulKey k = {MM_DINP, C, N, OC, 0, ptr_align(weight), ptr_align(dout), ptr_align(dinp)};
+      MatmulPlan* p = plan_get(ctx, &k);
+      if (p->has_algo)
+        run_plan(ctx, p, weight, dout, dinp, NULL, NULL, 0.0f);
+      else  // dinp[n][c] = sum_o dout[n*OC + o] * weight[o*C + c]
+        fallback(ctx, p, as_act16(dinp), NULL, as_act16(dout), (size_t)OC, 1, as_act16(weight),
+                 (size_t)C, 1, NULL, N, C, OC);
+      if (pre) gelu_backward(ctx, dinp, pre, dinp, (size_t)N * C);
+    }
   }
   {
     MatmulKey k = {MM_DWEIGHT, C, OC, N, 0, ptr_align(inp), ptr_align(dout), ptr_align(dweight)};
@@ -314,7 +340,7 @@ static void backward(KernelCtx* ctx, act_t* dinp, float* dweight, float* dbias, 
     if (p->has_algo)
       run_plan(ctx, p, inp, dout, dweight, NULL, NULL, 1.0f);
     else  // dweight[o][c] += sum_n dout[n*OC + o] * inp[n*C + c]
-      fallback(ctx, &k, NULL, dweight, NULL, FB_PLAIN, as_act16(dout), 1, (size_t)OC, as_act16(inp), (size_t)C, 1,
+      fallback(ctx, p, NULL, dweight, as_act16(dout), 1, (size_t)OC, as_act16(inp), (size_t)C, 1,
                NULL, OC, C, N);
   }
   if (dbias) column_sums_accumulate(ctx, dbias, as_act16(dout), N, OC);

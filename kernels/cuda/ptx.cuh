@@ -1,16 +1,12 @@
 // ptx.cuh: every inline PTX instruction the kernels use, in one place, behind small device
 // functions. Each names the section of the PTX ISA (version 8.x) that defines it.
 //
-// This is the one place where the CUDA simulator (test/cudasim/) differs from the GPU build:
-// with CUDASIM defined the same functions come from test/cudasim/include/cudasim/ptx.h, which
-// emulates them from the same ISA sections (fragment tables, cp.async groups). The kernels
-// call only these functions, never asm directly.
+// The kernels call only these functions, never asm directly, so this file is the one the CUDA
+// simulator (test/cudasim/) replaces: its cu2cpp.sh compiles the kernels with
+// test/cudasim/include/cudasim/ptx.h in its place, the same functions emulated from the same ISA
+// sections (fragment tables, cp.async groups).
 #pragma once
 #include <stdint.h>
-
-#ifdef CUDASIM
-#include "cudasim/ptx.h"
-#else
 
 // Shared-window address of a generic pointer to shared memory (what .shared operands take).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -21,6 +17,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 // The data is in shared memory only after the cp.async.wait_group that covers its group.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src)
+               : "memory");
+}
+// The same for 4 bytes (cache-all, .ca: the 16-byte form is the only one .cg allows); 4-byte
+// aligned: one fp32 value of a row, whatever the row's alignment (the attention backward's lse
+// and D).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src)
                : "memory");
 }
 // 9.7.9.26 cp.async.commit_group: closes the group of this thread's cp.async issued so far.
@@ -75,21 +78,26 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// A flag in global memory that one block counts up and a later block waits on (the attention
+// A flag in global memory that blocks count up and later blocks wait on (the attention
 // backward's ordered dQ sum). ld with .acquire and red with .release at .gpu scope (9.7.9.8 ld,
 // 9.7.12.6 red; 8. Memory Consistency Model): the waiter's loads after the acquire that reads
-// the value see every write made visible before the release that wrote it.
+// the value see every write made visible before the release that wrote it, including the
+// writes of the releasing block's other threads that a barrier ordered before it (causality
+// order is transitive through the barrier), so one thread releases for its block after __syncthreads: no
+// __threadfence (fence.sc, MEMBAR.SC) is needed.
+// flag_load_acquire: one acquire load of *flag (issued early, checked later: its latency hides
+// behind other work).
+__device__ __forceinline__ int flag_load_acquire(const int* flag) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
 // flag_wait_eq: spins until *flag == value.
 __device__ __forceinline__ void flag_wait_eq(const int* flag, int value) {
-  for (;;) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-    if (v == value) return;
-    __nanosleep(64);
-  }
+  while (flag_load_acquire(flag) != value) __nanosleep(64);
 }
-// flag_release_add: *flag += v, ordered after this thread's earlier writes (and those it has
-// synchronized with: the caller's fence and __syncwarp).
+// flag_release_add: *flag += v, ordered after this thread's earlier writes and those ordered
+// before them (a __syncthreads).
 __device__ __forceinline__ void flag_release_add(int* flag, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(flag), "r"(v) : "memory");
 }
@@ -100,5 +108,3 @@ __device__ __forceinline__ unsigned long long globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-
-#endif  // CUDASIM

@@ -20,12 +20,12 @@ static KernelCtx contexts[3] = {{STREAM_COMPUTE}, {STREAM_ALL_GATHER}, {STREAM_R
 
 #define A ((double)sizeof(act_t))
 
-typedef enum { RATE_MATMUL, RATE_ATTENTION } Rate;
+typedef enum { RATE_MATMUL, RATE_ATTN_FWD, RATE_ATTN_BWD } Rate;
 
 // The duration of one kernel on this GPU.
 static double kernel_seconds(double flops, Rate rate, double bytes) {
   const GpuSpec* g = &timeline_cluster()->gpu;
-  double eff = rate == RATE_MATMUL ? g->matmul_eff : g->attention_eff;
+  double eff = rate == RATE_MATMUL ? g->matmul_eff : rate == RATE_ATTN_FWD ? g->attn_fwd_eff : g->attn_bwd_eff;
   double compute = flops / (g->peak_flops * eff), memory = bytes / (g->hbm_bytes_s * g->hbm_eff);
   return (compute > memory ? compute : memory) + g->launch_s;
 }
@@ -167,8 +167,8 @@ void rope_backward(KernelCtx* ctx, act_t* dx, RopeConfig r, int N, int T, int he
 // ---- fused attention (kernels/cuda/attention.cu) ------------------------------------------
 // FLOPs: the products over the query-key pairs the attention keeps (the same count as
 // layers/config.c's), 2 in the forward (S = Q K^T, O = P V) and FlashAttention-2's 5 in the
-// backward, at the catalogue's attention efficiency, which is FlashAttention-2's measured rate on
-// that same count (its tiles' overhead included). Bytes: every operand once (a tile read again by
+// backward, at the catalogue's attention efficiencies (forward and backward), FlashAttention-2's
+// measured rates on that same count (its tiles' overhead included). Bytes: every operand once (a tile read again by
 // another CTA comes from L2), plus what the kernels' own tiling adds (kernels/attention_tiles.h):
 // the backward's dq partial sums (fp32, stored by every key tile of a query tile but the last and
 // loaded by all but the first), its D = rowsum(dout * out) and flags, and the position bias
@@ -308,7 +308,7 @@ void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, c
   }
   double flops = 4.0 * s.B * s.H * s.D * pairs(s);
   double bytes = qkvo_bytes(s) + 4.0 * s.B * s.H * s.Tq + (bias.table ? (double)bias.num_buckets * s.H * A : 0);
-  run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, bytes));
+  run(ctx, __func__, kernel_seconds(flops, RATE_ATTN_FWD, bytes));
 }
 // The backward's kernels: the dq flags cleared, D = rowsum(dout * out), the five products (with
 // the ordered dq sums), and with a bias gradient the sums per (position, head) folded into
@@ -322,13 +322,13 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
   }
   double rows = (double)s.B * s.H * s.Tq, nk = ceil_div_i(s.Tk, ATTN_BWD_KEYS), nq = ceil_div_i(s.Tq, ATTN_BWD_ROWS);
   double positions = dtable && bias.table ? 2.0 * bias.max_distance + 1 : 0;
-  streaming(ctx, "attention_backward: dq flags cleared", 4.0 * s.B * s.H * nq * ATTN_BWD_WARPS);
+  streaming(ctx, "attention_backward: dq flags cleared", 4.0 * s.B * s.H * nq + 4.0);
   streaming(ctx, "attention_backward: D = rowsum(dout * out)", 2.0 * rows * s.D * A + 4.0 * rows);
   double flops = 2.5 * 4.0 * s.B * s.H * s.D * pairs(s);
   // q, k, v, dout read; dq, dk, dv written; lse and D; the dq partial sums stored and loaded.
   double bytes = qkvo_bytes(s) + (2.0 * s.B * s.Tk + s.B * s.Tq) * s.H * s.D * A + 8.0 * rows +
                  8.0 * s.B * s.H * dq_partial_elems(s) + 4.0 * s.B * s.H * nk * positions;
-  run(ctx, __func__, kernel_seconds(flops, RATE_ATTENTION, bytes));
+  run(ctx, __func__, kernel_seconds(flops, RATE_ATTN_BWD, bytes));
   if (positions > 0)
     streaming(ctx, "attention_backward: position bias gradient", 4.0 * s.B * s.H * nk * positions + 8.0 * bias.num_buckets * s.H);
 }

@@ -29,7 +29,8 @@ typedef struct {
   const char* label;         // what kernels_device_name reports
   double peak_flops;         // dense bf16 tensor-core rate, FLOP/s (datasheet)
   double matmul_eff;         // fraction of the peak a large bf16 GEMM reaches (measured)
-  double attention_eff;      // fraction of the peak fused attention reaches (measured)
+  double attn_fwd_eff;       // fraction of the peak the fused attention forward reaches (measured)
+  double attn_bwd_eff;       // ... its backward (measured)
   double hbm_bytes_s;        // memory bandwidth, bytes/s (datasheet)
   double hbm_eff;            // fraction of it a streaming kernel reaches (measured)
   double memory_bytes;       // device memory a plan may use

@@ -174,11 +174,16 @@ static bool find_algo(const cublasLtMatmulAlgo_t* algo, AlgoRecord* out) {
   return true;
 }
 
-static bool no_algo_forced(void) {
+// CUDASIM_LT_NO_ALGO: 1 finds no algorithm for any product, gelu none for the GELU epilogues
+// (GELU_AUX, GELU_AUX_BIAS, DGELU: as a cuBLASLt version or GPU without them would).
+static bool no_algo_forced(uint32_t epilogue) {
   const char* e = getenv("CUDASIM_LT_NO_ALGO");
   if (!e || !*e || !strcmp(e, "0")) return false;
   if (!strcmp(e, "1")) return true;
-  cudasim::fatal("cublasLt", "CUDASIM_LT_NO_ALGO=%s: expected 0 or 1", e);
+  if (!strcmp(e, "gelu"))
+    return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           epilogue == CUBLASLT_EPILOGUE_DGELU;
+  cudasim::fatal("cublasLt", "CUDASIM_LT_NO_ALGO=%s: expected 0, 1 or gelu", e);
 }
 
 // When the simulated heuristic finds no algorithm (returning CUBLAS_STATUS_NOT_SUPPORTED and
@@ -193,7 +198,7 @@ static bool no_algo_forced(void) {
 // the fallback kernel everywhere.
 static const char* heuristic_finds_none(const Problem& p, const cublasLtMatmulDesc_t desc,
                                         const cublasLtMatmulPreference_t pref) {
-  if (no_algo_forced()) return "CUDASIM_LT_NO_ALGO=1";
+  if (no_algo_forced(p.epilogue)) return "CUDASIM_LT_NO_ALGO";
   for (int i = 0; i < 4; i++)
     if (pref->min_align[i] < 16) return "an operand aligned to less than 16 bytes";
   const int64_t ld_bytes[4] = {p.lda * 2, p.ldb * 2, p.ldd * (int64_t)type_size(p.cd_type),

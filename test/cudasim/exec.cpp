@@ -3,9 +3,9 @@
 // A thread runs until it reaches a point where it must wait for others (__syncthreads, a warp
 // collective, __syncwarp) or exits; the scheduler then runs the next runnable thread, in index
 // order or, with CUDASIM_SEED set, in a seeded random order per round. The blocks of a launch
-// run one at a time, in index order (the order GPUs start them in, which the attention
-// backward's ordered dQ sum relies on), or with CUDASIM_BLOCK_SEED in a seeded random order (for
-// kernels whose blocks meet only through a last arriver). When no thread can run:
+// run one at a time, in index order, or with CUDASIM_BLOCK_SEED in a seeded random order (a GPU
+// promises none: kernels whose blocks meet through a last arriver or a ticket counter must give
+// the same bits). When no thread can run:
 // all waiting at a barrier releases it; anything else is a deadlock on a GPU and is reported
 // with where each thread waits.
 //
@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "test/cudasim/order.h"
 #include "test/cudasim/sim.h"
 
 namespace cudasim {
@@ -119,6 +120,7 @@ static uint64_t next_rand() {
 
 static void run_block() {
   shadow_new_block();
+  hb_block();
   ex.barrier_epoch = 0;
   for (int w = 0; w < ex.nwarps; w++) {
     SimWarp* wp = &ex.warps[w];
@@ -253,11 +255,13 @@ void launch_kernel(const void* kernel, const char* name, const LaunchConfig& cfg
     ex.dyn_smem = dyn_arena, ex.dyn_bytes = cfg.smem;
     ex.params = (const unsigned char*)params, ex.params_bytes = params_bytes;
     cur_entry = entry, cur_params = params;
+    hb_launch();
     long nblocks = (long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
     // Blocks run one at a time, in index order, or with CUDASIM_BLOCK_SEED in a seeded random
     // order: a GPU promises no order of arrival, so a kernel whose blocks meet through global
-    // memory (the last block to arrive finishing a sum, kernels/cuda/column_sums.cuh) must give
-    // the same bits whichever block comes last.
+    // memory (the last block to arrive finishing a sum, kernels/cuda/column_sums.cuh; blocks
+    // taking their work from a ticket counter, the attention backward) must give the same bits
+    // whichever block comes last.
     std::vector<long> block_order((size_t)nblocks);
     for (long b = 0; b < nblocks; b++) block_order[(size_t)b] = b;
     if (block_rng)
@@ -323,6 +327,29 @@ extern "C" void cudasim_warp_exchange(unsigned int mask, const void* mine, void*
                                       const char* file, int line) {
   need_device(op);
   warp_arrive(mask, mine, all, bytes, op, file, line);
+}
+
+// atomicAdd (cuda_runtime.h): the access is checked as the kernel's, and it both acquires and
+// releases its word (order.h); on the host it is plain host code.
+template <class T>
+static T atomic_add(T* p, T v, const void* pc) {
+  if (g_cur) {
+    hb_sync_access = 1;
+    device_access(p, sizeof(T), 0, pc);
+    device_access(p, sizeof(T), 1, pc);
+    hb_sync_access = 0;
+    hb_acquire(p);
+    hb_release(p, 0);
+  }
+  T old = *p;
+  *p = old + v;
+  return old;
+}
+extern "C" unsigned int cudasim_atomic_add_u32(unsigned int* p, unsigned int v, const void* pc) {
+  return atomic_add(p, v, pc);
+}
+extern "C" unsigned long long cudasim_atomic_add_u64(unsigned long long* p, unsigned long long v, const void* pc) {
+  return atomic_add(p, v, pc);
 }
 
 extern "C" void cudasim_nanosleep(unsigned int ns) {
@@ -407,8 +434,8 @@ static void land_copies(SimThread* t, int upto_group) {
   for (size_t i = 0; i < t->copies.size(); i++) {
     PendingCopy& c = t->copies[i];
     if (c.group < upto_group) {
-      device_access(c.dst, 16, 1, nullptr);  // the write happens now, by this thread
-      memcpy(c.dst, c.data, 16);
+      device_access(c.dst, (size_t)c.bytes, 1, nullptr);  // the write happens now, by this thread
+      memcpy(c.dst, c.data, (size_t)c.bytes);
     } else {
       t->copies[keep++] = c;
     }
@@ -419,28 +446,30 @@ static void land_copies(SimThread* t, int upto_group) {
 
 }  // namespace cudasim
 
-extern "C" void cudasim_cp_async16(void* dst, const void* src, const char* file, int line) {
+// cp.async of n = 16 (.cg) or 4 (.ca) bytes: both addresses n-byte aligned.
+extern "C" void cudasim_cp_async(void* dst, const void* src, int n, const char* file, int line) {
   need_device("cp.async");
   char who[256], wd[256];
-  if (((uintptr_t)dst | (uintptr_t)src) & 15) {
+  if (((uintptr_t)dst | (uintptr_t)src) & (uintptr_t)(n - 1)) {
     describe_thread(who, sizeof who);
-    report("misaligned", "cp.async.cg 16 at %s:%d: %s gives destination %p and source %p; both must be 16-byte "
-           "aligned", file, line, who, dst, src);
+    report("misaligned", "cp.async %d at %s:%d: %s gives destination %p and source %p; both must be %d-byte "
+           "aligned", n, file, line, who, dst, src, n);
   }
-  if (!is_shared(dst, 16)) {
+  if (!is_shared(dst, (size_t)n)) {
     describe_thread(who, sizeof who);
     describe_address(dst, wd, sizeof wd);
     report("memcheck", "cp.async at %s:%d: %s: destination %s is not shared memory", file, line, who, wd);
   }
-  if (is_shared(src, 16) || !find_allocation(src)) {
+  if (is_shared(src, (size_t)n) || !find_allocation(src)) {
     describe_thread(who, sizeof who);
     describe_address(src, wd, sizeof wd);
     report("memcheck", "cp.async at %s:%d: %s: source %s is not global memory", file, line, who, wd);
   }
-  device_access(src, 16, 0, __builtin_return_address(0));
+  device_access(src, (size_t)n, 0, __builtin_return_address(0));
   PendingCopy c;
   c.dst = (unsigned char*)dst;
-  memcpy(c.data, src, 16);
+  c.bytes = n;
+  memcpy(c.data, src, (size_t)n);
   c.group = g_cur->open_group;
   g_cur->copies.push_back(c);
 }

@@ -13,10 +13,11 @@ namespace cudasim {
 
 enum ThreadState { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 
-// A cp.async copy issued but not yet landed: its 16 source bytes were read at issue.
+// A cp.async copy issued but not yet landed: its 4 or 16 source bytes were read at issue.
 struct PendingCopy {
   unsigned char* dst;
   unsigned char data[16];
+  int bytes;
   int group;
 };
 

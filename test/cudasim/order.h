@@ -35,6 +35,28 @@ void order_name(int stream, uint32_t seq, const char* what);
 // Forgets the shadow of an allocation (cudaFree).
 void order_forget(uintptr_t base);
 
+// Happens-before between the blocks of one launch (the blocks' checker, order.cpp). A block
+// sees another block's global writes of the same launch only through a release that it
+// acquired: a flag's red.release and ld.acquire (ptx.cuh), or an atomic (each an acquire and a
+// release of its word). Each block counts its releases; a write carries the count its block had
+// made (its epoch), a release publishes on its word the releaser's count and every count the
+// releaser had acquired, and an acquire takes those in. A global word read or written by a
+// block other than the one that last wrote it in this launch, whose epoch that block has not
+// acquired, is reported (racecheck): on a GPU the blocks run at once, in no promised order. A
+// block's own threads are not told apart (the shared-memory racecheck orders them), nor is a
+// write after another block's read checked. Tracked per 2-byte half of a word.
+void hb_launch();  // a kernel launch starts
+void hb_block();   // one of its blocks starts
+void hb_acquire(const void* word);
+// An acquire load issued early (ptx.cuh flag_load_acquire): on a GPU it may run before the
+// word's latest release, so it takes in only what the releases before that one published, and
+// returns 1 with that release's amount in *delta (the value it reads is the word's less delta);
+// 0 when the word had no release in this launch.
+int hb_acquire_early(const void* word, int* delta);
+void hb_release(const void* word, int delta);
+// Set around the access of a flag or an atomic to its own word: a synchronization, not a race.
+extern int hb_sync_access;
+
 // The host's accesses to pinned memory (hostcheck.cpp). Pinned blocks are mapped twice: the
 // host's view, whose pages are protected while copies are pending on them, and the device
 // thread's, which copies use.

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "test/cudasim/exec.h"
+#include "test/cudasim/order.h"
 #include "test/cudasim/include/cuda_bf16.h"
 #include "test/cudasim/include/cuda_fp16.h"
 #include "test/cudasim/sim.h"
@@ -131,11 +132,13 @@ extern "C" void cudasim_mma_m16n8k16(int f16, float c[4], const uint32_t a[4], u
 
 extern "C" float cudasim_ex2_approx_ftz(float x) { return ex2_approx_ftz(x); }
 
-// ld.acquire / red.release on a global flag (ptx.cuh flag_wait_eq, flag_release_add). Blocks
-// run one at a time, in launch order, so every block a wait may depend on on a GPU (one started
-// before it) has finished here: the flag already holds its final value for this wait, and any
-// other value is a wait that would hang (a missing release, a wrong count, or a release by a
-// block launched later, which a GPU need not start while this one spins).
+// ld.acquire / red.release on a global flag (ptx.cuh flag_load_acquire, flag_wait_eq,
+// flag_release_add). Blocks run one at a time, so every block a wait may depend on on a GPU (one
+// that started before it) has finished here: the flag already holds its final value for this
+// wait, and any other value is a wait that would hang (a missing release, a wrong count, or a
+// release due from a block that started later, which a GPU need not run while this one spins).
+// The acquire and the release are the blocks' happens-before edges (order.h hb_acquire,
+// hb_release); the flag word itself is a synchronizing access, not checked as a race.
 static void flag_access(const int* flag, int is_write, const char* op, const char* file, int line) {
   SimThread* t = g_cur;
   if (!t) fatal("api", "%s called from host code", op);
@@ -150,11 +153,24 @@ static void flag_access(const int* flag, int is_write, const char* op, const cha
     describe_address(flag, wd, sizeof wd);
     report("memcheck", "%s at %s:%d: %s: flag %s is not global memory", op, file, line, who, wd);
   }
+  hb_sync_access = 1;
   device_access(flag, 4, is_write, __builtin_return_address(0));
+  hb_sync_access = 0;
+}
+
+// An acquire load issued ahead of its check: it reads the flag as it was before its latest
+// release, which a GPU may not have made yet when the load ran (so the kernel's own wait must
+// follow, and is exercised here).
+extern "C" int cudasim_flag_load_acquire(const int* flag, const char* file, int line) {
+  flag_access(flag, 0, "ld.acquire.gpu (flag load)", file, line);
+  int delta;
+  hb_acquire_early(flag, &delta);
+  return *flag - delta;
 }
 
 extern "C" void cudasim_flag_wait_eq(const int* flag, int value, const char* file, int line) {
   flag_access(flag, 0, "ld.acquire.gpu (flag wait)", file, line);
+  hb_acquire(flag);
   if (*flag == value) return;
   char who[256];
   describe_thread(who, sizeof who);
@@ -165,5 +181,6 @@ extern "C" void cudasim_flag_wait_eq(const int* flag, int value, const char* fil
 
 extern "C" void cudasim_flag_release_add(int* flag, int v, const char* file, int line) {
   flag_access(flag, 1, "red.release.gpu (flag release)", file, line);
+  hb_release(flag, v);
   *flag += v;
 }

@@ -1,8 +1,8 @@
 // stats.cpp: the per-step counts of a simulated run, the GPU performance facts measurable
-// without a GPU. Between device_step_begin and device_step_end (kernels/cuda/device.c calls
-// cudasim_step), it counts kernel launches (the project's own kernels), library calls that
-// launch kernels of their own (cuBLASLt products, cub sorts), host-blocking calls
-// (synchronizations), device allocations and frees (the design says none inside the step loop),
+// without a GPU. Inside each optimizer step's NVTX range ("step N", which kernels/cuda/device.c
+// pushes in device_step_begin and pops in device_step_end, as a profiler sees it), it counts
+// kernel launches (the project's own kernels), library calls that launch kernels of their own
+// (cuBLASLt products, cub sorts), host-blocking calls (synchronizations), device allocations and frees (the design says none inside the step loop),
 // bytes all-gathered and reduce-scattered (per rank), and the longest dependency chain of
 // operations each stream ran (stream.cpp). At exit, rank 0 prints a table with one row per
 // optimizer step; with CUDASIM_LAUNCHES=1 also the last step's launches and library calls by
@@ -105,8 +105,8 @@ static void print_table() {
 
 using namespace cudasim;
 
-// Called by kernels/cuda/device.c at the start (begin = 1) and end of each optimizer step.
-extern "C" void cudasim_step(int step, int begin) {
+// The step's counts open and close with its NVTX range; other ranges only nest.
+static void step_span(int step, int begin) {
   static int registered = 0;
   if (!registered) {
     atexit(print_table);
@@ -133,4 +133,28 @@ extern "C" void cudasim_step(int step, int begin) {
   x.ag = ag_bytes - x.ag, x.rs = rs_bytes - x.rs, x.other = other_bytes - x.other;
   chain_lengths(x.chains, 8, &x.nchains);
   rows.push_back(x);
+}
+
+// NVTX's push/pop ranges (the subset the project uses): the open ranges' step numbers, -1 for a
+// range that is not a step.
+static std::vector<int> open_ranges;
+
+extern "C" int nvtxRangePushA(const char* message) {
+  int step = -1;
+  char tail;
+  if (message && sscanf(message, "step %d%c", &step, &tail) != 1) step = -1;
+  open_ranges.push_back(step);
+  if (step >= 0) step_span(step, 1);
+  return (int)open_ranges.size() - 1;
+}
+
+extern "C" int nvtxRangePop(void) {
+  if (open_ranges.empty()) {
+    fprintf(stderr, "cudasim: nvtxRangePop without an open range\n");
+    abort();
+  }
+  int step = open_ranges.back();
+  open_ranges.pop_back();
+  if (step >= 0) step_span(step, 0);
+  return (int)open_ranges.size();
 }

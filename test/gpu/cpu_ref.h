@@ -81,6 +81,7 @@ void CPU(attention_backward)(KernelCtx* ctx, float* dq, float* dk, float* dv, fl
                              const float* dout, const float* out, const float* lse, const float* q,
                              const float* k, const float* v, CpuAttnBias bias, AttnShape s);
 
+void CPU(loss_accumulate)(KernelCtx* ctx, double* acc, const float* losses, int N);
 void CPU(classifier_forward_backward)(KernelCtx* ctx, float* losses, float* logits,
                                       const int32_t* targets, int N, int V, int Vp, const float* dloss);
 void CPU(softmax_row)(KernelCtx* ctx, float* probs, const float* logits_row, int V, float temperature);

@@ -80,6 +80,7 @@
 #include "kernels/kernels.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/step_control.h"
+#include "test/adamw_step.h"
 #include "test/gpu/cpu_ref.h"
 #include "test/test.h"
 
@@ -779,11 +780,14 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
   act_t *dout = dmalloc(no * 2), *dpre = dmalloc(no * 2);
   float *rpre = hzero(no), *rout = hzero(no);
   cpu_matmul_forward(NULL, rpre, inp, w, with_bias ? b : NULL, N, C, OC);
-  // The epilogue takes GELU of the fp32 pre-activation; where it cannot be used (OC % 8 != 0,
-  // kernels_cuda.h) out is gelu_forward of the stored bf16 pre-activation, whose rounding
-  // GELU's slope (up to 1.13) carries into out: compare with GELU of the rounded value there.
+  // The epilogue takes GELU of the fp32 pre-activation; where it is not used (OC % 8 != 0, no
+  // cuBLASLt algorithm for it, or turned off: matmul_gelu_fuses says) out is gelu_forward of
+  // the stored bf16 pre-activation, whose rounding GELU's slope (up to 1.13) carries into out:
+  // compare with GELU of the rounded value there.
+  int fused, bwd;
+  matmul_gelu_fuses(K, N, C, OC, with_bias, &fused, &bwd);
   float* gin = hcopy(rpre, no);
-  if (OC % 8 != 0) round_act(gin, no);
+  if (fused != 1) round_act(gin, no);
   cpu_gelu_forward(NULL, rout, gin, no);
   free(gin);
   Result o[2], p[2];
@@ -804,14 +808,17 @@ static void test_matmul_gelu(int N, int C, int OC, int with_bias) {
 }
 
 // matmul_backward_gelu: the matmul's input is gelu(pre), and dinp is the gradient of pre. Where
-// C % 8 == 0 (and pre is 16-byte aligned) GELU' multiplies the fp32 product in the cuBLASLt
-// epilogue (DGELU); elsewhere dinp is rounded to bf16 first and gelu_backward follows, so the
+// the DGELU epilogue runs (C % 8 == 0, pre 16-byte aligned, an algorithm for it, the epilogue
+// on) GELU' multiplies the fp32 product in it; elsewhere dinp is rounded to bf16 first and
+// gelu_backward follows, so the
 // reference rounds the product there too (as test_matmul_gelu's). dweight and dbias as in
 // matmul_backward, from the same (random) starting values.
 static void test_matmul_backward_gelu(int N, int C, int OC) {
   if (!test_wanted("matmul_backward_gelu")) return;
   char tag[96], label[192];
-  snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s", N, C, OC, C % 8 ? " (unfused: C % 8 != 0)" : " (DGELU epilogue)");
+  int fwd, fused;  // the DGELU epilogue of this product (matmul_gelu_fuses: a GELU of width C, then C -> OC)
+  matmul_gelu_fuses(K, N, OC, C, 0, &fwd, &fused);
+  snprintf(tag, sizeof tag, "N=%d C=%d OC=%d%s", N, C, OC, fused == 1 ? " (DGELU epilogue)" : " (unfused)");
   size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
   float* pre = hrand(ni, 2.0f, 0.0f);  // GELU inputs across its curved part
   round_act(pre, ni);
@@ -827,7 +834,7 @@ static void test_matmul_backward_gelu(int N, int C, int OC) {
   float *ddw = up_f32(dw0, nw), *ddb = up_f32(db0, OC);
   float *rdinp = hzero(ni), *rdw = hcopy(dw0, nw), *rdb = hcopy(db0, OC);
   cpu_matmul_backward(NULL, rdinp, rdw, rdb, g, inp, w, N, C, OC);
-  if (C % 8 != 0) round_act(rdinp, ni);
+  if (fused != 1) round_act(rdinp, ni);
   cpu_gelu_backward(NULL, rdinp, pre, rdinp, ni);
   // The CPU's own matmul_backward_gelu is that sequence (without the rounding).
   float *cdinp = hzero(ni), *cdw = hcopy(dw0, nw), *cdb = hcopy(db0, OC), *plain = hzero(ni);
@@ -978,6 +985,37 @@ static void test_classifier(int N, int V, int Vp) {
 // log V), +inf logits share the probability. The kernel must agree with the CPU reference and
 // give no NaN. In the "leading -inf" row the first min(600, V/2) logits are -inf: for V >= 1200
 // every one of the kernel's 512 threads of a row meets -inf before any finite logit.
+// loss_accumulate: the per-token losses summed in kernels/loss_sum.h's fixed order, bit for bit
+// the CPU's, added to what the accumulator held. The values span 2^-40 .. 2^40 with both signs
+// (and zeros, the ignored positions), so that the double sums round and cancel and another
+// order of the additions changes the bits (real losses, fp32 values of a few units, mostly sum
+// exactly in double, where any order would pass).
+static void test_loss_accumulate(int N) {
+  if (!test_wanted("loss_accumulate")) return;
+  char label[160];
+  float* losses = malloc((size_t)(N > 0 ? N : 1) * sizeof(float));
+  for (int i = 0; i < N; i++) losses[i] = i % 7 == 3 ? 0.0f : ldexpf(rv(2.0f), irand(80) - 40);
+  double cpu = 0.25, start = 0.25;
+  cpu_loss_accumulate(NULL, &cpu, losses, N);
+  float* d = up_f32(losses, N > 0 ? N : 1);
+  double* dacc = dmalloc(sizeof(double));
+  double gpu[2];
+  for (int rep = 0; rep < 2; rep++) {
+    CUDA_T(cudaMemcpy(dacc, &start, sizeof start, cudaMemcpyHostToDevice));
+    loss_accumulate(K, dacc, d, N);
+    gpu_done();
+    CUDA_T(cudaMemcpy(&gpu[rep], dacc, sizeof gpu[rep], cudaMemcpyDeviceToHost));
+  }
+  double inorder = start;  // the plain in-order sum, to show the order matters at this N
+  for (int i = 0; i < N; i++) inorder += losses[i];
+  char d2[160];
+  snprintf(d2, sizeof d2, "gpu %.17g, cpu %.17g (the in-order sum: %.17g)", gpu[0], cpu, inorder);
+  snprintf(label, sizeof label, "loss_accumulate N=%d: bit-identical to the CPU's fixed order, twice", N);
+  check_true(label, !memcmp(&gpu[0], &cpu, sizeof cpu) && !memcmp(&gpu[1], &cpu, sizeof cpu), d2);
+  dfree(d), dfree(dacc);
+  free(losses);
+}
+
 static void test_classifier_inf(int V, int Vp) {
   if (!test_wanted("classifier")) return;
   enum { N = 9 };
@@ -1654,6 +1692,10 @@ int main(int argc, char** argv) {
     test_classifier(3, 117001, 117056);  // beyond the shared memory: the row is read twice
     test_classifier_inf(50257, 50304);
     test_classifier_inf(13, 16);
+    test_loss_accumulate(8192);  // GPT-2's micro-batch of 8 x 1024 tokens
+    test_loss_accumulate(1000);
+    test_loss_accumulate(37);    // fewer losses than lanes
+    test_loss_accumulate(0);
 
     test_position(1, 32, 128);  // T5 encoder
     test_position(0, 32, 128);  // T5 decoder
@@ -1749,6 +1791,10 @@ int main(int argc, char** argv) {
     test_classifier(2, 116301, 116302);
     test_classifier_inf(1999, 2048);
     test_classifier_inf(13, 16);
+    test_loss_accumulate(8192);  // GPT-2's micro-batch of 8 x 1024 tokens
+    test_loss_accumulate(1000);
+    test_loss_accumulate(37);    // fewer losses than lanes
+    test_loss_accumulate(0);
 
     test_position(1, 32, 128);  // T5 encoder
     test_position(0, 32, 128);  // T5 decoder
@@ -1770,13 +1816,17 @@ int main(int argc, char** argv) {
     // query tiles, 128-key tiles (64 above DP = 64) of 64-key softmax steps (32), so T = 150 has
     // a partial query tile, two key tiles, a partial one, and two steps in a tile. Backward:
     // 128-key CTAs over 64-row query tiles (two 32-row sub-tiles above DP = 64), so 140-150 keys
-    // are two CTAs adding to a query tile's dq in order (causal: from the diagonal, so the first
-    // query tiles have one adder; bidirectional and cross-attention: both). Causal and not, the
+    // are two CTAs adding to a query tile's dq in order (causal: the first query tiles have one
+    // adder; bidirectional and cross-attention: both). Causal and not, the
     // position bias at T5's buckets (positions past 128) and at short tables (most positions past
     // max_distance), an odd batch and several heads, Tq != Tk, the fused qkv buffer and separate
     // q and kv, padded head sizes (16, 32, 128), D % 8 != 0 (element-wise loads), D > 128 (the
     // unfused path).
     test_attention("causal, partial tiles", 1, 150, 150, 1, 64, 1, 0, 0, 1, 0.125f);
+    // Three key tiles: a query tile's dq summed by up to three CTAs in turn (each waiting for the
+    // one before), causal and not.
+    test_attention("three key tiles", 2, 300, 300, 1, 16, 1, 0, 0, 1, 0.25f);
+    test_attention("three key tiles, cross-attention", 1, 70, 300, 2, 16, 0, 0, 0, 0, 0.25f);
     test_attention("odd sizes", 1, 37, 37, 3, 24, 1, 0, 0, 1, 1.0f / sqrtf(24.0f));
     test_attention("T5 encoder, T5's buckets", 2, 140, 140, 1, 16, 0, 32, 128, 1, 1.0f);
     test_attention("T5 encoder, odd batch", 3, 70, 70, 2, 32, 0, 8, 12, 1, 1.0f);

@@ -14,7 +14,7 @@
 static Cluster toy_cluster(int world) {
   Cluster c;
   memset(&c, 0, sizeof c);
-  c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy", 100, 4};
+  c.gpu = (GpuSpec){"toy", "toy", 100e12, 1.0, 1.0, 1.0, 1e12, 1.0, 1e12, 100e9, 1.0, 0.0, "toy", 100, 4};
   c.net = (NetSpec){"toy", 4, 40e9, 1.0, 10e-6, 1e-6, 2, 0.0};
   c.host = (HostSpec){0.0, 0.0, 1e12, 1e12};
   c.world = world;

@@ -83,19 +83,18 @@ static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c);
 
 // ---- global-memory atomics and fences -------------------------------------------------------
 // Blocks run one at a time and the threads of a block are fibers of one host thread that
-// switch only at barriers and warp collectives, so a read-modify-write here is atomic as it
-// stands; it is still an instrumented access of the kernel file (memcheck sees it). A fence
-// orders nothing more than program order already does. __ldcg (a load through L2, past L1:
-// what a block reads of another block's stores after a fence) is a plain load.
+// switch only at barriers and warp collectives, so a read-modify-write is atomic as it stands
+// (exec.cpp: checked as an access of the kernel, and an acquire and a release of its word for
+// the blocks' happens-before, order.h). A fence orders nothing more than program order already
+// does. __ldcg (a load through L2, past L1: what a block reads of another block's stores after
+// a fence) is a plain load.
+extern "C" unsigned int cudasim_atomic_add_u32(unsigned int* p, unsigned int v, const void* pc);
+extern "C" unsigned long long cudasim_atomic_add_u64(unsigned long long* p, unsigned long long v, const void* pc);
 static inline unsigned int atomicAdd(unsigned int* p, unsigned int v) {
-  unsigned int old = *p;
-  *p = old + v;
-  return old;
+  return cudasim_atomic_add_u32(p, v, __builtin_return_address(0));
 }
 static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
-  unsigned long long old = *p;
-  *p = old + v;
-  return old;
+  return cudasim_atomic_add_u64(p, v, __builtin_return_address(0));
 }
 // One memory, and one block at a time: every write is visible to every later access already;
 // only the compiler must not move accesses across the fence.

@@ -129,6 +129,10 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
+// The simulator's own (no CUDA function): the start (begin = 1) and end of optimizer step `step`,
+// for its per-step counts (stats.cpp); kernels/cuda/device.c calls it where CUDASIM is defined.
+void cudasim_step(int step, int begin);
+
 #ifdef __cplusplus
 }
 #endif

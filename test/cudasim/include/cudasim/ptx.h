@@ -1,10 +1,11 @@
-// cudasim/ptx.h: the simulator's branch of kernels/cuda/ptx.cuh: the same functions, emulated
-// by test/cudasim/ptx.cpp from the PTX ISA sections ptx.cuh cites.
+// cudasim/ptx.h: the simulator's kernels/cuda/ptx.cuh (cu2cpp.sh includes it in ptx.cuh's
+// place): the same functions, emulated by test/cudasim/ptx.cpp from the PTX ISA sections ptx.cuh
+// cites.
 #pragma once
 #include <stdint.h>
 
 extern "C" {
-void cudasim_cp_async16(void* dst_shared, const void* src_global, const char* file, int line);
+void cudasim_cp_async(void* dst_shared, const void* src_global, int bytes, const char* file, int line);
 void cudasim_cp_async_commit(void);
 void cudasim_cp_async_wait(int n);
 void cudasim_ldmatrix_x4(uint32_t r[4], const void* row_address, int trans, const char* file, int line);
@@ -12,13 +13,18 @@ void cudasim_ldmatrix_x4(uint32_t r[4], const void* row_address, int trans, cons
 void cudasim_mma_m16n8k16(int f16, float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1, const char* file,
                           int line);
 float cudasim_ex2_approx_ftz(float x);
+int cudasim_flag_load_acquire(const int* flag, const char* file, int line);
 void cudasim_flag_wait_eq(const int* flag, int value, const char* file, int line);
 void cudasim_flag_release_add(int* flag, int v, const char* file, int line);
 }
 
 static inline void cp_async16(void* dst, const void* src, const char* file = __builtin_FILE(),
                               int line = __builtin_LINE()) {
-  cudasim_cp_async16(dst, src, file, line);
+  cudasim_cp_async(dst, src, 16, file, line);
+}
+static inline void cp_async4(void* dst, const void* src, const char* file = __builtin_FILE(),
+                             int line = __builtin_LINE()) {
+  cudasim_cp_async(dst, src, 4, file, line);
 }
 static inline void cp_async_commit() { cudasim_cp_async_commit(); }
 template <int N>
@@ -44,7 +50,11 @@ static inline void mma_act16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
 }
 static inline float ex2(float x) { return cudasim_ex2_approx_ftz(x); }
 // Blocks run one after another here, so a flag never changes while a block waits on it: the
-// wait checks it once, and a value not yet reached is a deadlock (ptx.cpp).
+// wait checks it once, and a value not yet reached is a deadlock (ptx.cpp). Both acquire the
+// releases that wrote the value (order.h: the blocks' happens-before).
+static inline int flag_load_acquire(const int* flag, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return cudasim_flag_load_acquire(flag, file, line);
+}
 static inline void flag_wait_eq(const int* flag, int value, const char* file = __builtin_FILE(),
                                 int line = __builtin_LINE()) {
   cudasim_flag_wait_eq(flag, value, file, line);
