@@ -575,6 +575,80 @@ static void test_geglu(int N, int F) {
   free(x), free(dout), free(ref);
 }
 
+// SwiGLU (Llama): the same checks as GEGLU's, gates over [-6, 6] (SiLU's curved region).
+static void test_swiglu(int N, int F) {
+  if (!test_wanted("swiglu")) return;
+  char label[160];
+  size_t nx = (size_t)N * 2 * F, no = (size_t)N * F;
+  float* x = hrand(nx, 6.0f, 0.0f);
+  float* dout = hrand(no, 1.0f, 0.0f);
+  act_t* dxin = up_act(x, nx);
+  act_t* ddout = up_act(dout, no);
+  act_t* dout_buf = dmalloc(no * 2);
+  act_t* ddx = dmalloc(nx * 2);
+  float* ref = hzero(nx);
+  Result r[2];
+  cpu_swiglu_forward(NULL, ref, x, N, F);
+  for (int rep = 0; rep < 2; rep++) {
+    poison(dout_buf, no * 2);
+    swiglu_forward(K, dout_buf, dxin, N, F);
+    r[rep] = get_act(dout_buf, no);
+  }
+  snprintf(label, sizeof label, "swiglu_forward N=%d F=%d", N, F);
+  check_close_act(label, r[0].f, ref, no, A_ELEM);
+  check_same(label, &r[0], &r[1]);
+  free_result(&r[0]), free_result(&r[1]);
+  cpu_swiglu_backward(NULL, ref, x, dout, N, F);
+  for (int rep = 0; rep < 2; rep++) {
+    poison(ddx, nx * 2);
+    swiglu_backward(K, ddx, dxin, ddout, N, F);
+    r[rep] = get_act(ddx, nx);
+  }
+  snprintf(label, sizeof label, "swiglu_backward N=%d F=%d", N, F);
+  check_close_act(label, r[0].f, ref, nx, A_ELEM);
+  check_same(label, &r[0], &r[1]);
+  free_result(&r[0]), free_result(&r[1]);
+  dfree(dxin), dfree(ddout), dfree(dout_buf), dfree(ddx);
+  free(x), free(dout), free(ref);
+}
+
+// Rotary embeddings, in place on rows of `stride` columns whose first `heads` heads of D turn:
+// forward and backward against the CPU on the same 16-bit inputs, deterministic, and the
+// columns past the heads (a fused row's v) left with their bits.
+static void test_rope(int N, int T, int heads, int D, int stride, RopeConfig rc) {
+  if (!test_wanted("rope")) return;
+  char label[160];
+  size_t n = (size_t)N * stride;
+  float* x = hrand(n, 2.0f, 0.0f);
+  act_t* dx = up_act(x, n);  // x is rounded to 16 bits in place
+  float* ref = hzero(n);
+  Result r[2];
+  for (int dir = 0; dir < 2; dir++) {
+    memcpy(ref, x, n * sizeof(float));
+    if (dir == 0) cpu_rope_forward(NULL, ref, rc, N, T, heads, D, stride);
+    else cpu_rope_backward(NULL, ref, rc, N, T, heads, D, stride);
+    for (int rep = 0; rep < 2; rep++) {
+      act_t* d = up_act(x, n);
+      if (dir == 0) rope_forward(K, d, rc, N, T, heads, D, stride);
+      else rope_backward(K, d, rc, N, T, heads, D, stride);
+      r[rep] = get_act(d, n);
+      dfree(d);
+    }
+    snprintf(label, sizeof label, "rope_%s N=%d T=%d heads=%d D=%d stride=%d%s", dir ? "backward" : "forward", N, T,
+             heads, D, stride, rc.factor > 0 ? " (Llama 3.1 scaling)" : "");
+    check_close_act(label, r[0].f, ref, n, A_ELEM);
+    check_same(label, &r[0], &r[1]);
+    int kept = 1;
+    for (int row = 0; row < N; row++)
+      for (int c = heads * D; c < stride; c++) kept &= r[0].f[(size_t)row * stride + c] == x[(size_t)row * stride + c];
+    snprintf(label, sizeof label, "rope_%s leaves the columns past the heads", dir ? "backward" : "forward");
+    check_true(label, kept, "a column past the turned heads changed");
+    free_result(&r[0]), free_result(&r[1]);
+  }
+  dfree(dx);
+  free(x), free(ref);
+}
+
 // ---- normalization --------------------------------------------------------------------
 
 static void test_layernorm(int N, int C, int rms) {
@@ -1661,6 +1735,12 @@ int main(int argc, char** argv) {
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 13);
     test_geglu(1024, 2048);
     test_geglu(7, 13);
+    test_swiglu(4096, 14336 / 8);
+    test_swiglu(7, 13);
+    const RopeConfig llama31 = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                .original_context = 8192};
+    test_rope(2 * 8192, 8192, 32 + 8, 128, 48 * 128, llama31);  // Llama 3.1 8B's q and k at T = 8192
+    test_rope(13, 5, 3, 6, 23, llama31);
 
     for (int rms = 0; rms < 2; rms++) {
       test_layernorm(4096, 768, rms);
@@ -1736,6 +1816,16 @@ int main(int argc, char** argv) {
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 13);
     test_geglu(64, 384);
     test_geglu(7, 13);
+    test_swiglu(64, 384);
+    test_swiglu(7, 13);
+    // q and k heads of a fused Llama row: head sizes 64 and 128, T not dividing N, the 3.1
+    // scaling (positions up to 300, past where its slowed pairs differ), and odd shapes.
+    const RopeConfig llama31 = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                .original_context = 8192};
+    const RopeConfig plain = {.theta = 10000.0f};
+    test_rope(600, 300, 6, 64, 8 * 64, llama31);
+    test_rope(40, 17, 3, 128, 4 * 128, llama31);
+    test_rope(13, 5, 3, 6, 23, plain);
 
     // Rows not a multiple of the 8 warps of a block, C not a multiple of 32 (lanes with fewer
     // channels), C > 1024, and N > 32 rows: more than one chunk of the column sums (reduce.cu);
