@@ -33,7 +33,7 @@ part trust "faults and bad input: checkpoints, shards, output paths, hangs, non-
 part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts) on the sanitizer builds" \
   "$CPU build/asan/train_gpt_cpu build/asan/generate_cpu build/asan/export_weights_cpu" python3 test/fuzz_inputs.py --cases 100
 part sim-fp16 "the fp16 CUDA trainer and its loss scaler on the simulator" "$CPU $SIM $SIM16" bash test/cudasim/test_fp16.sh
-part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT and T5" \
+part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT, T5 and Llama" \
   "$CPU build/test/test_fsdp" bash test/test_multirank.sh
 part sim-faults "every simulator checker proven by a planted fault in a kernel" "$SIM" bash test/cudasim/test_faults.sh build/sim
 part bench-scripts "the benchmark scripts and their reports" "$CPU predict_gpt" bash test/test_bench_scripts.sh
