@@ -33,7 +33,12 @@ else
   CC_CPU := $(MPICC)
   MPI_FLAGS :=
 endif
-CFLAGS_CPU ?= -O3 -march=native -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE $(MPI_FLAGS)
+# CPU_ARCH: the instruction set of the CPU build. kernels/cpu/vec.h takes its vector registers
+# from it: AVX-512, AVX2 + FMA, or plain C (-DVEC_PLAIN forces that one); all three give the
+# same bits. The default is the building machine's own; CPU_ARCH='-march=native -mno-avx512f'
+# builds here what an AVX2 machine would, CPU_ARCH=-march=x86-64-v3 a binary for any AVX2 one.
+CPU_ARCH ?= -march=native
+CFLAGS_CPU ?= -O3 $(CPU_ARCH) -std=c11 -Wall -Wextra -Wno-unused-parameter -fopenmp -I. -D_GNU_SOURCE $(MPI_FLAGS)
 LDLIBS_CPU := -lm -fopenmp
 
 BUILD := build
@@ -43,6 +48,9 @@ BUILD := build
 # linked in.
 MPI_STAMP := $(BUILD)/mpi
 $(shell mkdir -p $(BUILD) && { [ -f $(MPI_STAMP) ] && [ "$$(cat $(MPI_STAMP))" = "$(MPICC)" ] || echo "$(MPICC)" > $(MPI_STAMP); })
+# The same for CPU_ARCH: objects of another instruction set are recompiled, not linked in.
+ARCH_STAMP := $(BUILD)/cpu-arch
+$(shell { [ -f $(ARCH_STAMP) ] && [ "$$(cat $(ARCH_STAMP))" = "$(CPU_ARCH)" ] || echo "$(CPU_ARCH)" > $(ARCH_STAMP); })
 # Every binary is the same core (the FSDP algorithm, the models, the loop around them and what
 # they stand on) plus one backend folder of kernels/, which holds all three parts of a backend:
 # its compute kernels, its device (memory, streams, events) and its communication.
@@ -56,12 +64,14 @@ CPU_LIB_OBJS := $(patsubst %.c,$(BUILD)/cpu/%.o,$(CPU_LIB_SRCS))
 HEADERS := $(wildcard kernels/*.h kernels/*/*.h fsdp/*.h infra/*.h layers/*.h data/*.h train/*.h test/*.h weights/*.h \
   predict/*.h)
 
-$(BUILD)/cpu/%.o: %.c $(HEADERS) $(MPI_STAMP)
+$(BUILD)/cpu/%.o: %.c $(HEADERS) $(MPI_STAMP) $(ARCH_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC_CPU) $(CFLAGS_CPU) -c $< -o $@
 # The CPU kernels call sqrtf, expf and logf only where the value cannot fail; with no errno to
-# set, GCC vectorizes their loops (sqrtf in AdamW). No result changes.
-CPU_KERNEL_FLAGS := -fno-math-errno
+# set, GCC vectorizes their loops (sqrtf in AdamW). Nor do they read floating-point exception
+# flags: with no traps to preserve, GCC may compute both sides of a clamp and select, which is
+# what vectorizes GELU without AVX-512's masked instructions. No result changes.
+CPU_KERNEL_FLAGS := -fno-math-errno -fno-trapping-math
 $(BUILD)/cpu/kernels/cpu/%.o: CFLAGS_CPU += $(CPU_KERNEL_FLAGS)
 
 train_gpt_cpu: $(BUILD)/cpu/train_gpt.o $(CPU_LIB_OBJS)

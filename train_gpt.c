@@ -250,11 +250,14 @@ int main(int argc, char** argv) {
     CommStats before = fs.stats;
     train_step(&fs, &model, &data, &shape, step, learning_rate(&schedule, step), &o, &io);
     comm_ms[step] = (fs.stats.comm_seconds - before.comm_seconds) * 1e3;  // the host's own time in collectives (CPU)
-    if (step == start_step)  // the schedule's collectives, the same every step
-      log0("collectives per step: %lld all-gathers (%lld of them over node groups), %lld reduce-scatters\n",
+    if (step == start_step) {  // the schedule's collectives, the same every step
+      log0("collectives per step: %lld all-gathers (%lld of them over node groups), %lld reduce-scatters",
            (long long)(fs.stats.all_gathers - before.all_gathers),
            (long long)(fs.stats.node_all_gathers - before.node_all_gathers),
            (long long)(fs.stats.reduce_scatters - before.reduce_scatters));
+      if (o.fsdp.sim_world > 1) log0(", %.3f ms of simulated link", (fs.stats.sim_link_seconds - before.sim_link_seconds) * 1e3);
+      log0("\n");
+    }
     int64_t signals = pending >= 0 ? report_step(&rep, pending) : 0;
     if (rep.failed) break;
     pending = step;

@@ -224,6 +224,7 @@ typedef struct {
   int64_t node_all_gathers; // of the all-gathers, those from secondary shards in a node group
   double comm_seconds;      // host time spent in collectives (all of it exposed on CPU; on a
                             // GPU device_step_waited_seconds() adds the compute stalls)
+  double sim_link_seconds;  // --sim-world: the modelled link time the collectives were held for
 } CommStats;
 
 typedef struct {

@@ -49,9 +49,11 @@ typedef struct {
 static CollectiveSpan collective_begin(FSDP* fs, TraceTrack track, double ring_bytes) {
   CollectiveSpan c = {now_seconds(), trace_mark(fs->trace, track), track};
   int W = fs->opt.sim_world;
-  if (W > 1 && ring_bytes > 0)
-    device_delay(track == TRACK_ALL_GATHER ? STREAM_ALL_GATHER : STREAM_REDUCE_SCATTER,
-                 (double)(W - 1) / W * ring_bytes / (fs->opt.sim_gbps * 1e9));
+  if (W > 1 && ring_bytes > 0) {
+    double seconds = (double)(W - 1) / W * ring_bytes / (fs->opt.sim_gbps * 1e9);
+    device_delay(track == TRACK_ALL_GATHER ? STREAM_ALL_GATHER : STREAM_REDUCE_SCATTER, seconds);
+    fs->stats.sim_link_seconds += seconds;
+  }
   return c;
 }
 

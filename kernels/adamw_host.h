@@ -20,7 +20,7 @@
 static inline void adamw_host_loop(float* p, float* copy, const float* g, float* m, float* v, size_t n, AdamWArgs a) {
   float bc1 = adamw_bias_correction(a.beta1, a.step), bc2 = adamw_bias_correction(a.beta2, a.step);
   float omb1 = 1.0f - a.beta1, omb2 = 1.0f - a.beta2;
-#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(2 * n))
   for (size_t i = 0; i < n; i++) {
     float gi = g[i] * a.grad_scale;
     float mi = a.beta1 * m[i] + omb1 * gi;

@@ -9,7 +9,8 @@
 #                         [--steps S] [--warmup W] [--no-cudnn] [--out DIR] [--dry-run | --build-only]
 #                         [--prebuilt-llmc DIR]
 #   scripts/bench_llmc.sh --cpu [--model M] [--batch B] [--seq T] [--threads N] [--rounds R]
-#                         [--steps S] [--warmup W] [--torch-blas DIR] [--no-torch] [--out DIR]
+#                         [--steps S] [--warmup W] [--torch-blas DIR] [--no-torch] [--vectors V]
+#                         [--out DIR]
 #
 # llm.c comes from a checkout the user names: LLMC_DIR (docs/performance.md, "Against llm.c", says how to get
 # the commit these scripts were written against). Its Makefile, train_gpt2.c, train_gpt2.cu and
@@ -39,6 +40,12 @@
 #   --torch-blas DIR puts DIR first on LD_LIBRARY_PATH for the PyTorch runs (an optimized
 #   libblas.so.3, e.g. Debian's libopenblas0-pthread unpacked with apt-get download + dpkg -x;
 #   Debian's torch otherwise gets the unoptimized reference BLAS), with OPENBLAS_NUM_THREADS=N.
+#   --vectors avx2 measures, on a machine with AVX-512, what a machine with AVX2 + FMA only
+#   would run: fsdp.c is build/vec/avx2/train_gpt_cpu (mk/tests.mk: -march=native
+#   -mno-avx512f), llm.c is built with the same flags (its CFLAGS_COND, in build/llmc/cpu-avx2),
+#   and PyTorch runs with ATEN_CPU_CAPABILITY=avx2 and OpenBLAS's AVX2 kernels
+#   (OPENBLAS_CORETYPE=Zen on AMD, Haswell otherwise). --vectors native (the default) lets each
+#   side use all the machine has. meta.txt records each side's vectors either way.
 #
 # Data: BENCH_DATA (one llm.c token shard, the same file for every side), else
 # build/bench-data/zipf-V<vocab>.bin (scripts/zipf_tokens.py: 2M Zipf-distributed ids).
@@ -62,7 +69,7 @@ cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 
 MODE=gpu MODELS="" BATCHES="" SEQ="" THREADS=2 ROUNDS="" STEPS="" WARMUP="" OUT="" TORCH_BLAS=""
-USE_TORCH=1 USE_CUDNN=1 DRY=0 BUILD_ONLY=0 PREBUILT=""
+USE_TORCH=1 USE_CUDNN=1 DRY=0 BUILD_ONLY=0 PREBUILT="" VECTORS=native
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 need_int() {  # need_int OPTION VALUE MIN
   if ! [[ ${2:-} =~ ^[0-9]+$ ]] || [ "$2" -lt "$3" ]; then
@@ -88,6 +95,9 @@ while [ $# -gt 0 ]; do
       [ -f "${2:-}/libblas.so.3" ] || { echo "error: --torch-blas needs a directory holding libblas.so.3 (got '${2:-}')" >&2; exit 2; }
       TORCH_BLAS=$(cd "$2" && pwd); shift ;;
     --no-torch) USE_TORCH=0 ;;
+    --vectors)
+      case ${2:-} in native | avx2) VECTORS=$2 ;; *) echo "error: --vectors takes native or avx2 (got '${2:-}')" >&2; exit 2 ;; esac
+      shift ;;
     --no-cudnn) USE_CUDNN=0 ;;
     --out) need_value "$1" "${2:-}"; OUT=$2; shift ;;
     --dry-run) DRY=1 ;;
@@ -109,6 +119,17 @@ else
   MODELS=${MODELS:-gpt2-124m} BATCHES=${BATCHES:-4} SEQ=${SEQ:-64}
   ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-3} WARMUP=${WARMUP:-1} RUN_TIMEOUT=${BENCH_TIMEOUT:-600}
   SIDES="fsdp.c llm.c pytorch" BIN=./train_gpt_cpu
+fi
+# --vectors avx2: every side without AVX-512 (the usage above)
+LLMC_VARIANT=cpu LLMC_ARCH=() TORCH_VEC_ENV=()
+if [ $VECTORS = avx2 ]; then
+  [ $MODE = cpu ] || { echo "error: --vectors is a --cpu option" >&2; exit 2; }
+  if ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo; then
+    echo "error: --vectors avx2: this CPU has no AVX2 + FMA to measure" >&2
+    exit 2
+  fi
+  BIN=build/vec/avx2/train_gpt_cpu LLMC_VARIANT=cpu-avx2 LLMC_ARCH=("CFLAGS_COND=-march=native -mno-avx512f")
+  TORCH_VEC_ENV=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=$(grep -qm1 AuthenticAMD /proc/cpuinfo && echo Zen || echo Haswell))
 fi
 # llm.c's model descriptors (train_gpt2.cu gpt_build_from_descriptor) for the GPT-2 presets
 llmc_descriptor() {
@@ -228,14 +249,15 @@ llmc_make() {
 }
 
 build_llmc_cpu() {
-  llmc_sync cpu cpu && llmc_make cpu train_gpt2 || return 1
+  local v=$LLMC_VARIANT
+  llmc_sync "$v" cpu && llmc_make "$v" train_gpt2 "${LLMC_ARCH[@]+"${LLMC_ARCH[@]}"}" || return 1
   # llm.c's Makefile quietly builds without OpenMP when the compiler lacks it: one thread
   # against N would not be a comparison
-  if ! grep -q -- '-fopenmp' build/llmc/cpu/build.log; then
+  if ! grep -q -- '-fopenmp' "build/llmc/$v/build.log"; then
     echo "error: llm.c's Makefile built train_gpt2 without OpenMP (its compiler, ${CC:-cc}, has no -fopenmp): set CC" >&2
     return 1
   fi
-  LLMC_BIN=$ROOT/build/llmc/cpu/train_gpt2
+  LLMC_BIN=$ROOT/build/llmc/$v/train_gpt2
 }
 
 build_llmc_cuda() {
@@ -305,7 +327,7 @@ fi
 [ $MODE = gpu ] && [ $DRY = 1 ] && [ $USE_CUDNN = 0 ] && CUDNN_SKIP="--no-cudnn"
 
 # ---- fsdp.c, data, PyTorch ------------------------------------------------------------------
-if [ $DRY = 0 ] && [ ! -x "$BIN" ]; then
+if [ $DRY = 0 ] && { [ ! -x "$BIN" ] || [ $VECTORS = avx2 ]; }; then
   say "building $BIN"
   make "${BIN#./}" >&2 || { echo "error: make ${BIN#./} failed" >&2; exit 1; }
 fi
@@ -386,7 +408,7 @@ run_side() {
         cwd=$OUT/llmc-run
       else
         fmt=llmc-cpu done_pat='^step [0-9]+: train loss'
-        cmd=("${LLMC_BIN:-$ROOT/build/llmc/cpu/train_gpt2}")
+        cmd=("${LLMC_BIN:-$ROOT/build/llmc/$LLMC_VARIANT/train_gpt2}")
         env=(OMP_NUM_THREADS="$THREADS" LLMC_BENCH_B="$b" LLMC_BENCH_T="$SEQ" LLMC_BENCH_STEPS=$((WARMUP + STEPS)))
         cwd=$OUT/llmc-run/$slug
       fi
@@ -395,7 +417,7 @@ run_side() {
       fmt=jsonl done_pat='"step"'
       cmd=("$TORCH_PY" scripts/bench_torch.py --model "$model" --data "$DATA_ABS" --batch "$b" --seq "$SEQ"
            --steps "$STEPS" --warmup "$WARMUP" --device cpu --dtype fp32 --log "$OUT/$jsonl")
-      env=(OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS")
+      env=(OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" "${TORCH_VEC_ENV[@]+"${TORCH_VEC_ENV[@]}"}")
       [ -n "$TORCH_BLAS" ] && env+=(LD_LIBRARY_PATH="$TORCH_BLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}") ;;
   esac
   local row=("$side" "$model" "$b" "$SEQ" "$r" "$fmt" "$jsonl")
@@ -495,16 +517,31 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
   else
     echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
     echo "threads: $THREADS"
+    echo "vectors: $VECTORS"
+    # each side's vectors: fsdp.c's device line, llm.c's compiler flags, PyTorch's below
+    echo "fsdp_vectors: $(grep -ho 'cpu ([a-z0-9]* vectors)' "$OUT"/logs/fsdp.c-*.txt 2>/dev/null | head -1 | sed 's/cpu (\(.*\) vectors)/\1/')"
+    echo "llmc_arch: $([ ${#LLMC_ARCH[@]} -gt 0 ] && echo "${LLMC_ARCH[0]#CFLAGS_COND=}" || echo "-march=native")"
     echo "load_before: $LOAD_BEFORE"
     echo "load_after: $LOAD_AFTER"
     if [ -n "$TORCH_PY" ] && [ $DRY = 0 ]; then
       # torch's version, the threads its intra-op pool uses and the BLAS it loads (after one
       # matmul, from the process's mappings), in the PyTorch runs' environment
-      env OMP_NUM_THREADS="$THREADS" ${TORCH_BLAS:+LD_LIBRARY_PATH=$TORCH_BLAS} "$TORCH_PY" -c '
-import torch
+      env OMP_NUM_THREADS="$THREADS" ${TORCH_BLAS:+LD_LIBRARY_PATH=$TORCH_BLAS} "${TORCH_VEC_ENV[@]+"${TORCH_VEC_ENV[@]}"}" "$TORCH_PY" -c '
+import ctypes, torch
 torch.ones(8, 8) @ torch.ones(8, 8)
 libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "blas" in l.split()[-1].rsplit("/", 1)[-1]})
-print("torch: %s\ntorch_threads: %d\ntorch_blas: %s" % (torch.__version__, torch.get_num_threads(), ", ".join(libs) or "unknown"))' 2>/dev/null
+print("torch: %s\ntorch_threads: %d\ntorch_blas: %s" % (torch.__version__, torch.get_num_threads(), ", ".join(libs) or "unknown"))
+cap = [l.split(":", 1)[1].strip() for l in torch.__config__.show().splitlines() if "CPU capability usage" in l]
+core = []
+for lib in libs:  # OpenBLAS names the kernels it picked for this CPU
+    try:
+        f = ctypes.CDLL(lib).openblas_get_corename
+        f.restype = ctypes.c_char_p
+        core = [f().decode()]
+        break
+    except (OSError, AttributeError):
+        pass
+print("torch_vectors: ATen %s%s" % ((cap or ["?"])[0], ", OpenBLAS %s kernels" % core[0] if core else ""))' 2>/dev/null
     fi
   fi
 } > "$OUT/meta.txt"

@@ -183,6 +183,18 @@ def read_meta(d):
     return meta
 
 
+def cpu_vectors(meta):
+    """The vectors each side of a scripts/bench_llmc.sh --cpu run computed with (meta.txt), as a
+    phrase; empty for a run from before they were recorded."""
+    if not meta.get("vectors"):
+        return ""
+    sides = "fsdp.c %s, llm.c %s, PyTorch %s" % (meta.get("fsdp_vectors") or "?", meta.get("llmc_arch") or "?",
+                                                 meta.get("torch_vectors") or "?")
+    if meta["vectors"] == "avx2":
+        return "AVX2 + FMA vectors only, AVX-512 turned off on every side (%s)" % sides
+    return "each side's own vectors (%s)" % sides
+
+
 def read_log(path):
     steps = []
     try:

@@ -31,7 +31,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_report import read_meta  # noqa: E402
+from bench_report import cpu_vectors, read_meta  # noqa: E402
 
 START, END = "<!-- results -->\n", "<!-- end of results -->"
 HISTORY = "docs/results-history.md"
@@ -228,8 +228,10 @@ def cpu_section(d):
     head = res.get("headline")
     lead = ("**CPU: fsdp.c %.2fx llm.c's tokens/s** for %s at B=%d, T=%d, fp32. " % (
         head["ratio"], head["model"], head["batch"], head["seq"]) if head else "**CPU.** ")
-    L = [lead + "%s, %s threads, load average %s before and %s after (a shared machine: read the spread), %s, fsdp.c "
-         "commit %s, llm.c commit %s, %s:" % (m.get("cpu", "?"), m.get("threads", "?"), m.get("load_before", "?"),
+    vec = cpu_vectors(m)
+    L = [lead + "%s, %s%s threads, load average %s before and %s after (a shared machine: read the spread), %s, fsdp.c "
+         "commit %s, llm.c commit %s, %s:" % (m.get("cpu", "?"), vec + ", " if vec else "", m.get("threads", "?"),
+                                             m.get("load_before", "?"),
                                              m.get("load_after", "?"), m.get("date", "?"), m.get("commit", "?"),
                                              (m.get("llmc_commit") or "-")[:12],
                                              "PyTorch's BLAS %s" % ", ".join(
@@ -248,9 +250,10 @@ def cpu_section(d):
                 ms(s["max_ms"]), 100 * s["spread"], s["tokens_per_s"], "%.2fx" % s["fsdp_over_this"]))
     blas = m.get("torch_blas", "")
     L.append("")
-    L.append("Command: `LLMC_DIR=... scripts/bench_llmc.sh --cpu --threads %s --rounds %s --steps %s --warmup %s%s` "
+    L.append("Command: `LLMC_DIR=... scripts/bench_llmc.sh --cpu --threads %s --rounds %s --steps %s --warmup %s%s%s` "
              "(%s)." % (m.get("threads", "?"), m.get("rounds", "?"), m.get("steps", "?"), m.get("warmup", "?"),
                         " --torch-blas DIR" if blas and "/blas/" not in blas else "",
+                        " --vectors avx2" if m.get("vectors") == "avx2" else "",
                         "DIR: an optimized libblas.so.3, see docs/performance.md" if "openblas" in blas else
                         "PyTorch with the reference BLAS: not a fair baseline"))
     for ck in res.get("loss_checks", []):

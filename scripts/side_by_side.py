@@ -32,7 +32,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_report import datasheet_peak_flops, model_flops, parse_model, read_meta  # noqa: E402
+from bench_report import cpu_vectors, datasheet_peak_flops, model_flops, parse_model, read_meta  # noqa: E402
 
 # Step 1: the same fp32 weights and tokens through two fp32 forwards that sum in different
 # orders (llm.c's matmul loops against fsdp.c's register tiles): the logits differ by a few
@@ -196,9 +196,10 @@ def render(res):
                      meta.get("rounds"), meta.get("steps"), meta.get("warmup"), meta.get("commit"),
                      meta.get("llmc_commit", "-")[:12], meta.get("date")))
     else:
-        L.append("fsdp.c, llm.c and PyTorch on the CPU (%s), fp32, %s threads, %s rounds of %s timed steps after "
+        vec = cpu_vectors(meta)
+        L.append("fsdp.c, llm.c and PyTorch on the CPU (%s%s), fp32, %s threads, %s rounds of %s timed steps after "
                  "%s untimed, runs interleaved; fsdp.c %s, llm.c %s; %s." % (
-                     meta.get("cpu", "?"), meta.get("threads"), meta.get("rounds"), meta.get("steps"),
+                     meta.get("cpu", "?"), "; " + vec if vec else "", meta.get("threads"), meta.get("rounds"), meta.get("steps"),
                      meta.get("warmup"), meta.get("commit"), meta.get("llmc_commit", "-")[:12], meta.get("date")))
     L.append("")
     L.append("| model | B x T | trainer | timed steps | median ms | min | max | spread | tokens/s | TFLOPS | MFU | fsdp.c / this |")

@@ -40,6 +40,9 @@ part bench-scripts "the benchmark scripts and their reports" "$CPU predict_gpt" 
 part sim-kernels-fp16 "the same for the fp16 build, and the fp16 bounds failing the bf16 kernels" \
   "$SIM $SIM16" bash test/cudasim/test_kernels.sh build/sim-fp16
 part e2e "make run learns addition" "$CPU" bash test/test_e2e.sh
+part vec-widths "the CPU trainer built for AVX-512, AVX2 and plain C: the same bits" \
+  "build/vec/avx512/train_gpt_cpu build/vec/avx2/train_gpt_cpu build/vec/plain/train_gpt_cpu data/addition/train_000.bin" \
+  bash test/test_vec_widths.sh
 part sim-kernels "every CUDA kernel against the CPU reference on the simulator (bf16, shuffled threads, both matmul paths)" \
   "$SIM" bash test/cudasim/test_kernels.sh build/sim
 part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM" python3 test/test_plan.py

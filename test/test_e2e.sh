@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end: `make run` (a small GPT on the built-in addition data) learns addition; and its
-# run on 4 ranks is the same computation as on one.
+# End-to-end: `make run` (a small GPT on the built-in addition data) learns addition, and the
+# part prints how long its training took; and its run on 4 ranks is the same computation as on one.
 #
 # Threshold. Each 10-token problem "ab+cd=sss\n" has four random operand digits that no model
 # can predict: the loss floor is 4 ln(10) / 10 = 0.921 nats per token. A model that has learned
@@ -34,7 +34,14 @@ check() {  # check NAME LOGFILE
 }
 
 if want "1 rank"; then
+  load=$(cut -d' ' -f1-3 /proc/loadavg 2> /dev/null)
+  start=$(date +%s.%N)
   ./train_gpt_cpu $ARGS --log "$TMP/one.json" > "$TMP/one.out" 2>&1 || bad "1-rank run failed: $(tail -2 "$TMP/one.out")"
+  # make run's training time, a figure (the machine may be shared; the suite runs parts side by
+  # side): wall seconds, threads, the vector target and the load average before and after.
+  echo "note: make run's training took $(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s wall" \
+    "with OMP_NUM_THREADS=$OMP_NUM_THREADS, $(grep -o 'cpu ([a-z0-9]* vectors)' "$TMP/one.out" | head -1);" \
+    "load average $load before, $(cut -d' ' -f1-3 /proc/loadavg 2> /dev/null) after (the build is not included)"
   check "1 rank (make run)" "$TMP/one.json"
 fi
 if want "4 ranks"; then

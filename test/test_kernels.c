@@ -323,6 +323,41 @@ static void test_matmul(int N, int C, int OC, int use_bias) {
   for (int o = 0; o < OC; o++) ok &= db2[o] == (use_bias ? db0[o] + db[o] : db0[o]);
   snprintf(label, sizeof label, "matmul_backward accumulates, dinp NULL (%s)", tag);
   EXPECT(label, ok, "prefilled result != prefill + gradient");
+
+  // The summation orders matmul.c states, one output at a time, bit for bit: the forward's 16
+  // lanes (lane l takes c = l, l + 16, ... by fmaf), their fixed tree, then the bias; the
+  // gradients' chains of fmaf over k from 0 in increasing k, added to what dweight held.
+  float* out = falloc((size_t)N * OC);
+  matmul_forward(NULL, out, m.inp, m.w, m.bias, N, C, OC);
+  float* dw3 = falloc((size_t)OC * C);
+  memcpy(dw3, dw0, (size_t)OC * C * 4);
+  matmul_backward(NULL, dinp, dw3, NULL, m.R, m.inp, m.w, N, C, OC);
+  size_t bad_f = 0, bad_i = 0, bad_w = 0;
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      float lane[16] = {0};
+      for (int c = 0; c < C; c++) lane[c % 16] = fmaf(m.inp[n * C + c], m.w[o * C + c], lane[c % 16]);
+      for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; l++) lane[l] += lane[l + h];
+      float want = m.bias ? lane[0] + m.bias[o] : lane[0];
+      bad_f += memcmp(&want, &out[n * OC + o], 4) != 0;
+    }
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      float s = 0.0f;
+      for (int o = 0; o < OC; o++) s = fmaf(m.R[n * OC + o], m.w[o * C + c], s);
+      bad_i += memcmp(&s, &dinp[n * C + c], 4) != 0;
+    }
+  for (int o = 0; o < OC; o++)
+    for (int c = 0; c < C; c++) {
+      float s = 0.0f;
+      for (int n = 0; n < N; n++) s = fmaf(m.R[n * OC + o], m.inp[n * C + c], s);
+      float want = dw0[o * C + c] + s;
+      bad_w += memcmp(&want, &dw3[o * C + c], 4) != 0;
+    }
+  snprintf(label, sizeof label, "matmul orders, bit for bit: forward lanes, dinp and dweight chains (%s)", tag);
+  EXPECT(label, bad_f + bad_i + bad_w == 0, "%zu forward, %zu dinp, %zu dweight outputs differ", bad_f, bad_i, bad_w);
+  free(out), free(dw3);
   free(m.out), free(m.inp), free(m.w), free(m.bias), free(m.R), free(ref), free(dinp);
   free(dw), free(db), free(dw2), free(db2), free(dw0), free(db0);
 }
@@ -1002,8 +1037,8 @@ static void test_determinism(void) {
   float *qkv = falloc(nqkv), *pb = falloc(nb), *ado = falloc(nout);
   fill_rand(qkv, nqkv, 1.0f), fill_rand(pb, nb, 1.0f), fill_rand(ado, nout, 1.0f);
   const AttnBias pos = {.table = pb, .num_buckets = 8, .max_distance = 6, .bidirectional = 1}, none = {0};
-  // AdamW, GELU and block_sumsq over more elements than PARALLEL_MIN_ELEMENTS (32768), below
-  // which they run on one thread
+  // Small shapes run on one thread (kernels/cpu/parallel.h); main() sets CPU_PARALLEL_MIN_WORK=0
+  // so that every kernel here runs in a parallel region of 1, 2 and 3 threads.
   const size_t np = 40000;
   float *g = falloc(np), *g2 = falloc(2 * np);
   fill_rand(g, np, 1.0f), fill_rand(g2, 2 * np, 3.0f);
@@ -1140,6 +1175,9 @@ static void test_step_decide(void) {
 }
 
 int main(void) {
+  // every kernel in a parallel region, however small its shape: the thread-count checks and the
+  // tiles' splits between threads need them (kernels/cpu/parallel.h)
+  setenv("CPU_PARALLEL_MIN_WORK", "0", 1);
   TEST_RUN(test_step_decide());
   TEST_RUN(test_embedding(1));
   TEST_RUN(test_embedding(0));
@@ -1152,6 +1190,9 @@ int main(void) {
   // reduction over OC longer than one cache chunk (the input gradient's k runs over OC)
   TEST_RUN(test_matmul(29, 96, 530, 1));
   TEST_RUN(test_matmul(30, 70, 300, 0));
+  // dweight's reduction over more tokens than one chunk (its partial chains kept aside), and
+  // more columns than one task's group of column blocks
+  TEST_RUN(test_matmul(300, 290, 37, 1));
   TEST_RUN(test_activations());
   TEST_RUN(test_gelu_accuracy());
   TEST_RUN(test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0, 2));

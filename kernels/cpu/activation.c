@@ -64,12 +64,12 @@ static inline float gelu_grad(float x) {
 }
 
 void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
-#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * n))
   for (size_t i = 0; i < n; i++) out[i] = gelu(x[i]);
 }
 
 void gelu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, size_t n) {
-#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(4 * n))
   for (size_t i = 0; i < n; i++) dx[i] = dout[i] * gelu_grad(x[i]);
 }
 
@@ -85,7 +85,7 @@ void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout,
 }
 
 void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
-#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * F))
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(8 * (size_t)N * F))
   for (int n = 0; n < N; n++) {
     const float* gate = x + (size_t)n * 2 * F;
     const float* up = gate + F;
@@ -97,7 +97,7 @@ void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
 // d/dgate = dout * up * gelu'(gate), d/dup = dout * gelu(gate).
 void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N,
                     int F) {
-#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * F))
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(8 * (size_t)N * F))
   for (int n = 0; n < N; n++) {
     const float* gate = x + (size_t)n * 2 * F;
     const float* up = gate + F;

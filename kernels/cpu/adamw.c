@@ -11,7 +11,7 @@
 // only on its 128 gradients, never on the thread count, the rank or the world size.
 void block_sumsq(KernelCtx* ctx, double* block_sums, const float* g, size_t n) {
   size_t nb = n / NORM_BLOCK;
-#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(n))
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(2 * n))
   for (size_t b = 0; b < nb; b++) {
     const float* x = g + b * NORM_BLOCK;
     double s = 0.0;

@@ -19,7 +19,8 @@
 // fixed stages: over the batch for each (h, i, j), over the keys j of a row for each bucket
 // (in increasing j), then over the rows i (in increasing i) into dtable.
 //
-// Determinism: every output element is owned by one thread.
+// Determinism: every output element is owned by one thread. A call whose multiply-adds
+// (attention_work) are too few for a parallel region runs on the calling thread (parallel.h).
 //   forward      one (b, h, i) query row per iteration
 //   backward A   one (h, i) pair per iteration, looping b in order: writes dq rows and the
 //                row's per-bucket sums of the bias gradient
@@ -30,6 +31,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/kernels.h"
 
@@ -42,6 +44,11 @@ static inline const float* qrow(const float* q, AttnShape s, int b, int i, int h
 static inline const float* kvrow(const float* k, AttnShape s, int b, int j, int h) {
   int group = s.H / attn_kv_heads(s);
   return k + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)(h / group) * s.D;
+}
+// The multiply-adds of a pass over every (query, key) pair, in parallel.h's units (an element
+// of the pass, a dot product over D and an exp, about 4 adds per multiply-add).
+static inline size_t attention_work(AttnShape s) {
+  return 4 * (size_t)s.B * s.H * s.Tq * s.Tk * s.D;
 }
 // Number of keys query i may attend to (keys 0 .. n-1).
 static inline int nkeys(AttnShape s, int i) {
@@ -77,7 +84,7 @@ void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, c
   const int C = s.H * s.D;
   const long rows = (long)s.B * s.H * s.Tq;
   int* bk = bucket_rows(bias, s);
-#pragma omp parallel
+#pragma omp parallel if (PARALLEL_WORTH(attention_work(s)))
   {
     float* sc = malloc(sizeof(float) * (size_t)(s.Tk > 0 ? s.Tk : 1));
     float* acc = malloc(sizeof(float) * (size_t)s.D);
@@ -123,7 +130,7 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
 
   // Pass A: dq and the bias gradient's row sums, one (h, i) per iteration, batches in order.
   const long hrows = (long)s.H * s.Tq;
-#pragma omp parallel
+#pragma omp parallel if (PARALLEL_WORTH(attention_work(s)))
   {
     float* ds = malloc(sizeof(float) * (size_t)(s.Tk > 0 ? s.Tk : 1));
     float* dsum = malloc(sizeof(float) * (size_t)(s.Tk > 0 ? s.Tk : 1));  // dS summed over b
@@ -164,7 +171,7 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
     free(acc);
   }
   if (rowsum) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)s.H * s.Tq * NB))
     for (int h = 0; h < s.H; h++)
       for (int n = 0; n < NB; n++) {
         float t = 0.0f;
@@ -177,7 +184,7 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
   // recomputes P and dS rather than storing them, trading flops for O(Tq*Tk) memory.
   const int KV = attn_kv_heads(s), G = s.H / KV;
   const long krows = (long)s.B * KV * s.Tk;
-#pragma omp parallel
+#pragma omp parallel if (PARALLEL_WORTH(attention_work(s)))
   {
     float* acck = malloc(sizeof(float) * (size_t)s.D);
     float* accv = malloc(sizeof(float) * (size_t)s.D);

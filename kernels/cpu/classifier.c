@@ -17,13 +17,14 @@
 // NaN logits still give NaN. The CUDA kernel follows the same rule.
 #include <math.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/loss_sum.h"
 
 void classifier_forward_backward(KernelCtx* ctx, float* losses, act_t* logits,
                                  const int32_t* targets, int N, int V, int Vp, const float* dloss_at) {
   float dloss = dloss_at ? *dloss_at : 0.0f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH(16 * (size_t)N * V))
   for (int n = 0; n < N; n++) {
     float* row = logits + (size_t)n * Vp;
     int t = targets[n];

@@ -1,4 +1,5 @@
 // embedding.c: token (+ optional position) embedding lookup and its backward, fp32 CPU.
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernels.h"
 
 // Channels are handed out in blocks of this many so the backward's inner loop is a
@@ -7,7 +8,7 @@
 
 void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tokens, const act_t* wte,
                        const act_t* wpe, int N, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * C))
   for (int n = 0; n < N; n++) {
     const float* te = wte + (size_t)tokens[n] * C;
     float* o = out + (size_t)n * C;
@@ -26,7 +27,7 @@ void embedding_forward(KernelCtx* ctx, act_t* out, const int32_t* tokens, const 
 void embedding_backward(KernelCtx* ctx, float* dwte, float* dwpe, const act_t* dout,
                         const int32_t* tokens, int N, int T, int C) {
   int nblocks = (C + EMB_CBLOCK - 1) / EMB_CBLOCK;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * C))
   for (int blk = 0; blk < nblocks; blk++) {
     int c0 = blk * EMB_CBLOCK;
     int c1 = c0 + EMB_CBLOCK < C ? c0 + EMB_CBLOCK : C;
