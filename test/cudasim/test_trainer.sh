@@ -3,7 +3,7 @@
 # with the CUDA device and NCCL, layers/, kernels/cuda/) against the CPU reference trainer. The
 # CPU backend proves the arithmetic of every setting (test/test_multirank.sh); what is proven
 # here is the CUDA path: kernels in a real step, stream and event order, NCCL.
-#   1. GPT, T5 v1.0, T5 v1.1 and Llama train like ./train_gpt_cpu (the tolerances of test/gpu/test_gpu.sh)
+#   1. GPT, T5 v1.0, T5 v1.1 and Llama (grouped-query attention 2:1) train like ./train_gpt_cpu (the tolerances of test/gpu/test_gpu.sh)
 #   2. the schedule's variants (prefetch, rate limit, recompute, per-linear wrapping, offload)
 #      each in another stream interleaving (CUDASIM_SEED) give the reference's final parameters:
 #      the schedule's events, not the order the device happens to pick, decide what every kernel
@@ -39,7 +39,7 @@ DATA='data/addition/train_*.bin'
 GPT="--model gpt:L=2,C=64,H=4,V=256,T=10 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --warmup 50 --weight-decay 0.0"
 T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
 T5V11="--model t5v1.1:L=1,M=2,C=48,H=3,D=16,F=64,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
-LLAMA="--model llama:L=2,C=64,H=4,KV=4,F=96,V=256,T=10,scaling=8 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --weight-decay 0.0"
+LLAMA="--model llama:L=2,C=64,H=4,KV=2,F=96,V=256,T=10,scaling=8 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --weight-decay 0.0"
 section "vs CPU" || section interleavings || section memory && for cfg in GPT T5 T5V11 LLAMA; do
   args=${!cfg}
   if ! ./train_gpt_sim $args --digest --log "$TMP/$cfg.sim.json" > "$TMP/$cfg.sim.out" 2>&1; then
