@@ -501,6 +501,38 @@ def main():
     check("generate: a tokenizer file decodes the tokens", f"text: {''.join(f'<t{g}>' for g in greedy)}" in r.stdout,
           r.stdout.strip()[-200:])
 
+    # A Llama vocabulary past 16 bits (Llama 3's is 128256): prompt ids, generated ids and the
+    # tokenizer table's pieces all above 65535. The final norm keeps only the hidden state's first
+    # component and the lm_head reads it into ids 69998 (-) and 69999 (+) alone, so greedy
+    # decoding can only produce those two, whatever the random blocks compute.
+    BV = 70000
+    bw = llama_weights(rng, 1, 16, 2, 1, 24, BV)
+    bw["model.norm.weight"] = np.zeros(16, np.float32)
+    bw["model.norm.weight"][0] = 1.0
+    bw["lm_head.weight"] = np.zeros((BV, 16), np.float32)
+    bw["lm_head.weight"][BV - 2, 0], bw["lm_head.weight"][BV - 1, 0] = -10.0, 10.0
+    bd = os.path.join(tmp, "llama_v70000")
+    os.mkdir(bd)
+    write_llama_config(bd, 1, 16, 2, 1, 24, BV, 16)
+    write_safetensors(os.path.join(bd, "model.safetensors"), sorted(bw.items()))
+    btok = os.path.join(tmp, "tokenizer_v70000.bin")
+    header = np.zeros(256, dtype=np.uint32)
+    header[:4] = [20240328, 2, BV, BV - 2]
+    with open(btok, "wb") as f:
+        f.write(header.tobytes())
+        for i in range(BV):
+            piece = f"<t{i}>".encode()
+            f.write(bytes([len(piece)]) + piece)
+    r = subprocess.run([os.path.join(ROOT, "generate_cpu"), bd, "--prompt-ids", "65536 69999 7", "--tokens", "5",
+                        "--temperature", "0", "--tokenizer", btok], capture_output=True, text=True, env=MPI_ENV)
+    m = re.search(r"^ids:(.*)$", r.stdout, re.M)
+    bids = [int(x) for x in m.group(1).split()] if m else []
+    check("generate: a Llama of vocabulary 70000 takes prompt ids past 65535 and produces ids past 65535",
+          "prompt ids: 65536 69999 7" in r.stdout and len(bids) == 5 and all(i in (BV - 2, BV - 1) for i in bids),
+          (r.stdout + r.stderr).strip()[-300:])
+    check("generate: a tokenizer table of 70000 pieces decodes them",
+          bool(bids) and f"text: {''.join(f'<t{i}>' for i in bids)}" in r.stdout, r.stdout.strip()[-200:])
+
     # generate.c's CUDA build on the simulator: bf16 logits; its greedy argmax (logits read as
     # bf16) and its top-k 1 draw (through softmax_row) must agree, and 2 ranks repeat 1.
     gsim = os.path.join(ROOT, "generate_sim")
