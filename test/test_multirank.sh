@@ -52,6 +52,11 @@ hpz() {  # hpz NAME NP NODE_MAP extra-args...: in the background, as run
   shift 3
   spawn "$TMP/$name.out" $MPIRUN -np "$np" -x FSDP_NODE_MAP="$map" $BIN $ARGS --log "$TMP/$name.json" "$@"
 }
+close() {  # close NAME REF DESCRIPTION
+  local r
+  r=$(python3 test/compare_params.py "$TMP/$1.bin" "$TMP/$2.bin" "$TMP/$1.json" "$TMP/$2.json" 1e-6)
+  if [ $? = 0 ]; then ok "$3 ($r)"; else bad "$3 ($r)"; fi
+}
 same_bits() {  # same_bits NAME REF DESCRIPTION: the same digest and loss log
   [ -n "$(digest "$TMP/$1.out")" ] && [ "$(digest "$TMP/$1.out")" = "$(digest "$TMP/$2.out")" ] &&
     diff -q <(losses "$TMP/$1.json") <(losses "$TMP/$2.json") > /dev/null &&
@@ -98,11 +103,6 @@ for W in 1 2 3 4; do
   done
 done
 
-close() {  # close NAME REF DESCRIPTION
-  local r
-  r=$(python3 test/compare_params.py "$TMP/$1.bin" "$TMP/$2.bin" "$TMP/$1.json" "$TMP/$2.json" 1e-6)
-  if [ $? = 0 ]; then ok "$3 ($r)"; else bad "$3 ($r)"; fi
-}
 ran hybrid && close hybrid ref4 "4 ranks --shard hybrid:2 within 1e-6 of 1 rank --accum 4" || bad "hybrid run failed"
 ran hybrid_a2 && close hybrid_a2 ref8 "4 ranks --shard hybrid:2 --accum 2 within 1e-6 of 1 rank --accum 8" || bad "hybrid accum run failed"
 ran w4_a2 && close w4_a2 ref8 "4 ranks --accum 2 within 1e-6 of 1 rank --accum 8" || bad "accum run failed"
