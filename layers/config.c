@@ -57,7 +57,7 @@ static const LlamaPreset llama_presets[] = {
     {"llama3.1-8b", 32, 4096, 32, 8, 14336, 0, 8.0f},      {"llama3.1-70b", 80, 8192, 64, 8, 28672, 0, 8.0f},
     {"llama3.1-405b", 126, 16384, 128, 8, 53248, 0, 8.0f},
 };
-#define LLAMA_VOCAB 128256
+#define LLAMA_VOCAB LLAMA3_VOCAB
 #define LLAMA_CONTEXT 131072
 #define LLAMA_THETA 500000
 

@@ -11,6 +11,11 @@
 
 typedef enum { MODEL_GPT, MODEL_T5, MODEL_LLAMA } ModelKind;
 
+// Llama 3's vocabulary: 128000 byte-pair pieces, then 256 special tokens, <|begin_of_text|>
+// (which starts every text) first.
+#define LLAMA3_VOCAB 128256
+#define LLAMA3_BEGIN_OF_TEXT 128000
+
 typedef struct {
   ModelKind kind;
   char name[128];  // preset name or the custom spec

@@ -532,6 +532,22 @@ def main():
           (r.stdout + r.stderr).strip()[-300:])
     check("generate: a tokenizer table of 70000 pieces decodes them",
           bool(bids) and f"text: {''.join(f'<t{i}>' for i in bids)}" in r.stdout, r.stdout.strip()[-200:])
+    # Without a prompt a Llama 3 text starts with <|begin_of_text|> (128000); a Llama of another
+    # vocabulary has no known one and asks for the prompt's ids.
+    r = subprocess.run([os.path.join(ROOT, "generate_cpu"), bd, "--tokens", "2"], capture_output=True, text=True,
+                       env=MPI_ENV)
+    check("generate: a Llama of vocabulary 70000 without a prompt is refused, asking for --prompt-ids",
+          r.returncode != 0 and "vocabulary 70000" in r.stderr and "--prompt-ids" in r.stderr, r.stderr.strip()[-300:])
+    l3w = llama_weights(rng, 1, 16, 2, 1, 24, 128256)
+    del l3w["lm_head.weight"]
+    l3d = os.path.join(tmp, "llama_v128256")
+    os.mkdir(l3d)
+    write_llama_config(l3d, 1, 16, 2, 1, 24, 128256, 16, tie_word_embeddings=True)
+    write_safetensors(os.path.join(l3d, "model.safetensors"), sorted(l3w.items()))
+    r = subprocess.run([os.path.join(ROOT, "generate_cpu"), l3d, "--tokens", "2", "--temperature", "0"],
+                       capture_output=True, text=True, env=MPI_ENV)
+    check("generate: a Llama 3 without a prompt starts from <|begin_of_text|> (128000)",
+          r.returncode == 0 and "prompt ids: 128000\n" in r.stdout, (r.stdout + r.stderr).strip()[-300:])
 
     # generate.c's CUDA build on the simulator: bf16 logits; its greedy argmax (logits read as
     # bf16) and its top-k 1 draw (through softmax_row) must agree, and 2 ranks repeat 1.
