@@ -4,7 +4,8 @@
 //
 // SRC: an fsdp.c checkpoint (--save DIR), an llm.c .bin or a Hugging Face directory
 // (weights/source.c); DIR gets config.json and model.safetensors (weights/export.c), the same
-// files train_gpt --export writes at the end of a run.
+// files train_gpt --export writes at the end of a run, and the tokenizer files of SRC or of the
+// data the checkpoint was trained on (its meta.json records --data).
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -46,7 +47,9 @@ int main(int argc, char** argv) {
   Model m;  // the smallest activations: nothing is computed
   model_create(&m, &cfg, &fs, 1, 1, cfg.kind == MODEL_T5 ? 1 : 0, 1);
   model_source_load(&fs, &cfg, argv[1]);
-  weights_export(&fs, &cfg, argv[2]);
+  char tokenizer_dir[4200];  // an export's own, or beside the data a checkpoint was trained on
+  int has_tokenizer = model_source_tokenizer_dir(argv[1], tokenizer_dir, sizeof tokenizer_dir) == 0;
+  weights_export(&fs, &cfg, argv[2], has_tokenizer ? tokenizer_dir : NULL);
   log0("exported %s (%s) to %s\n", argv[1], cfg.name, argv[2]);
   comm_shutdown();
   kernels_shutdown(kctx);

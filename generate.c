@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "data/tokenizer.h"
+#include "infra/args.h"
 #include "infra/dist.h"
 #include "layers/model.h"
 #include "weights/weights.h"
@@ -141,6 +142,8 @@ int main(int argc, char** argv) {
                                      {"top-k", required_argument, 0, 'k'},      {"seed", required_argument, 0, 's'},
                                      {"tokenizer", required_argument, 0, 'z'},  {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
+  char err[4096];
+  if (long_options_exact(argc, argv, longopts, err, sizeof err)) usage("%s", err);
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -167,7 +170,6 @@ int main(int argc, char** argv) {
   if (optind != argc - 1) usage("%s", "give one SRC");
   if (prompt_ids && prompt_text) usage("%s", "give --prompt-ids or --prompt, not both");
   const char* src = argv[optind];
-  char err[4096];
   ModelConfig cfg;
   if (model_source_config(src, &cfg, err, sizeof err)) usage("%s", err);
   int t5 = cfg.kind == MODEL_T5, V = cfg.V;

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/tokenizer.h"
 #include "fsdp/checkpoint.h"
+#include "infra/clock.h"
 #include "infra/dist.h"
 #include "train/train.h"
 #include "weights/weights.h"
@@ -30,7 +32,16 @@ typedef struct {
   size_t cpu_plan, resident_before;
   double *step_ms, *comm_ms;
   int failed;  // the --max-bad-steps-th skipped step was read: the run ends with status 1
+  double started;      // the host's clock when the first step was queued (progress)
+  double tokens_seen;  // target tokens of every step so far (before a resume: its first step's count each)
 } Reporter;
+
+// A duration for the progress of the step line: 12.3 s, 4m05s, 2h07m.
+static void duration_words(double s, char* out, size_t len) {
+  if (s < 59.95) snprintf(out, len, "%.1f s", s);
+  else if (s < 3600) snprintf(out, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else snprintf(out, len, "%dh%02dm", (int)(s / 3600), (int)s % 3600 / 60);
+}
 
 // Reads step `step`'s outcome (waiting for its work) and reports it: the step line, the JSON log,
 // a skipped step's reason, and the stop at --max-bad-steps (rp->failed). A step's time is the
@@ -52,6 +63,18 @@ static int64_t report_step(Reporter* rp, int step) {
   if (rp->peak > 0) log0(" | MFU %.1f%%", 100 * tflops * 1e12 / rp->peak);
   if (!r.update) log0(" | SKIPPED");
   if (rp->scaler->dynamic && r.update && r.next_scale != r.scale) log0(" | loss scale %.0f -> %.0f", r.scale, r.next_scale);
+  // Progress: wall time since the first step (evaluation, saves and samples included), the time
+  // the remaining steps would take at that pace, and the tokens trained on.
+  if (step == rp->start_step) rp->tokens_seen = (double)rp->start_step * r.tokens;
+  rp->tokens_seen += r.tokens;
+  double elapsed = now_seconds() - rp->started;
+  double eta = elapsed / (step + 1 - rp->start_step) * (rp->total_steps - step - 1);
+  char el[32], left[32];
+  duration_words(elapsed, el, sizeof el);
+  duration_words(eta, left, sizeof left);
+  double t = rp->tokens_seen;
+  log0(" | %s, ETA %s | %.3g%s tokens seen", el, left, t >= 1e9 ? t / 1e9 : t >= 1e6 ? t / 1e6 : t >= 1e3 ? t / 1e3 : t,
+       t >= 1e9 ? "G" : t >= 1e6 ? "M" : t >= 1e3 ? "k" : "");
   log0("\n");
   if (rp->on_cpu && step == rp->start_step) {
     size_t now_b = resident_bytes();
@@ -67,8 +90,9 @@ static int64_t report_step(Reporter* rp, int step) {
                       "\"tokens_per_s\": %.1f, \"tflops\": %.6g, \"mfu\": ", step + 1, loss_s, r.lr, norm_s, ms, tok_s, tflops);
     if (rp->peak > 0) fprintf(rp->logf, "%.6g", tflops * 1e12 / rp->peak);
     else fprintf(rp->logf, "null");
-    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g%s}\n", rp->comm_ms[step],
-            rp->fs->plan.total, r.scale, r.update ? "" : ", \"skipped\": true");
+    fprintf(rp->logf, ", \"exposed_comm_ms\": %.3f, \"memory_bytes\": %zu, \"loss_scale\": %.17g, \"elapsed_s\": %.3f, "
+            "\"tokens_seen\": %.0f%s}\n", rp->comm_ms[step], rp->fs->plan.total, r.scale, elapsed, rp->tokens_seen,
+            r.update ? "" : ", \"skipped\": true");
     if (fflush(rp->logf) != 0 || ferror(rp->logf)) fatal("--log %s: writing failed: %s", o->log_path, strerror(errno));
   }
   trace_flush(rp->fs->trace);
@@ -106,10 +130,11 @@ int main(int argc, char** argv) {
   int t5 = cfg.kind == MODEL_T5;
   RunShape shape = resolve_options(&o, &cfg, o.plan && o.plan_world ? o.plan_world : W);  // train/options.c
   int B = shape.B, T = shape.T, Te = shape.Te, A = shape.A, M = shape.M;
+  char* settings = run_settings_json(&o, &cfg, W);  // what its checkpoints record for --resume (train/resume.c)
   if (o.plan) {  // --plan: lay out and plan, allocate nothing
-    plan_report(&o, &cfg, B, T, Te, shape.W);
+    int rc = plan_report(&o, &cfg, B, T, Te, shape.W);  // 1: it does not fit --memory-limit
     dist_finalize();
-    return 0;
+    return rc;
   }
 
   // Data first: a bad path on any rank stops every rank before the model is built.
@@ -136,6 +161,8 @@ int main(int argc, char** argv) {
   if (o.val_data) open_stream(&val, o.val_data, what_val, data_vocab, t5 ? 1 : B, window_tokens);
   PromptSet prompts = {0};
   if (o.eval_prompts) prompts = load_prompts(o.eval_prompts, T, cfg.V);
+  ChoiceSet choices = {0};
+  if (o.eval_choices && choices_load(o.eval_choices, cfg.V, T, &choices, err, sizeof err)) fatal("--eval-choices: %s", err);
 
   // Model and FSDP runtime: plan, check the plan fits, allocate once, initialize the shards.
   KernelCtx* kctx = kernels_init(dist_local_rank());  // each rank uses the GPU of its local rank
@@ -216,20 +243,35 @@ int main(int argc, char** argv) {
       log0("note: the checkpoint is already at step %d and --steps is %d: no step to train%s\n", start_step,
            total_steps, o.save_dir ? ", and no new checkpoint is saved" : "");
   }
-  if (o.init_from) weights_load(&fs, &cfg, o.init_from), log0("initialized from %s\n", o.init_from);
+  if (o.init_from) model_source_load(&fs, &cfg, o.init_from), log0("initialized from %s\n", o.init_from);
   FILE* logf = NULL;
   if (o.log_path && rank == 0) {
-    logf = fopen(o.log_path, "w");
+    logf = fopen(o.log_path, o.resume_dir ? "a" : "w");  // a resumed run's steps follow the earlier ones
     if (!logf) fatal("--log: cannot open '%s' for writing: %s", o.log_path, strerror(errno));
   }
   if (o.save_dir && total_steps == 0) {  // --steps 0 --save: the initialized model, said so
-    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler);
+    checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, 0, o.seed, &scaler, settings);
     log0("step     0 | saved %s (the initial parameters: --steps 0 trains nothing)\n", o.save_dir);
   }
   Options schedule = o;  // the learning-rate schedule spans the warm-up steps of --bench too
   schedule.steps = total_steps;
-  double* step_ms = xcalloc(total_steps, sizeof(double), "step times");
-  double* comm_ms = xcalloc(total_steps, sizeof(double), "step times");
+  // FSDP_STEPS_LIMIT=N: this process trains at most N steps, the first N of the run as given
+  // (its schedule unchanged), then ends as at the last step: for trying commands out (the
+  // suite runs the README's this way).
+  const char* limit_env = getenv("FSDP_STEPS_LIMIT");
+  if (limit_env) {
+    char* end;
+    long limit = strtol(limit_env, &end, 10);
+    if (!*limit_env || *end || limit < 0 || limit > 1 << 30)
+      usage_error("FSDP_STEPS_LIMIT='%s' must be a whole number of steps (0 or more)", limit_env);
+    if (start_step + limit < total_steps) {
+      log0("note: FSDP_STEPS_LIMIT=%ld: steps %d to %ld of the run's %d, then the run ends as at its last step\n", limit,
+           start_step + 1, start_step + limit, total_steps);
+      total_steps = start_step + (int)limit;
+    }
+  }
+  double* step_ms = xcalloc(schedule.steps, sizeof(double), "step times");
+  double* comm_ms = xcalloc(schedule.steps, sizeof(double), "step times");
   StepData data = {.batch = &batch, .stream = &train};
   step_start(&io, &o, &scaler);
   // The batch's memory is the step's pinned micro-batches: each step points it at its own, and
@@ -244,6 +286,7 @@ int main(int argc, char** argv) {
   // a trace, the last step) is read at once instead, and the host work sees its parameters. A stop
   // signal (train/signals.c) reaches every rank with the outcome of the step it came before: the
   // ranks then finish the step in flight, save it (with --save) and stop.
+  rep.started = now_seconds();
   int pending = -1;  // a queued step whose outcome is not read yet
   const char* stopped_by = NULL;
   for (int step = start_step; step < total_steps; step++) {
@@ -272,7 +315,7 @@ int main(int argc, char** argv) {
     if (signals && !last) {
       stopped_by = stop_signal_name(signals);
       if (o.save_dir) {
-        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+        checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler, settings);
         log0("step %5d | saved %s\n", step + 1, o.save_dir);
       }
       log0("step %5d | stopped by %s: %s; exiting with status %d\n", step + 1, stopped_by,
@@ -289,8 +332,14 @@ int main(int argc, char** argv) {
       log0("step %5d | exact-match accuracy %.2f%% on %d held-out prompts\n", step + 1, 100.0 * acc, prompts.n);
       if (logf) fprintf(logf, "{\"step\": %d, \"exact_match\": %.17g}\n", step + 1, acc);
     }
+    if (eval_now && o.eval_choices) {
+      double acc = choice_accuracy(&model, &batch, &choices);
+      log0("step %5d | multiple-choice accuracy %.2f%% on %d examples of %s\n", step + 1, 100.0 * acc, choices.n,
+           o.eval_choices);
+      if (logf) fprintf(logf, "{\"step\": %d, \"choice_accuracy\": %.17g}\n", step + 1, acc);
+    }
     if (save_now) {
-      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler);
+      checkpoint_save(&fs, o.save_dir, o.keep_checkpoints, cfg.name, step + 1, o.seed, &scaler, settings);
       log0("step %5d | saved %s\n", step + 1, o.save_dir);
     }
     if (sample_now) sample_text(&model, &batch, o.val_data ? &val : &train, o.sample_tokens, o.seed + step);
@@ -301,14 +350,19 @@ int main(int argc, char** argv) {
     dist_finalize();
     return 1;
   }
-  if (o.bench && start_step == 0 && !stopped_by)
+  if (o.bench && start_step == 0 && !stopped_by && total_steps == schedule.steps)  // (not cut by FSDP_STEPS_LIMIT)
     bench_report(&o, &model, &fs, A, step_ms + o.bench_warmup, comm_ms + o.bench_warmup, o.steps, peak, peak_source, device);
   if (o.digest) {
     uint64_t d = fsdp_params_digest(&fs);
     log0("params_digest %016llx\n", (unsigned long long)d);
   }
   if (o.dump_params && !stopped_by) dump_params(&fs, o.dump_params);
-  if (o.export_dir && !stopped_by) weights_export(&fs, &cfg, o.export_dir), log0("exported %s\n", o.export_dir);
+  if (o.export_dir && !stopped_by) {  // with the tokenizer beside the training data, when it has one
+    char tokenizer_dir[4200];
+    tokenizer_dir_of(o.data, tokenizer_dir, sizeof tokenizer_dir);
+    weights_export(&fs, &cfg, o.export_dir, tokenizer_dir);
+    log0("exported %s\n", o.export_dir);
+  }
   if (logf) fclose(logf);
   trace_close(fs.trace);
   comm_shutdown();

@@ -55,11 +55,17 @@ int tokenizer_load(const char* path, Tokenizer* t, char* err, size_t errlen) {
   return 0;
 }
 
-int tokenizer_beside(const char* shard_glob, Tokenizer* t) {
-  char path[4200];
+void tokenizer_dir_of(const char* shard_glob, char* dir, size_t len) {
   const char* slash = shard_glob ? strrchr(shard_glob, '/') : NULL;
-  if (slash) snprintf(path, sizeof path, "%.*s/tokenizer.bin", (int)(slash - shard_glob), shard_glob);
-  else snprintf(path, sizeof path, "tokenizer.bin");
+  if (slash == shard_glob) snprintf(dir, len, "/");
+  else if (slash) snprintf(dir, len, "%.*s", (int)(slash - shard_glob), shard_glob);
+  else snprintf(dir, len, ".");
+}
+
+int tokenizer_beside(const char* shard_glob, Tokenizer* t) {
+  char dir[4100], path[4200];
+  tokenizer_dir_of(shard_glob, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/tokenizer.bin", dir);
   char err[512];
   return tokenizer_load(path, t, err, sizeof err);
 }

@@ -18,9 +18,11 @@ typedef struct {
 // Returns 0, or -1 with the reason in err: not a regular file, not a tokenizer, an end-of-text
 // id that is not one of its tokens, or a table shorter or longer than its header says.
 int tokenizer_load(const char* path, Tokenizer* t, char* err, size_t errlen);
-// The tokenizer.bin in the directory of the first file a shard glob names ("data/x/train_*.bin"
-// -> "data/x/tokenizer.bin"); returns 0 when there is one, -1 when not (no error: ids are
-// printed instead).
+// The directory a shard glob's files are in ("data/x/train_*.bin" -> "data/x", "train_*.bin" ->
+// "."): where scripts/prepare_text.py writes the shards' tokenizer files.
+void tokenizer_dir_of(const char* shard_glob, char* dir, size_t len);
+// The tokenizer.bin in that directory; returns 0 when there is one, -1 when not (no error: ids
+// are printed instead).
 int tokenizer_beside(const char* shard_glob, Tokenizer* t);
 // Writes token id's text (control bytes left out), or "<id>" for an id outside the table.
 void tokenizer_print(const Tokenizer* t, int id, FILE* f);

@@ -267,7 +267,7 @@ static void prune(const char* dir, int keep, const char* just_written) {
 }
 
 void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed,
-                     const LossScaler* scaler) {
+                     const LossScaler* scaler, const char* settings) {
   char final[PATH_CAP + 32], tmp[PATH_CAP + 40], err[ERR_CAP] = "";
   if (keep) snprintf(final, sizeof final, "%s/step_%08d", dir, step);
   else snprintf(final, sizeof final, "%s", dir);
@@ -291,7 +291,7 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
         ok = 0, snprintf(err, sizeof err, "cannot create %s: %s", path, strerror(errno));
       if (fd >= 0) close(fd);
     }
-    if (ok && ckpt_write_meta(fs, tmp, model, step, seed, scaler, total, err, sizeof err)) ok = 0;
+    if (ok && ckpt_write_meta(fs, tmp, model, step, seed, scaler, settings, total, err, sizeof err)) ok = 0;
   }
   if (!comm_all_true(fs->world, ok)) fatal("checkpoint %s: %s", final, err[0] ? err : "rank 0 could not start the save");
 
@@ -477,6 +477,16 @@ static void find_candidates(const char* dir, Candidates* c) {
     snprintf(path, sizeof path, "%s%s", dir, suffixes[i]);
     add_candidate(c, steps, path);
   }
+}
+
+int checkpoint_newest(const char* dir, int nth, char* path, size_t len, char* err, size_t errlen) {
+  Candidates* c = xcalloc(1, sizeof(Candidates), "checkpoint candidates");
+  find_candidates(dir, c);
+  int rc = nth < c->n ? 1 : !c->n && c->note[0] ? -1 : 0;
+  if (rc == 1) snprintf(path, len, "%s", c->path[nth]);
+  if (rc == -1 && err) snprintf(err, errlen, "no complete, intact checkpoint: %s", c->note);
+  free(c);
+  return rc;
 }
 
 int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen, LossScaler* scaler) {

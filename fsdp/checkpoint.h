@@ -16,8 +16,10 @@ int checkpoint_check_target(const char* dir, int keep, char* err, size_t errlen)
 // newest kept) with the parameters and AdamW state after `step` completed optimizer steps, and
 // the loss scaler's state when it is dynamic (scaler may be NULL).
 // Refuses (fatal) to save a non-finite value; the previous checkpoint is then untouched.
+// settings: the run's options as a JSON object (meta.json's "options", which --resume restores),
+// or NULL.
 void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int step, uint64_t seed,
-                     const LossScaler* scaler);
+                     const LossScaler* scaler, const char* settings);
 // Collective: loads the newest complete, intact checkpoint of DIR (DIR itself, DIR.tmp or DIR.old
 // left by an interrupted save, or the newest step_NNNNNNNN inside DIR) into the shards (master,
 // m, v; gradients zeroed), names it in `used`, and returns its step; *scaler (unless NULL) gets
@@ -25,4 +27,9 @@ void checkpoint_save(FSDP* fs, const char* dir, int keep, const char* model, int
 // a checkpoint of another model, a parameter table that differs, a meta.json field that is
 // missing or out of range, truncated arrays, or bytes that do not match their checksums.
 int checkpoint_load(FSDP* fs, const char* dir, const char* model, char* used, size_t usedlen, LossScaler* scaler);
+// Not collective, before a model exists: the nth checkpoint of DIR that checkpoint_load would
+// try (0: the newest complete one), into path. Returns 1; 0 when there is no nth (for nth 0:
+// DIR holds no checkpoint at all, nor DIR.tmp, DIR.old or step_NNNNNNNN); -1 with the reason in
+// err (when not NULL) when there are only interrupted saves.
+int checkpoint_newest(const char* dir, int nth, char* path, size_t len, char* err, size_t errlen);
 #endif

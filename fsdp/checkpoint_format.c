@@ -106,8 +106,8 @@ static int write_file_atomic(const char* path, const char* text, char* err, size
 // ---- meta.json ------------------------------------------------------------------------------
 
 int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step, uint64_t seed,
-                    const LossScaler* scaler, int64_t elements, char* err, size_t errlen) {
-  size_t cap = 4096, len = 0;
+                    const LossScaler* scaler, const char* settings, int64_t elements, char* err, size_t errlen) {
+  size_t cap = 4096 + (settings ? strlen(settings) : 0), len = 0;
   for (int u = 0; u < fs->nunits; u++) cap += 64 + (size_t)fs->units[u].nparams * (FSDP_NAME_LEN + 32);
   char* text = xmalloc(cap, "checkpoint meta.json");
   len += (size_t)snprintf(text + len, cap - len,
@@ -118,6 +118,7 @@ int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step
   if (scaler && scaler->dynamic)
     len += (size_t)snprintf(text + len, cap - len, "\n \"loss_scale\": %lld, \"loss_scale_good\": %d,",
                             (long long)scaler->scale, scaler->good);
+  if (settings) len += (size_t)snprintf(text + len, cap - len, "\n \"options\": %s,", settings);
   len += (size_t)snprintf(text + len, cap - len, "\n \"units\": [");
   for (int u = 0; u < fs->nunits; u++) {
     const Unit* U = &fs->units[u];
@@ -225,6 +226,48 @@ int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta*
 done:
   json_free(&d);
   return rc;
+}
+
+int ckpt_read_settings(const char* dir, CkptSettings* s, char* err, size_t errlen) {
+  char path[4300];
+  snprintf(path, sizeof path, "%s/meta.json", dir);
+  memset(s, 0, sizeof *s);
+  JsonDoc d;
+  char reason[ERR_CAP];
+  // The parameter table makes the file grow with the model: a bound well above any model's.
+  if (json_read_object(path, (size_t)256 << 20, &d, reason, sizeof reason))
+    return set_error(err, errlen, "%s (is %s a checkpoint written by --save?)", reason, dir);
+  int rc = -1;
+  if (json_member_string(&d, 0, "model", s->model, sizeof s->model, err, errlen)) goto done;
+  int32_t opts = json_get(&d, 0, "options");
+  if (opts >= 0 && json_type(&d, opts) != JSON_OBJECT) {
+    set_error(err, errlen, "%s: \"options\" is not an object of option names and values", path);
+    goto done;
+  }
+  for (int32_t m = opts >= 0 ? d.nodes[opts].child : -1; m >= 0; m = d.nodes[m].next) {
+    char value[4096];
+    const char* name = json_key(&d, m);
+    if (s->n == CKPT_MAX_SETTINGS || strlen(name) > 32 || !name[0]) {
+      set_error(err, errlen, "%s: \"options\" holds more than %d options or a name that is not an option's", path,
+                CKPT_MAX_SETTINGS);
+      goto done;
+    }
+    if (json_string(&d, m, name, value, sizeof value, err, errlen)) goto done;
+    s->name[s->n] = strdup(name);
+    s->value[s->n] = strdup(value);
+    if (!s->name[s->n] || !s->value[s->n]) fatal("out of host memory reading %s", path);
+    s->n++;
+  }
+  rc = 0;
+done:
+  json_free(&d);
+  if (rc) ckpt_settings_free(s);
+  return rc;
+}
+
+void ckpt_settings_free(CkptSettings* s) {
+  for (int i = 0; i < s->n; i++) free(s->name[i]), free(s->value[i]);
+  s->n = 0;
 }
 
 // ---- the completion marker ------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // checkpoint_format.h: what is inside a checkpoint directory, and how it is verified.
 //
 //   meta.json      written first: format, model, step, seed, element count, the parameter table,
-//                  and a dynamic loss scaler's state (loss_scale, loss_scale_good) when one ran
+//                  a dynamic loss scaler's state (loss_scale, loss_scale_good) when one ran, and
+//                  the run's options ("options": {"lr": "0.003", ...}) that --resume restores
 //   params.bin, adam_m.bin, adam_v.bin
 //                  flat fp32 arrays in global order (see checkpoint.c)
 //   complete.json  written last, after every array is on disk: the completion marker, with
@@ -48,10 +49,23 @@ typedef struct {
   LossScaler scaler;  // .dynamic = 0 when the run that saved it had no dynamic scale
 } CkptMeta;
 // scaler: the run's loss scaler; its state is written when it is dynamic (NULL: none).
+// settings: the "options" object as JSON text (NULL: none).
 int ckpt_write_meta(const FSDP* fs, const char* dir, const char* model, int step, uint64_t seed,
-                    const LossScaler* scaler, int64_t elements, char* err, size_t errlen);
+                    const LossScaler* scaler, const char* settings, int64_t elements, char* err, size_t errlen);
 // Reads DIR/meta.json and checks it against this run's model name and parameter table.
 int ckpt_read_meta(const FSDP* fs, const char* dir, const char* model, CkptMeta* m, char* err, size_t errlen);
+// The run's options in DIR/meta.json, read before any model exists: the model, and the
+// "options" object's members as option names and values (n = 0 for a checkpoint written without
+// them). Every value must be a string, every name a short word. Free with ckpt_settings_free.
+#define CKPT_MAX_SETTINGS 64
+typedef struct {
+  char model[256];
+  int n;
+  char* name[CKPT_MAX_SETTINGS];
+  char* value[CKPT_MAX_SETTINGS];
+} CkptSettings;
+int ckpt_read_settings(const char* dir, CkptSettings* s, char* err, size_t errlen);
+void ckpt_settings_free(CkptSettings* s);
 int ckpt_write_marker(const char* dir, int step, const CkptSums* s, char* err, size_t errlen);
 // Reads DIR/complete.json; sums NULL reads only the step (to order candidates).
 int ckpt_read_marker(const char* dir, int* step, int64_t elements, CkptSums* sums, char* err, size_t errlen);

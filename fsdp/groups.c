@@ -13,18 +13,19 @@
 // --shard hpz: node groups of F2 ranks, F2 a divisor of the world other than 1 and W (FSDP2's
 // rule for reshard_after_forward=int): with F2 = W the backward all-gather would span the world
 // as full sharding's does, and with F2 = 1 every rank would keep whole units after forward,
-// --shard grad-op's memory with a copy more. `why` says where F2 came from.
+// --shard grad-op's memory with a copy more. `why` says where F2 came from. Every rank finds the
+// same: one message, from rank 0 (fatal_all).
 static void set_node_groups(FSDP* fs, int F2, const char* why) {
   int W = fs->world_size;
-  if (W == 1) fatal("--shard hpz needs ranks on more than one node (this run has one rank); use --shard full");
+  if (W == 1) fatal_all("--shard hpz needs ranks on more than one node (this run has one rank); use --shard full");
   if (F2 >= W)
-    fatal("--shard hpz: %s, so the node group would be the whole world of %d ranks and the backward all-gather as wide "
+    fatal_all("--shard hpz: %s, so the node group would be the whole world of %d ranks and the backward all-gather as wide "
           "as full sharding's; use --shard full on one node, or --shard hpz:F2 with F2 < %d a divisor of %d", why, W, W, W);
   if (F2 == 1)
-    fatal("--shard hpz: %s, so every rank would keep whole units from forward to backward: --shard grad-op's memory "
+    fatal_all("--shard hpz: %s, so every rank would keep whole units from forward to backward: --shard grad-op's memory "
           "with a copy more; use --shard grad-op, or --shard hpz:F2 with 1 < F2 < %d", why, W);
   if (W % F2)
-    fatal("--shard hpz:%d needs the node group size to divide the world size %d; pick F2 with %d %% F2 == 0 (usually "
+    fatal_all("--shard hpz:%d needs the node group size to divide the world size %d; pick F2 with %d %% F2 == 0 (usually "
           "the ranks per node)", F2, W, W);
   fs->secondary.F2 = F2;
 }
@@ -49,7 +50,7 @@ static void configure(FSDP* fs, int nunits, FSDPOptions opt, int W, int rank, Ke
     case SHARD_HYBRID: fs->F = opt.hybrid_factor; break;
   }
   if (fs->F < 1 || W % fs->F != 0)
-    fatal("--shard hybrid:%d needs the sharding factor to divide the world size %d; pick a "
+    fatal_all("--shard hybrid:%d needs the sharding factor to divide the world size %d; pick a "
           "factor F with %d %% F == 0", fs->F, W, W);
   fs->replicas = W / fs->F;
   fs->shard_rank = rank % fs->F;
@@ -118,7 +119,7 @@ static int ranks_per_node(const int64_t* node_of, int W) {
     for (int q = 0; q < W; q++) n += node_of[q] == node_of[r];
     if (r == 0) per = n;
     else if (n != per)
-      fatal("--shard hpz: the nodes hold different numbers of ranks (%d share rank 0's node, %d rank %d's); give the "
+      fatal_all("--shard hpz: the nodes hold different numbers of ranks (%d share rank 0's node, %d rank %d's); give the "
             "node group size with --shard hpz:F2", per, n, r);
   }
   return per;

@@ -115,8 +115,8 @@ void fsdp_finalize_layout(FSDP* fs) {
   optim_at(p, "optimizer", "adamw m (fp32)", sb, (void**)&fs->region_m);
   optim_at(p, "optimizer", "adamw v (fp32)", sb, (void**)&fs->region_v);
   char name[64];
-  if (fs->working_copy) {  // every unit's 16-bit copy, in place of the root buffer and the slots
-    memplan_add(p, "slots", "working copies (16-bit)", (size_t)fsdp_num_padded(fs) * sizeof(act_t),
+  if (fs->working_copy) {  // every unit's copy in the activation type, in place of the root buffer and the slots
+    memplan_add(p, "slots", "working copies (" ACT_NAME ")", (size_t)fsdp_num_padded(fs) * sizeof(act_t),
                 (void**)&fs->region_work);
   } else {
     memplan_add(p, "slots", "root params (unsharded)", (size_t)fs->units[0].padded * sizeof(act_t),

@@ -202,6 +202,24 @@ void fatal(const char* fmt, ...) {
   exit(1);
 }
 
+void fatal_all(const char* fmt, ...) {
+  fflush(stdout);
+  if (g_rank == 0) {
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "error: %s\n", msg);
+    fflush(stderr);
+  }
+  // mpirun ends the ranks still running when the first exits with 1: they are leaving too, and
+  // quietly (not as a run told to stop after its step).
+  signal(SIGTERM, SIG_IGN), signal(SIGINT, SIG_IGN), signal(SIGUSR1, SIG_IGN);
+  dist_finalize();
+  exit(1);
+}
+
 void* xmalloc(size_t bytes, const char* what) {
   void* p = malloc(bytes ? bytes : 1);
   if (!p) fatal("out of host memory allocating %zu bytes for %s", bytes, what);

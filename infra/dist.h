@@ -22,6 +22,9 @@ int dist_threads(void);
 void log0(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // Prints "[rank r] error: <message>" to stderr and aborts all ranks.
 void fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// For an error every rank finds alike (a setting that cannot work on this world): every rank
+// calls it, rank 0 prints "error: <message>", and all exit 1 together, without an abort.
+void fatal_all(const char* fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Allocation that aborts (with the size and what it was for) instead of returning NULL.
 void* xmalloc(size_t bytes, const char* what);
 void* xcalloc(size_t n, size_t size, const char* what);

@@ -17,8 +17,7 @@ static int plan_main(Options* o) {
   RunShape shape;
   if (run_shape(o, &cfg, o->plan_world ? o->plan_world : 1, &shape, err, sizeof err)) usage_error("%s", err);
   o->accum = o->fsdp.accum_steps = shape.A;
-  plan_report(o, &cfg, shape.B, shape.T, shape.Te, shape.W);
-  return 0;
+  return plan_report(o, &cfg, shape.B, shape.T, shape.Te, shape.W);
 }
 
 int main(int argc, char** argv) {

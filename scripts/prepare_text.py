@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """Turns a text file into llm.c token shards for fsdp.c.
 
-    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|gpt2|sentencepiece|llama3]
-                                    [--sp-model FILE] [--tokenizer-file FILE]
+    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|bpe|gpt2|sentencepiece|llama3]
+                                    [--vocab-size N] [--sp-model FILE] [--tokenizer-file FILE]
                                     [--val-fraction 0.1] [--shard-tokens N]
 
 byte: a token is the byte value (vocab 256), works on any file.
+bpe: a byte-level BPE of --vocab-size ids (default 4096) trained here on INPUT itself
+      (scripts/bpe.py: plain Python, deterministic, no network); the text starts with its
+      end-of-text token, the last id. Saved beside the shards as OUTDIR/tokenizer.json (and
+      tokenizer_config.json), which transformers' tokenizers load and scripts/generate.py
+      encodes prompts with.
 gpt2: tiktoken's "gpt2" encoding (vocab 50257); needs tiktoken and its vocabulary files.
 sentencepiece: the SentencePiece model given by --sp-model (e.g. T5's spiece.model, vocab
       32000; T5 models add 100 sentinel ids above it); needs the sentencepiece package.
@@ -19,10 +24,10 @@ is one contiguous stretch from the start of the text). Writes OUTDIR/train_000.b
 OUTDIR/val_000.bin ... in the llm.c format (header of 256 little-endian int32: magic
 20240520, version 1, token count; then uint16 tokens; llama3: 20240801, 7 and uint32 tokens),
 each atomically (temporary name, then rename), and OUTDIR/tokenizer.txt naming the tokenizer
-and its vocab size. For gpt2, sentencepiece and llama3 also OUTDIR/tokenizer.bin, the decode
-table in llm.c's tokenizer format (256
-uint32 header: magic 20240328, version 2, vocab size, end-of-text id; then per token a uint8
-length and its bytes), which the trainer's --sample-every and generate_cpu decode with.
+and its vocab size. For bpe, gpt2, sentencepiece and llama3 also OUTDIR/tokenizer.bin, the
+decode table in llm.c's tokenizer format (256 uint32 header: magic 20240328, version 2,
+vocab size, end-of-text id; then per token a uint8 length and its bytes), which the trainer's
+--sample-every and generate_cpu decode with.
 Plain python3 only (struct/array), no numpy needed.
 """
 import argparse
@@ -41,12 +46,27 @@ def die(msg):
     sys.exit(1)
 
 
-def tokenize(data, tokenizer, sp_model=None, tokenizer_file=None):
+def tokenize(data, tokenizer, sp_model=None, vocab_size=None, outdir=None, tokenizer_file=None):
     """Returns (tokens as array('H'), or array('I') for llama3, vocab size, decode table or None,
     end-of-text id)."""
     if tokenizer == "byte":
         # iter() matters: array('H', bytes) would reinterpret the raw bytes as uint16 pairs.
         return array("H", iter(data)), 256, None, 0
+    if tokenizer == "bpe":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bpe
+        if not 257 <= vocab_size <= 65536:
+            die(f"--vocab-size {vocab_size}: a byte-level BPE has 256 byte ids, its merges and an end-of-text id, "
+                "at least 257 and at most 65536 (the uint16 shards' range)")
+        tok = bpe.train(data, vocab_size, progress=lambda m, v: print(f"bpe: {m} merges, {v} tokens", flush=True))
+        if tok.vocab_size < vocab_size:
+            print(f"bpe: the text has no more pairs to merge: {tok.vocab_size} ids, not {vocab_size}")
+        os.makedirs(outdir, exist_ok=True)
+        path = os.path.join(outdir, "tokenizer.json")
+        tok.save(path)
+        print(f"wrote {path}: byte-level BPE, {len(tok.merges)} merges, {tok.vocab_size} ids "
+              f"(end-of-text {tok.eot})")
+        return array("H", [tok.eot] + tok.encode(data)), tok.vocab_size, tok.tokens[:-1] + [b""], tok.eot
     text = data.decode("utf-8", errors="replace")
     if tokenizer == "llama3":
         if not tokenizer_file:
@@ -162,7 +182,8 @@ def main():
     ap = argparse.ArgumentParser(description="Turn a text file into llm.c token shards.")
     ap.add_argument("input")
     ap.add_argument("outdir")
-    ap.add_argument("--tokenizer", choices=["byte", "gpt2", "sentencepiece", "llama3"], default="byte")
+    ap.add_argument("--tokenizer", choices=["byte", "bpe", "gpt2", "sentencepiece", "llama3"], default="byte")
+    ap.add_argument("--vocab-size", type=int, default=4096, help="ids of --tokenizer bpe (default 4096)")
     ap.add_argument("--sp-model", help="SentencePiece model file for --tokenizer sentencepiece")
     ap.add_argument("--tokenizer-file", help="tokenizer.json or tokenizer.model for --tokenizer llama3")
     ap.add_argument("--val-fraction", type=float, default=0.1)
@@ -178,7 +199,10 @@ def main():
             data = f.read()
     except OSError as e:
         die(f"cannot read {args.input}: {e}")
-    tokens, vocab, table, eot = tokenize(data, args.tokenizer, args.sp_model, args.tokenizer_file)
+    if args.tokenizer != "bpe" and "--vocab-size" in sys.argv[1:]:
+        die("--vocab-size is for --tokenizer bpe (the other tokenizers have their own vocabulary)")
+    tokens, vocab, table, eot = tokenize(data, args.tokenizer, args.sp_model, args.vocab_size, args.outdir,
+                                         args.tokenizer_file)
     if len(tokens) < 2:
         die(f"{args.input} gives {len(tokens)} tokens, too few to train on")
 
@@ -205,6 +229,16 @@ def main():
     if table is not None:
         write_decode_table(os.path.join(args.outdir, "tokenizer.bin"), table, eot)
         print(f"wrote {os.path.join(args.outdir, 'tokenizer.bin')}: decode table of {len(table)} tokens")
+    # An earlier run's tokenizer files would decode these shards wrongly (the trainer's samples,
+    # generate_cpu and --export read what is beside the shards).
+    for name, ours in (("tokenizer.bin", table is not None), ("tokenizer.json", args.tokenizer == "bpe"),
+                       ("tokenizer_config.json", args.tokenizer == "bpe")):
+        path = os.path.join(args.outdir, name)
+        if args.tokenizer_file and os.path.exists(path) and os.path.samefile(path, args.tokenizer_file):
+            continue  # the Llama 3 tokenizer the user gave us: theirs, never removed
+        if not ours and os.path.exists(path):
+            os.unlink(path)
+            print(f"removed stale {path}")
     print(f"{args.input}: {len(tokens)} tokens ({ntrain} train, {nval} val), "
           f"tokenizer {args.tokenizer}, vocab {vocab}; use --model ...,V={vocab} or larger")
 

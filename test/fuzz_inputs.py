@@ -17,15 +17,17 @@ no corrupt input accepted. What must be accepted is decided by independent valid
   - a tokenizer.bin (generate --tokenizer) is accepted exactly when it is well formed and its
     ids fit the model's vocabulary;
   - an --eval-prompts file is accepted exactly when every line is a non-empty prompt, a TAB and
-    a non-empty answer of the model's byte tokens that fit a sequence.
+    a non-empty answer of the model's byte tokens that fit a sequence;
+  - an --eval-choices file (llm.c's multiple-choice format) is accepted exactly when
+    test/choices_file.py's validator says it is well formed for the model, and then evaluated.
 Before the random cases, each failure once found in these inputs is a named case.
 
 Usage: fuzz_inputs.py [--cases N] [--seed S]. N cases of shards and checkpoints, N/3 of each
 other kind, two at a time. Prints one line per named case and per kind of input and ends with
 "N passed, M failed"; each failing case is printed with its mutation and the program's output.
 TEST_FILTER (make test F=REGEX) picks groups by name: "named cases", "config.json", "safetensors",
-"llm.c", "tokenizer", "eval-prompts", "token shards" (both formats), "Llama 3 token shards",
-"checkpoints".
+"llm.c", "tokenizer", "eval-prompts", "eval-choices", "token shards" (both formats), "Llama 3 token
+shards", "checkpoints".
 """
 import argparse
 import concurrent.futures
@@ -941,6 +943,69 @@ def fuzz_prompts(rng, cases, tmp):
     return [f for f in in_parallel(one, items) if f]
 
 
+# ---- --eval-choices files (llm.c's multiple-choice format) ---------------------------------------
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from choices_file import choices_bytes, choices_valid  # noqa: E402
+
+
+def mutate_choices(rng, data):
+    data = bytearray(data)
+    words = (len(data) - 1024) // 2
+    kind = rng.choice(["flip", "truncate", "extend", "count", "longest", "magic", "field", "token", "rewrite"])
+    if kind == "flip":
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        del data[rng.randrange(len(data)):]
+    elif kind == "extend":
+        data += bytes(rng.randrange(256) for _ in range(rng.choice([1, 2, 12, 40])))
+    elif kind == "count":
+        struct.pack_into("<i", data, 8, rng.choice([0, -1, 1, 2, 5, 7, 65537, 1 << 30]))
+    elif kind == "longest":
+        struct.pack_into("<i", data, 12, rng.choice([0, 17, 18, 20, 30, 65536, -4]))
+    elif kind == "magic":
+        struct.pack_into("<i", data, rng.choice([0, 4]), rng.choice([20240520, 2, 0]))
+    elif kind == "field":  # any uint16 field to a value near a limit
+        struct.pack_into("<H", data, 1024 + 2 * rng.randrange(words), rng.choice([0, 1, 3, 4, 5, 16, 17, 65535]))
+    elif kind == "token":
+        struct.pack_into("<H", data, 1024 + 2 * rng.randrange(words), rng.choice([CV - 1, CV, CV + 1, 65534]))
+    else:  # a file of other, valid or not, examples written whole
+        exs = []
+        for _ in range(rng.randint(1, 6)):
+            ctx = [rng.randrange(CV) for _ in range(rng.choice([0, 1, 3, CT - 1, CT]))]
+            comps = [[rng.randrange(CV) for _ in range(rng.choice([0, 1, 2, 4]))] for _ in range(rng.choice([1, 2, 4]))]
+            exs.append((ctx, comps, rng.randrange(len(comps) + rng.choice([0, 0, 1]))))
+        data = bytearray(choices_bytes(exs))
+    return kind, bytes(data)
+
+
+CV, CT = 100, 16  # the multiple-choice cases' model: vocabulary and sequence
+
+
+def fuzz_choices(rng, cases, tmp):
+    data = os.path.join(tmp, "data100c.bin")
+    with open(data, "wb") as f:
+        f.write(shard_bytes([rng.randrange(CV) for _ in range(400)]))
+    exs = [([rng.randrange(CV) for _ in range(rng.randint(1, 8))],
+            [[rng.randrange(CV) for _ in range(rng.randint(1, 8))] for _ in range(4)], rng.randrange(4)) for _ in range(5)]
+    items = mutated_files(rng, cases, tmp, "choices", mutate_choices, choices_bytes(exs))
+
+    def one(item):
+        i, what, path, blob = item
+        rc, out = run(["--model", f"gpt:L=1,C=16,H=2,V={CV},T={CT}", "--batch", "3", "--seq", str(CT), "--data", data,
+                       "--steps", "1", "--eval-choices", path])
+        valid = choices_valid(blob, CV, CT)
+        failure = verdict(f"choices {i} ({what})", rc, out, valid)
+        if not failure and not valid and os.path.basename(path) not in out:
+            failure = (f"choices {i} ({what})", "refused without naming the file", out)
+        if not failure and valid and "multiple-choice accuracy" not in out:
+            failure = (f"choices {i} ({what})", "accepted but not evaluated", out)
+        return failure
+
+    return [f for f in in_parallel(one, items) if f]
+
+
 # ---- mutated weights ---------------------------------------------------------------------------
 
 def fuzz_configs(rng, cases, tmp, w):
@@ -1040,6 +1105,9 @@ def main():
         start = time.time()
         if wanted("mutated --eval-prompts files"):
             report(f"{third} mutated --eval-prompts files", fuzz_prompts(rng, third, tmp), start)
+        start = time.time()
+        if wanted("mutated --eval-choices files"):
+            report(f"{third} mutated --eval-choices files", fuzz_choices(rng, third, tmp), start)
         for name, fn, n in ((f"{a.cases} mutated token shards", fuzz_shards, a.cases),
                             (f"{third} mutated Llama 3 token shards (uint32)",
                              lambda r, n, t: fuzz_shards(r, n, t, 20240801), third),

@@ -30,7 +30,7 @@ part sim-trainer "the CUDA trainer on the simulator against the CPU trainer: GPT
   "$CPU $SIM" bash test/cudasim/test_trainer.sh "vs CPU|interleavings|offload|memory|launches"
 part cuda-build "the CUDA binaries and GPU tests compile with nvcc (bf16 and fp16)" "" bash test/test_cuda_build.sh
 part trust "faults and bad input: checkpoints, shards, output paths, hangs, non-finite steps" "$CPU $TOOLS" bash test/test_trust.sh
-part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts) on the sanitizer builds" \
+part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts, multiple-choice files) on the sanitizer builds" \
   "$CPU build/asan/train_gpt_cpu build/asan/generate_cpu build/asan/export_weights_cpu" python3 test/fuzz_inputs.py --cases 100
 part sim-fp16 "the fp16 CUDA trainer and its loss scaler on the simulator" "$CPU $SIM $SIM16" bash test/cudasim/test_fp16.sh
 part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT, T5 and Llama" \
@@ -43,12 +43,22 @@ part e2e "make run learns addition" "$CPU" bash test/test_e2e.sh
 part vec-widths "the CPU trainer built for AVX-512, AVX2 and plain C: the same bits" \
   "build/vec/avx512/train_gpt_cpu build/vec/avx2/train_gpt_cpu build/vec/plain/train_gpt_cpu data/addition/train_000.bin" \
   bash test/test_vec_widths.sh
+part readme "every command block of README.md runs as written (FSDP_STEPS_LIMIT shortens the runs); the files it names exist" \
+  "$CPU $TOOLS predict_gpt" python3 test/test_readme.py
 part sim-kernels "every CUDA kernel against the CPU reference on the simulator (bf16, shuffled threads, both matmul paths)" \
   "$SIM" bash test/cudasim/test_kernels.sh build/sim
 part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM" python3 test/test_plan.py
 part hf "exported GPT-2, T5 and Llama against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
 part weights "--init-from and --export, pretrained weights in and out" "$CPU $TOOLS $SIM" /usr/bin/python3 test/test_weights.py
 part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash test/test_cli.sh
+part choices "--eval-choices: llm.c's multiple-choice files, written here, against a plain-torch reference, on 1 to 3 ranks" \
+  "$CPU" /usr/bin/python3 test/test_choices.py
+part plot "scripts/plot_log.py on a run's log (the built-in renderer's PNG decoded and looked at), the step line's progress" \
+  "$CPU" python3 test/test_plot.py
+part tokenizer "the byte-level BPE trained here: round trips, merges, determinism, the model's vocabulary, samples, generate.py, exports" \
+  "$CPU $TOOLS" python3 test/test_tokenizer.py
+part resume "--resume restores the run's settings and refuses contradictions; --resume-if-present; --init-from a checkpoint" \
+  "$CPU" bash test/test_resume.sh
 part fsdp "the FSDP runtime's unit tests: layout, schedule, optimizer, checkpoints" "build/test/test_fsdp" build/test/test_fsdp
 part ref-gpt "the CPU GPT against PyTorch" "$CPU build/tool/gpt_dump" /usr/bin/python3 test/ref_gpt.py
 part ref-t5 "the CPU T5 against PyTorch" "$CPU build/tool/t5_dump" /usr/bin/python3 test/ref_t5.py

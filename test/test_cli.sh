@@ -20,6 +20,23 @@ expect "missing value refused" 2 "option --steps needs a value" $BIN $M --data $
 expect "a value missing before the next option is named, not called unknown" 2 "option --batch needs a value" $BIN $M --data $DATA --batch
 expect "--global-batch with --accum is refused, not silently overridden" 2 "give --accum or --global-batch, not both" $BIN $M --data $DATA --accum 2 --global-batch 8
 expect "stray argument refused" 2 "unexpected argument 'extra'" $BIN $M --data $DATA extra
+# Long options are taken whole: getopt_long would read --step as --steps, and an ambiguous
+# prefix as an unknown option.
+expect "an abbreviated option is refused, naming the option meant" 2 "unknown option '--step': options are not abbreviated; did you mean --steps\?" \
+  $BIN $M --data $DATA --step 2
+expect "an ambiguous abbreviation is refused, naming the candidates" 2 "unknown option '--eval'.*--eval-every or --eval-batches or --eval-prompts" \
+  $BIN $M --data $DATA --eval 2
+expect "--name=value is taken whole too" 2 "unknown option '--ste': .*did you mean --steps" $BIN $M --data $DATA --ste=3
+expect "an option's value that looks like an option is not judged as one" 1 "no file matched" $BIN $M --data --dat --steps 1
+expect "generate_cpu refuses abbreviations too" 2 "unknown option '--tok'.*did you mean --tokens or --tokenizer" ./generate_cpu x --tok 4
+expect "--sample-tokens beyond what a sequence holds is refused, not capped" 2 "--sample-tokens 120: .* at most 15 new tokens" \
+  $BIN $M --data $DATA --sample-every 1 --sample-tokens 120
+expect "--plan exits 1 when the plan does not fit --memory-limit" 1 "does not fit: .* recommendation" \
+  $BIN --plan --model gpt3-175b --world 8 --batch 1 --seq 2048 --memory-limit 80
+expect "--plan exits 0 when it fits" 0 "^fits: " $BIN --plan --model gpt2-124m --world 8 --batch 1 --memory-limit 80
+plan_without_16bit() { local out; out=$("$@"); grep -q 16-bit <<< "$out" || echo "$out"; }
+expect "the CPU plan names its fp32 working copies, not 16-bit ones" 0 "working copies \(fp32\)" \
+  plan_without_16bit $BIN --plan --backend cpu --model gpt2-124m --world 1 --batch 1 --seq 64
 expect "missing --data refused" 2 "--data is required" $BIN $M
 expect "unknown model lists the presets" 2 "unknown model 'gpt5'.*|gpt2-124m" $BIN --model gpt5 --data $DATA
 expect "custom model with C not divisible by H refused" 2 "divisible by the number of heads" $BIN --model gpt:C=70,H=3 --data $DATA
@@ -94,10 +111,6 @@ out = open('$TMP/peak.out').read()
 measured = float(re.search(r'peak: ([0-9.e+-]+) TFLOPS measured', out).group(1))
 against = float(re.search(r'MFU against ([0-9.e+-]+) TFLOPS', out).group(1))
 print('same' if abs(against - measured) <= 1e-3 * measured else (measured, against))"
-
-# The README's mpirun example runs as written (after make run has made the data), shortened.
-readme_cmd=$(awk '/^    mpirun -np 4/ {go = 1} go {more = sub(/\\$/, ""); printf "%s ", $0; if (!more) exit}' README.md)
-expect "the README's mpirun example runs as written" 0 "exact-match accuracy" bash -c "$readme_cmd --steps 30 --eval-every 30"
 
 cases_summary
 [ $fail = 0 ]

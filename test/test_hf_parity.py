@@ -21,7 +21,9 @@ Tokenizers (scripts/prepare_text.py, scripts/generate.py): a SentencePiece model
 on a small text: the shards hold sp.encode's ids and tokenizer.bin decodes them to sp.decode's
 text; tiktoken's gpt2 encoding: the decode table's pieces of the shard ids give back the text's
 bytes (its vocabulary is fetched once into build/tiktoken_cache); scripts/generate.py on a
-SentencePiece-vocabulary GPT-2 prints the decoded ids generate_cpu produced.
+SentencePiece-vocabulary GPT-2 prints the decoded ids generate_cpu produced; the byte-level BPE
+prepare_text.py trains (scripts/bpe.py): its tokenizer.json, loaded by transformers' tokenizers
+and AutoTokenizer, gives our ids and decodes them back.
 
 transformers, safetensors, sentencepiece and tiktoken come from PyPI into a virtual environment build/hfenv that sees
 Debian's torch (--system-site-packages); transformers is pinned to 4.44.2, a release that
@@ -30,6 +32,7 @@ network this part FAILs with the command to run, it never passes silently.
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -336,6 +339,26 @@ def tokenizers(tmp, env, check):
           "gives back the text's bytes", r.returncode == 0 and merged > 100 and len(table3) == 260 and eot3 == 259 and
           b"".join(table3[i] for i in ids3) == text.encode("utf-8"), f"{merged} merged ids; {r.stderr.strip()[-200:]}")
 
+    # The byte-level BPE trained here (scripts/bpe.py): its tokenizer.json in transformers'
+    # tokenizers gives our ids, and back the text, for text the BPE never saw.
+    import tokenizers as hf_tokenizers
+    from transformers import AutoTokenizer
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bpe
+    out4 = os.path.join(tmp, "bpe_own")
+    r = subprocess.run([sys.executable, prep, txt, out4, "--tokenizer", "bpe", "--vocab-size", "500"], capture_output=True,
+                       text=True)
+    ours = bpe.load(os.path.join(out4, "tokenizer.json"))
+    theirs = hf_tokenizers.Tokenizer.from_file(os.path.join(out4, "tokenizer.json"))
+    auto = AutoTokenizer.from_pretrained(out4)
+    samples = [text, "héllo   wörld\n\n  x  \t\ty 12345 a1b2 ——— 日本語 \u00a0 end  ", " leading", "trailing   ",
+               "\r\n\r\n", "it's naïve-über_data!? (shard #3)", open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()]
+    bad = [s[:40] for s in samples if theirs.encode(s).ids != ours.encode(s.encode("utf-8")) or
+           auto(s)["input_ids"] != ours.encode(s.encode("utf-8")) or auto.decode(auto(s)["input_ids"]) != s]
+    check("prepare_text.py bpe: transformers' tokenizers and AutoTokenizer load tokenizer.json, give our ids and "
+          "decode them to the text (7 texts, most not seen in training)", r.returncode == 0 and not bad,
+          (bad, r.stderr.strip()[-200:]))
+
     llama3_tokenizer(tmp, text, env, check)
 
     # scripts/generate.py on a GPT-2 with the SentencePiece vocabulary: text in, text out.
@@ -418,6 +441,17 @@ def llama3_tokenizer(tmp, text, env, check):
                   b"".join(table[i] for i in ids).decode("utf-8") == text)
     check("prepare_text.py llama3: tokenizer.model and tokenizer.json give the same shards",
           shards["tokenizer.model"] == shards["tokenizer.json"] and len(shards["tokenizer.model"]) > 100)
+    # The tokenizer.json given, in the output folder itself, is the user's: kept, not removed as
+    # an earlier run's tokenizer.
+    own = os.path.join(tmp, "llama3_own")
+    os.makedirs(own)
+    own_json = os.path.join(own, "tokenizer.json")
+    shutil.copyfile(json_file, own_json)
+    r = subprocess.run([sys.executable, prep, os.path.join(tmp, "text.txt"), own, "--tokenizer", "llama3",
+                        "--tokenizer-file", own_json], capture_output=True, text=True, env=env)
+    check("prepare_text.py llama3: a tokenizer.json given from the output folder is kept",
+          r.returncode == 0 and os.path.exists(own_json) and open(own_json, "rb").read() == open(json_file, "rb").read(),
+          (r.stdout + r.stderr).strip()[-300:])
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ same_bits() {
       bad "$name: the $t build failed" "$(tail -2 "$TMP/$name.$t.out")"
       return
     fi
-    sed -E 's/, "(ms|tokens_per_s|tflops|mfu|exposed_comm_ms|memory_bytes)": [^,}]*//g' "$TMP/$name.$t.json" > "$TMP/$name.$t.bits"
+    sed -E 's/, "(ms|tokens_per_s|tflops|mfu|exposed_comm_ms|memory_bytes|elapsed_s)": [^,}]*//g' "$TMP/$name.$t.json" > "$TMP/$name.$t.bits"
     d=$(grep params_digest "$TMP/$name.$t.out" | awk '{print $2}')
     if [ -z "$ref" ]; then
       ref=$t refd=$d

@@ -143,6 +143,66 @@ double exact_match(Model* m, Batch* bt, const PromptSet* ps) {
   return counts[1] > 0 ? counts[0] / counts[1] : 0.0;
 }
 
+// Multiple-choice accuracy, as llm.c evaluates its HellaSwag and MMLU files: each completion is a
+// row, the example's context then the completion, scored by its mean loss per token over the
+// completion (the loss at each position whose next token is the completion's); an example is
+// right when its label's score is the lowest (the first of equal scores wins, as in llm.c). Each
+// rank takes llm.c's share of the examples (ceil(n / W) consecutive ones) and packs their
+// completions B rows to a forward; since forwards are collective, every rank runs as many as the
+// rank with the most rows. The counts are summed over the ranks.
+double choice_accuracy(Model* m, Batch* bt, const ChoiceSet* cs) {
+  FSDP* fs = m->fs;
+  int B = m->B, T = m->T, W = fs->world_size;
+  int per = (cs->n + W - 1) / W, most = 0;
+  for (int q = 0; q < W; q++) {
+    int lo = q * per < cs->n ? q * per : cs->n, hi = (q + 1) * per < cs->n ? (q + 1) * per : cs->n;
+    if (cs->first[hi] - cs->first[lo] > most) most = cs->first[hi] - cs->first[lo];
+  }
+  int lo = fs->world_rank * per < cs->n ? fs->world_rank * per : cs->n;
+  int hi = (fs->world_rank + 1) * per < cs->n ? (fs->world_rank + 1) * per : cs->n;
+  int row0 = cs->first[lo], rows = cs->first[hi] - row0;
+  double* score = xcalloc(rows > 0 ? rows : 1, sizeof(double), "completion scores");
+  float* losses = xmalloc((size_t)B * T * sizeof(float), "per-token losses");
+  int e = lo;  // the example of the next row
+  for (int f = 0; f < (most + B - 1) / B; f++) {
+    for (int b = 0; b < B; b++) {
+      int32_t *in = bt->inputs + (size_t)b * T, *tg = bt->targets + (size_t)b * T;
+      for (int t = 0; t < T; t++) in[t] = 0, tg[t] = -1;
+      int k = f * B + b, c = row0 + k;
+      if (k >= rows) continue;
+      while (c >= cs->first[e + 1]) e++;
+      const uint16_t* ctx = cs->tokens + cs->context[e];
+      const uint16_t* comp = cs->tokens + cs->completion[c];
+      int n = cs->context_len[e], len = cs->completion_len[c];
+      for (int t = 0; t < n; t++) in[t] = ctx[t];
+      for (int t = 0; t < len; t++) in[n + t] = comp[t], tg[n + t - 1] = comp[t];  // the last context token predicts the first
+    }
+    batch_to_model(bt, m);
+    fsdp_begin_forward(fs, 0, 0);
+    model_forward(m, 1, NULL);
+    device_copy_to_host(losses, m->losses, (size_t)B * T * sizeof(float));
+    for (int b = 0; b < B && f * B + b < rows; b++) {
+      double sum = 0;
+      int count = 0;
+      for (int t = 0; t < T; t++)
+        if (bt->targets[(size_t)b * T + t] >= 0) sum += losses[(size_t)b * T + t], count++;
+      score[f * B + b] = sum / count;
+    }
+  }
+  double counts[2] = {0, 0};  // right, examples
+  for (int i = lo; i < hi; i++) {
+    int best = cs->first[i];
+    for (int c = cs->first[i] + 1; c < cs->first[i + 1]; c++)
+      if (score[c - row0] < score[best - row0]) best = c;
+    counts[0] += best - cs->first[i] == cs->label[i];
+    counts[1] += 1;
+  }
+  free(score);
+  free(losses);
+  comm_all_reduce(fs->world, counts, 2, DT_F64);
+  return counts[0] / counts[1];
+}
+
 // Samples a continuation of the first token of `ts` with a fixed-seed generator (the same on
 // all ranks, so the collective forwards stay in step) and prints it on rank 0.
 void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64_t seed) {
@@ -151,7 +211,7 @@ void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64
   char err[256];
   if (token_stream_read(ts, 0, 1, &first, err, sizeof err)) fatal("%s", err);
   for (int i = 0; i < m->B * T; i++) bt->inputs[i] = first;
-  int n = ntokens < T - 1 ? ntokens : T - 1;
+  int n = ntokens < T - 1 ? ntokens : T - 1;  // (resolve_options refused more)
   act_t* row = xmalloc((size_t)V * sizeof(act_t), "logits row");
   float* probs = xmalloc((size_t)V * sizeof(float), "probabilities");
   uint64_t state = seed * 0x9e3779b97f4a7c15ULL + 1;

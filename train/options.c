@@ -2,10 +2,12 @@
 // (unknown or malformed options are refused with the usage line).
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "infra/args.h"
 #include "infra/dist.h"
 #include "train/train.h"
 
@@ -74,8 +76,11 @@ static void print_help(void) {
       "  --eval-batches N      validation micro-batches (default 8)\n"
       "  --eval-prompts FILE   lines 'prompt<TAB>answer' (byte tokens): exact-match accuracy of\n"
       "                        greedy answers, reported with each evaluation\n"
+      "  --eval-choices FILE   llm.c's multiple-choice evaluation file (HellaSwag, MMLU: magic\n"
+      "                        20240522): accuracy by the completions' mean loss per token,\n"
+      "                        reported with each evaluation\n"
       "  --sample-every N      print a sampled continuation every N steps (default 0 = off)\n"
-      "  --sample-tokens N     tokens per sample (default 64)\n"
+      "  --sample-tokens N     tokens per sample, at most --seq - 1 (default 64, or --seq - 1)\n"
       "  --log FILE            one JSON object per step (and per evaluation)\n"
       "  --digest              print params_digest <hex> of the final parameters\n"
       "  --dump-params FILE    write the final parameters (fp32, global order, no padding)\n"
@@ -85,7 +90,12 @@ static void print_help(void) {
       "  --keep-checkpoints N  save to DIR/step_NNNNNNNN instead, keeping the N newest\n"
       "  --resume DIR          continue from the newest complete checkpoint of DIR (DIR, or the\n"
       "                        DIR.tmp/DIR.old of an interrupted save, or DIR/step_*): its step,\n"
-      "                        weights and AdamW state, verified against its checksums\n"
+      "                        weights and AdamW state, verified against its checksums, and the\n"
+      "                        run's options (model, data, optimizer, ...) not given again; options\n"
+      "                        given again must agree, but for those that may change (--steps,\n"
+      "                        the batch, the data, FSDP options, evaluation, logs, saving)\n"
+      "  --resume-if-present DIR   --resume DIR when DIR holds a checkpoint, else a new run with\n"
+      "                        the options given (for job scripts that may be preempted)\n"
       "faults\n"
       "  --max-bad-steps N     a step with a NaN/inf loss or gradient is skipped on every rank;\n"
       "                        stop at the N-th (default 3)\n"
@@ -96,17 +106,19 @@ static void print_help(void) {
       "  --inject-nonfinite STEP:RANK[:UNIT]   testing: a NaN in RANK's gradient of UNIT\n"
       "                        (default 0) at STEP, to see the guard above work\n"
       "pretrained weights\n"
-      "  --init-from PATH      start from an llm.c GPT-2 .bin (fp32/bf16) or a Hugging Face\n"
+      "  --init-from PATH      start from an llm.c GPT-2 .bin (fp32/bf16), a Hugging Face\n"
       "                        directory (config.json + model.safetensors or its shards; GPT-2,\n"
-      "                        T5 or Llama); --model\n"
-      "                        may then be left out (taken from the weights)\n"
+      "                        T5 or Llama) or the weights of an fsdp.c checkpoint (a new run:\n"
+      "                        step 0, AdamW afresh; --resume continues the run instead); --model\n"
+      "                        may then be left out\n"
       "  --export DIR          write DIR/config.json + model.safetensors for transformers at the end\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
       "  --backend B           plan for cuda (default: bf16, from either binary, no GPU needed)\n"
       "                        or cpu (fp32; train_gpt_cpu only)\n"
       "  --world N             plan (or predict) for N ranks (default: the ranks of this run)\n"
-      "  --memory-limit GIB    refuse plans above GIB per rank (default: free device memory)\n"
+      "  --memory-limit GIB    refuse plans above GIB per rank (default: free device memory);\n"
+      "                        --plan then exits 1 when the plan does not fit\n"
       "  --bench               time --steps steps after --bench-warmup (default 2) untimed ones;\n"
       "                        prints median, spread, tokens/s, TFLOPS, MFU, exposed communication\n"
       "  --bench-json FILE     write the benchmark results as JSON\n"
@@ -126,7 +138,10 @@ static void print_help(void) {
       "                        it (as NCCL_MAX_CTAS=N); 0: collectives take no SMs (default: NCCL's choice)\n"
       "  --sim-world W --sim-link GBPS   one rank, but every collective waits as long as a ring\n"
       "                        all-gather / reduce-scatter on W ranks at GBPS GB/s would take\n"
-      "  --help                this text\n\n"
+      "  --help                this text\n"
+      "environment\n"
+      "  FSDP_STEPS_LIMIT=N    train only the first N steps of the run as given (its schedule\n"
+      "                        unchanged), then end as at its last step: to try a command out\n\n"
       "models:\n%s",
       usage_line(), presets);
 }
@@ -137,6 +152,7 @@ void usage_error(const char* fmt, const char* arg) {
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n%s\n", usage_line());
   }
+  signal(SIGTERM, SIG_IGN), signal(SIGINT, SIG_IGN), signal(SIGUSR1, SIG_IGN);  // (as fatal_all: leaving quietly)
   dist_finalize();
   exit(2);
 }
@@ -249,59 +265,75 @@ void offload_name(int bits, char* out, size_t len) {
 
 // Options without a one-letter code of their own (getopt_long returns these values).
 enum { OPT_PREDICT_SWEEP = 256, OPT_PREDICT_ALLOC_RETRY, OPT_PREDICT_ATTENTION, OPT_PREDICT_COMM_SMS, OPT_LOSS_SCALE, OPT_LOSS_SCALE_WINDOW,
-       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD, OPT_GELU_EPILOGUE };
+       OPT_INIT_FROM, OPT_EXPORT, OPT_BACKEND, OPT_WRAP, OPT_OFFLOAD, OPT_GELU_EPILOGUE,
+       OPT_RESUME_IF_PRESENT, OPT_EVAL_CHOICES };
 
-Options parse_options(int argc, char** argv) {
-  set_usage(argc > 0 ? argv[0] : NULL);
+// The long options (file scope: option_given looks them up by name).
+static const struct option longopts[] = {
+    {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, 'd'},
+    {"val-data", required_argument, 0, 'V'},    {"batch", required_argument, 0, 'b'},
+    {"seq", required_argument, 0, 't'},         {"accum", required_argument, 0, 'a'},
+    {"global-batch", required_argument, 0, 'G'},{"steps", required_argument, 0, 'n'},
+    {"lr", required_argument, 0, 'l'},          {"warmup", required_argument, 0, 'w'},
+    {"lr-final-frac", required_argument, 0, 'f'},{"weight-decay", required_argument, 0, 'D'},
+    {"decay-embeddings", no_argument, 0, 'E'},  {"beta1", required_argument, 0, '1'},
+    {"beta2", required_argument, 0, '2'},       {"adam-eps", required_argument, 0, 'e'},
+    {"grad-clip", required_argument, 0, 'c'},   {"seed", required_argument, 0, 's'},
+    {"shard", required_argument, 0, 'S'},       {"limit-all-gathers", required_argument, 0, 'K'},
+    {"prefetch", required_argument, 0, 'p'},    {"no-sync-accum", no_argument, 0, 'N'},
+    {"eval-every", required_argument, 0, 'v'},  {"eval-batches", required_argument, 0, 'B'},
+    {"eval-prompts", required_argument, 0, 'P'},{"sample-every", required_argument, 0, 'x'},
+    {"sample-tokens", required_argument, 0, 'X'},{"log", required_argument, 0, 'L'},
+    {"digest", no_argument, 0, 'H'},            {"dump-params", required_argument, 0, 'Q'},
+    {"enc-len", required_argument, 0, 'j'},     {"dec-len", required_argument, 0, 'k'},
+    {"plan", no_argument, 0, 'y'},              {"world", required_argument, 0, 'Y'},
+    {"memory-limit", required_argument, 0, 'z'},{"bench", no_argument, 0, 'q'},
+    {"bench-warmup", required_argument, 0, 'u'},{"bench-json", required_argument, 0, 'J'},
+    {"peak", no_argument, 0, 'Z'},             {"sim-world", required_argument, 0, 'W'},
+    {"sim-link", required_argument, 0, 'U'},             {"trace", required_argument, 0, 'T'},
+    {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
+    {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
+    {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
+    {"keep-checkpoints", required_argument, 0, 'C'}, {"max-bad-steps", required_argument, 0, 'M'},
+    {"inject-nonfinite", required_argument, 0, 'F'}, {"recompute", required_argument, 0, 'A'},
+    {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
+    {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
+    {"predict-attention", required_argument, 0, OPT_PREDICT_ATTENTION},
+    {"predict-comm-sms", required_argument, 0, OPT_PREDICT_COMM_SMS},
+    {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
+    {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
+    {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
+    {"offload", required_argument, 0, OPT_OFFLOAD},
+    {"resume-if-present", required_argument, 0, OPT_RESUME_IF_PRESENT},
+    {"eval-choices", required_argument, 0, OPT_EVAL_CHOICES},
+    {"gelu-epilogue", required_argument, 0, OPT_GELU_EPILOGUE},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
+#define NUM_LONGOPTS ((int)(sizeof longopts / sizeof *longopts) - 1)
+_Static_assert(NUM_LONGOPTS <= OPTIONS_MAX, "Options.given has a flag per long option");
+
+int option_given(const Options* o, const char* name) {
+  for (int i = 0; i < NUM_LONGOPTS; i++)
+    if (!strcmp(longopts[i].name, name)) return o->given[i];
+  return 0;
+}
+
+Options parse_command_line(int argc, char** argv) {
   Options o = {.batch = 4, .accum = 1, .enc_len = 512, .dec_len = 114, .bench_warmup = 2, .gelu_epilogue = 1, .comm_timeout = 600, .steps = 10, .max_bad_steps = 3, .inject_step = -1, .predict = {.comm_sms = -1}, .loss_scale = 1.0, .loss_scale_window = 2000, .lr = 3e-4f, .lr_final_frac = 0.1f,
                .weight_decay = 0.1f, .grad_clip = 1.0f, .beta1 = 0.9f, .beta2 = 0.95f,
                .adam_eps = 1e-8f, .seed = 1337, .eval_batches = 8, .sample_tokens = 64,
                .fsdp = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                         .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32}};
   if (ACT_WANTS_LOSS_SCALE) o.loss_scale_dynamic = 1, o.loss_scale = LOSS_SCALE_DYNAMIC_INIT;  // --loss-scale 1: off
-  static struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, 'd'},
-      {"val-data", required_argument, 0, 'V'},    {"batch", required_argument, 0, 'b'},
-      {"seq", required_argument, 0, 't'},         {"accum", required_argument, 0, 'a'},
-      {"global-batch", required_argument, 0, 'G'},{"steps", required_argument, 0, 'n'},
-      {"lr", required_argument, 0, 'l'},          {"warmup", required_argument, 0, 'w'},
-      {"lr-final-frac", required_argument, 0, 'f'},{"weight-decay", required_argument, 0, 'D'},
-      {"decay-embeddings", no_argument, 0, 'E'},  {"beta1", required_argument, 0, '1'},
-      {"beta2", required_argument, 0, '2'},       {"adam-eps", required_argument, 0, 'e'},
-      {"grad-clip", required_argument, 0, 'c'},   {"seed", required_argument, 0, 's'},
-      {"shard", required_argument, 0, 'S'},       {"limit-all-gathers", required_argument, 0, 'K'},
-      {"prefetch", required_argument, 0, 'p'},    {"no-sync-accum", no_argument, 0, 'N'},
-      {"eval-every", required_argument, 0, 'v'},  {"eval-batches", required_argument, 0, 'B'},
-      {"eval-prompts", required_argument, 0, 'P'},{"sample-every", required_argument, 0, 'x'},
-      {"sample-tokens", required_argument, 0, 'X'},{"log", required_argument, 0, 'L'},
-      {"digest", no_argument, 0, 'H'},            {"dump-params", required_argument, 0, 'Q'},
-      {"enc-len", required_argument, 0, 'j'},     {"dec-len", required_argument, 0, 'k'},
-      {"plan", no_argument, 0, 'y'},              {"world", required_argument, 0, 'Y'},
-      {"memory-limit", required_argument, 0, 'z'},{"bench", no_argument, 0, 'q'},
-      {"bench-warmup", required_argument, 0, 'u'},{"bench-json", required_argument, 0, 'J'},
-      {"peak", no_argument, 0, 'Z'},             {"sim-world", required_argument, 0, 'W'},
-      {"sim-link", required_argument, 0, 'U'},             {"trace", required_argument, 0, 'T'},
-      {"reduce-dtype", required_argument, 0, 'R'},{"init-dir", required_argument, 0, 'I'},
-      {"comm-timeout", required_argument, 0, 'O'},{"save", required_argument, 0, 'o'},
-      {"save-every", required_argument, 0, 'i'},  {"resume", required_argument, 0, 'r'},
-      {"keep-checkpoints", required_argument, 0, 'C'}, {"max-bad-steps", required_argument, 0, 'M'},
-      {"inject-nonfinite", required_argument, 0, 'F'}, {"recompute", required_argument, 0, 'A'},
-      {"predict", required_argument, 0, 'g'},     {"predict-sweep", no_argument, 0, OPT_PREDICT_SWEEP},
-      {"predict-alloc-retry", required_argument, 0, OPT_PREDICT_ALLOC_RETRY},
-      {"predict-attention", required_argument, 0, OPT_PREDICT_ATTENTION},
-      {"predict-comm-sms", required_argument, 0, OPT_PREDICT_COMM_SMS},
-      {"loss-scale", required_argument, 0, OPT_LOSS_SCALE}, {"loss-scale-window", required_argument, 0, OPT_LOSS_SCALE_WINDOW},
-      {"init-from", required_argument, 0, OPT_INIT_FROM}, {"export", required_argument, 0, OPT_EXPORT},
-      {"backend", required_argument, 0, OPT_BACKEND}, {"wrap", required_argument, 0, OPT_WRAP},
-      {"offload", required_argument, 0, OPT_OFFLOAD},
-      {"gelu-epilogue", required_argument, 0, OPT_GELU_EPILOGUE},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  char err[1024];
+  if (long_options_exact(argc, argv, longopts, err, sizeof err)) usage_error("%s", err);
+  optind = 0;  // getopt starts afresh: --resume reads a second command line (train/resume.c)
   opterr = 0;
   int c, idx;
   // A leading ':' makes getopt tell a missing value (':') from an unknown option ('?').
   while ((idx = -1, c = getopt_long(argc, argv, ":", longopts, &idx)) != -1) {
     const char* name = idx >= 0 ? longopts[idx].name : "";
+    if (idx >= 0) o.given[idx] = 1;
     switch (c) {
       case 'm': o.model = optarg; break;
       case 'd': o.data = optarg; break;
@@ -357,6 +389,7 @@ Options parse_options(int argc, char** argv) {
       case 'v': o.eval_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'B': o.eval_batches = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'P': o.eval_prompts = optarg; break;
+      case OPT_EVAL_CHOICES: o.eval_choices = optarg; break;
       case 'x': o.sample_every = (int)parse_long(name, optarg, 0, 1 << 30); break;
       case 'X': o.sample_tokens = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'L': o.log_path = optarg; break;
@@ -367,7 +400,8 @@ Options parse_options(int argc, char** argv) {
       case 'I': o.init_dir = optarg; break;
       case 'o': o.save_dir = optarg; break;
       case 'i': o.save_every = (int)parse_long(name, optarg, 1, 1 << 30); break;
-      case 'r': o.resume_dir = optarg; break;
+      case 'r': o.resume_dir = optarg, o.resume_optional = 0; break;
+      case OPT_RESUME_IF_PRESENT: o.resume_dir = optarg, o.resume_optional = 1; break;
       case 'C': o.keep_checkpoints = (int)parse_long(name, optarg, 1, 1 << 20); break;
       case 'M': o.max_bad_steps = (int)parse_long(name, optarg, 1, 1 << 30); break;
       case 'F': {
@@ -444,6 +478,16 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (optind < argc) usage_error("unexpected argument '%s'", argv[optind]);
+  if (option_given(&o, "resume") && option_given(&o, "resume-if-present"))
+    usage_error("%s", "--resume DIR and --resume-if-present DIR both name the checkpoint to continue: give one");
+  return o;
+}
+
+Options parse_options(int argc, char** argv) {
+  set_usage(argc > 0 ? argv[0] : NULL);
+  Options o = parse_command_line(argc, argv);
+  // The run's settings recorded in the checkpoint, for the options not given again (train/resume.c).
+  if (o.resume_dir) o = resume_settings(&o, argc, argv);
   int listing = o.predict.cluster && !strcmp(o.predict.cluster, "list");  // --predict list: the catalogue, no model
   if (!o.model && !o.init_from && !listing) usage_error("%s", "--model is required (or --init-from weights that say it)");
   if (o.init_from && o.resume_dir) usage_error("%s", "--init-from and --resume both set the weights: give one");
@@ -493,7 +537,8 @@ int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, 
 RunShape resolve_options(Options* o, const ModelConfig* cfg, int world) {
   char err[2048];
   int t5 = cfg->kind == MODEL_T5;
-  if (t5 && (o->eval_prompts || o->sample_every)) usage_error("%s", "--eval-prompts and --sample-every are for GPT models");
+  if (t5 && (o->eval_prompts || o->eval_choices || o->sample_every))
+    usage_error("%s", "--eval-prompts, --eval-choices and --sample-every are for GPT models");
   RunShape s;
   if (run_shape(o, cfg, world, &s, err, sizeof err)) usage_error("%s", err);
   o->accum = s.A;
@@ -503,6 +548,16 @@ RunShape resolve_options(Options* o, const ModelConfig* cfg, int world) {
     usage_error("--plan --backend %s: this binary plans its own backend (cuda); use train_gpt_cpu --plan --backend cpu",
                 o->plan_backend);
   if (o->plan) return s;
+  // A sample continues the first token inside one sequence: T - 1 new tokens at most.
+  if (o->sample_every && o->sample_tokens > s.T - 1) {
+    if (option_given(o, "sample-tokens")) {
+      snprintf(err, sizeof err, "--sample-tokens %d: a sample continues its first token within one sequence of %d tokens "
+               "(--seq), so it has at most %d new tokens; lower --sample-tokens or raise --seq", o->sample_tokens, s.T,
+               s.T - 1);
+      usage_error("%s", err);
+    }
+    o->sample_tokens = s.T - 1;  // the default, 64, where it fits
+  }
   if (o->fsdp.reduce_dtype != DT_F32 && !strcmp(kernels_backend(), "cpu"))
     usage_error("--reduce-dtype %s needs the CUDA build (train_gpt); the CPU backend reduces in fp32",
                 dtype_name(o->fsdp.reduce_dtype));

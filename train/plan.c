@@ -133,7 +133,7 @@ static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, in
 
 // --plan: the layout and the memory plan of one rank of a `world`-rank run, from the same
 // planner a real run allocates from, and the FSDP paper's formula beside it.
-void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world) {
+int plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world) {
   FSDP fs;
   fsdp_init_plan(&fs, model_num_units(cfg, o->fsdp.wrap), o->fsdp, world);
   Model m;
@@ -180,6 +180,7 @@ void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te,
   }
   log0("plan_bytes_per_rank %zu\n", fs.plan.total);
   log0("plan_host_bytes_per_rank %zu\n", fs.plan.host_total);
+  return o->memory_limit_gib > 0 && fs.plan.total > (size_t)(o->memory_limit_gib * 1073741824.0);
 }
 
 // Refuses a plan that does not fit before anything is allocated, and says what to change.

@@ -4,6 +4,7 @@
 #define FSDP_TRAIN_H
 #include <stdint.h>
 
+#include "data/choices.h"
 #include "data/shard.h"
 #include "data/span_corrupt.h"
 #include "fsdp/fsdp.h"
@@ -19,12 +20,14 @@ typedef struct {
   int comm_sms;                     // --predict-comm-sms N: SMs a collective may hold (-1: NCCL's choice)
 } PredictOptions;
 
+#define OPTIONS_MAX 96  // long options of the trainer, at most
 typedef struct {
   const char* model;
   const char* data;
   const char* val_data;
   const char* log_path;
   const char* eval_prompts;
+  const char* eval_choices;         // --eval-choices FILE: llm.c's multiple-choice evaluation file
   int batch, seq, accum, global_batch, steps, warmup, enc_len, dec_len;
   float lr, lr_final_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
   uint64_t seed;
@@ -40,7 +43,8 @@ typedef struct {
   const char* save_dir;             // --save DIR: checkpoint at the end (and every --save-every)
   int save_every;
   int keep_checkpoints;             // --keep-checkpoints N: DIR/step_NNNNNNNN, the N newest kept
-  const char* resume_dir;           // --resume DIR
+  const char* resume_dir;           // --resume DIR, or --resume-if-present DIR ...
+  int resume_optional;              // ... which starts a new run when DIR holds no checkpoint
   int max_bad_steps;                // --max-bad-steps N: stop at the N-th skipped non-finite step
   int inject_step, inject_rank, inject_unit;  // --inject-nonfinite STEP:RANK[:UNIT] (tests)
   int accum_given;                  // --accum was on the command line
@@ -54,6 +58,7 @@ typedef struct {
   const char* plan_backend;         // --plan --backend cuda|cpu (NULL: cuda)
   PredictOptions predict;           // --predict ...: the timeline backend (predict_gpt)
   FSDPOptions fsdp;
+  unsigned char given[OPTIONS_MAX]; // the long options on the command line (option_given)
 } Options;
 
 // The command line's words for the FSDP options: parse_strategy takes "full", "grad-op",
@@ -87,7 +92,12 @@ int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, 
 RunShape resolve_options(Options* o, const ModelConfig* cfg, int world);
 // The usage line of the binary that was run ("usage: NAME --model NAME ...").
 const char* usage_line(void);
+// The command line as given (options refused as parse_options says, none of its combination
+// checks or the checkpoint's settings); parse_options reads it, then --resume's settings.
+Options parse_command_line(int argc, char** argv);
 Options parse_options(int argc, char** argv);
+// Whether --NAME was on the command line (or was taken from a checkpoint by --resume).
+int option_given(const Options* o, const char* name);
 // Prints "error: <fmt % arg>" and the usage line on rank 0, and exits 2 on every rank.
 void usage_error(const char* fmt, const char* arg) __attribute__((noreturn));
 
@@ -97,6 +107,18 @@ void predict_exec_if_asked(int argc, char** argv);
 // --plan on the CPU binary plans the CUDA backend by default (--backend cuda): its dtypes are
 // predict_gpt's, which it re-executes; --backend cpu plans its own fp32 layout.
 void plan_exec_if_asked(int argc, char** argv);
+
+// ---- a run's settings in its checkpoints (train/resume.c) ---------------------------
+// The options that define a run of `world` ranks, as a JSON object of option names and their
+// values as command-line words ({"lr": "0.003", ...}), which checkpoint_save writes into
+// meta.json. A malloc'd string.
+char* run_settings_json(const Options* o, const ModelConfig* cfg, int world);
+// --resume DIR (o as given on the command line argv): the checkpoint's settings for every
+// option not given again; an option given again that must agree with the checkpoint and does
+// not is refused by name, one that may change (--steps, the batch, the data, the FSDP options,
+// evaluation and logs) is named with both values. --resume-if-present DIR without a checkpoint
+// there: o as given, a new run. Returns the options to run with.
+Options resume_settings(const Options* o, int argc, char** argv);
 
 // ---- output paths (train/outputs.c) -----------------------------------------------
 // Collective, at start-up: every file and directory the run will write can be written (else
@@ -201,6 +223,9 @@ typedef struct {
 } PromptSet;
 PromptSet load_prompts(const char* path, int T, int V);
 double exact_match(Model* m, Batch* bt, const PromptSet* ps);
+// --eval-choices: the accuracy on llm.c's multiple-choice evaluation file (data/choices.h), by
+// the completions' mean loss per token; collective, each rank on its share of the examples.
+double choice_accuracy(Model* m, Batch* bt, const ChoiceSet* cs);
 void sample_text(Model* m, Batch* bt, const TokenStream* ts, int ntokens, uint64_t seed);
 
 // ---- the start-up table (train/settings.c) ------------------------------------------
@@ -209,7 +234,8 @@ void print_settings(const Options* o, const Model* m, const FSDP* fs, int A);
 
 // ---- memory plans (train/plan.c) ---------------------------------------------------
 // --plan: the layout and the memory plan of one rank of a `world`-rank run, allocating nothing.
-void plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world);
+// Returns the exit status of --plan: 1 when the plan does not fit --memory-limit, else 0.
+int plan_report(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world);
 // Refuses a plan that does not fit this device (or --memory-limit) before anything is allocated,
 // and says what to change.
 void check_plan_fits(const Options* o, const ModelConfig* cfg, int B, int T, int Te, const FSDP* fs);

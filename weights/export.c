@@ -1,6 +1,8 @@
 // export.c: --export DIR: a Hugging Face directory (config.json + model.safetensors) written
 // from the sharded parameters, for transformers' GPT2LMHeadModel, T5ForConditionalGeneration or
-// LlamaForCausalLM.
+// LlamaForCausalLM, with the tokenizer beside the training data when there is one
+// (tokenizer.json and tokenizer_config.json, which transformers' tokenizers load, and
+// tokenizer.bin, generate_cpu's decode table; scripts/prepare_text.py writes them).
 //
 // The file's layout is known before any weight is: the header lists every tensor with its
 // offsets (fp32, in our parameter order), so rank 0 writes the header and sizes the file,
@@ -13,8 +15,8 @@
 // DIR moved to DIR.old, DIR.tmp renamed to DIR and DIR.old removed. What the export did not
 // create is never touched: a DIR.tmp or DIR.old already there is refused at start-up, and DIR
 // is replaced only when it is a previous export of fsdp.c, recognized by its contents (exactly
-// config.json and model.safetensors) and by the writer its safetensors header records
-// (__metadata__ {"writer": "fsdp.c"}).
+// config.json and model.safetensors, and the tokenizer files an export may add) and by the
+// writer its safetensors header records (__metadata__ {"writer": "fsdp.c"}).
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -25,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/tokenizer.h"
 #include "infra/dist.h"
 #include "infra/files.h"
 #include "infra/json.h"
@@ -158,9 +161,16 @@ static int write_piece(int fd, const char* path, const OutTensor* t, int64_t x0,
   return 0;
 }
 
-// Whether dir is a previous export of fsdp.c: a directory holding exactly config.json and
-// model.safetensors, regular files, whose safetensors header names fsdp.c as its writer.
-// 0 when it is, -1 with what it is instead.
+// The files an export writes: the model's two, then the tokenizer's, which an export has when the
+// training data had them.
+static const char* const EXPORT_FILES[] = {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
+                                           "tokenizer.bin"};
+#define EXPORT_REQUIRED 2
+#define EXPORT_NFILES 5
+
+// Whether dir is a previous export of fsdp.c: a directory holding config.json and
+// model.safetensors (and tokenizer files) and nothing else, regular files, whose safetensors
+// header names fsdp.c as its writer. 0 when it is, -1 with what it is instead.
 static int previous_export(const char* opt, const char* dir, char* err, size_t errlen) {
   struct stat st;
   if (lstat(dir, &st) != 0) return set_error(err, errlen, "%s %s: %s", opt, dir, strerror(errno));
@@ -175,10 +185,12 @@ static int previous_export(const char* opt, const char* dir, char* err, size_t e
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    if ((strcmp(e->d_name, "config.json") && strcmp(e->d_name, "model.safetensors")) || lstat(path, &st) != 0 ||
-        !S_ISREG(st.st_mode))
+    int known = -1;
+    for (int i = 0; i < EXPORT_NFILES; i++)
+      if (!strcmp(e->d_name, EXPORT_FILES[i])) known = i;
+    if (known < 0 || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
       rc = set_error(err, errlen, "%s %s holds '%s', so it is not an earlier export; choose another path", opt, dir, e->d_name);
-    files++;
+    files += known >= 0 && known < EXPORT_REQUIRED;
   }
   closedir(d);
   if (rc) return -1;
@@ -227,20 +239,53 @@ int weights_export_check(const char* opt, const char* dir, char* err, size_t err
   return previous_export(opt, dir, err, errlen);
 }
 
-// Removes what the export created in tmp (its two files, then the directory); best effort, for
-// a failed export.
-static void remove_own(const char* tmp) {
-  static const char* const files[] = {"model.safetensors", "config.json"};
-  dir_remove_named(tmp, files, 2);
+// Removes what the export created in tmp (its files, then the directory); best effort, for a
+// failed export.
+static void remove_own(const char* tmp) { dir_remove_named(tmp, EXPORT_FILES, EXPORT_NFILES); }
+
+// Copies tokenizer.json, tokenizer_config.json and tokenizer.bin from src_dir (where the training
+// shards are) into tmp, each fsynced; tokenizer.bin first checked to be a decode table of at
+// most V tokens.
+// Returns how many were copied, or -1 with the reason (the export then goes on without them:
+// the model is what must not be lost).
+static int copy_tokenizer(const char* src_dir, const char* tmp, int V, char* err, size_t errlen) {
+  static const char* const names[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.bin"};
+  int copied = 0;
+  for (int i = 0; i < 3; i++) {
+    char from[4400], to[4400];
+    snprintf(from, sizeof from, "%s/%s", src_dir, names[i]);
+    snprintf(to, sizeof to, "%s/%s", tmp, names[i]);
+    struct stat st;
+    if (stat(from, &st) != 0) continue;
+    if (i == 2) {
+      Tokenizer t;
+      if (tokenizer_load(from, &t, err, errlen)) return -1;
+      int vocab = t.vocab;
+      tokenizer_free(&t);
+      if (vocab > V) return set_error(err, errlen, "%s has %d tokens, more than the model's %d: not its tokenizer", from, vocab, V);
+    }
+    char* text;
+    size_t len;
+    if (file_read_all(from, (size_t)256 << 20, &text, &len, err, errlen)) return -1;
+    int fd = open(to, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    int bad = fd < 0 || file_pwrite_all(fd, text, len, 0) || fsync(fd) != 0;
+    if (fd >= 0 && close(fd) != 0) bad = 1;
+    free(text);
+    if (bad) return set_error(err, errlen, "cannot write %s: %s", to, strerror(errno));
+    copied++;
+  }
+  return copied;
 }
 
 // Rank 0, once every rank's part is on disk: config.json last (it is what makes the directory
 // a model for --init-from), then the earlier export replaced, only now that the new one is
 // complete and only when it is one of ours (checked at start-up too; a run may last days).
 // 0, or -1 with the reason.
-static int finish_export(const ModelConfig* cfg, const char* dir, const char* tmp, const char* old, char* err,
-                         size_t errlen) {
+static int finish_export(const ModelConfig* cfg, const char* dir, const char* tmp, const char* old,
+                         const char* tokenizer_dir, char* err, size_t errlen) {
   char cpath[4400], why[4400];
+  if (tokenizer_dir && copy_tokenizer(tokenizer_dir, tmp, cfg->V, why, sizeof why) < 0)
+    fprintf(stderr, "warning: --export %s: the tokenizer beside the training data is not exported: %s\n", dir, why);
   snprintf(cpath, sizeof cpath, "%s/config.json", tmp);
   if (write_config(cfg, cpath, err, errlen)) {
     remove_own(tmp);
@@ -262,7 +307,7 @@ static int finish_export(const ModelConfig* cfg, const char* dir, const char* tm
   return 0;
 }
 
-void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
+void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir, const char* tokenizer_dir) {
   char tmp[4200], old[4200], file[4400], err[8192] = "";
   snprintf(tmp, sizeof tmp, "%s.tmp", dir);
   snprintf(old, sizeof old, "%s.old", dir);
@@ -348,7 +393,7 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir) {
     if (fs->world_rank == 0) remove_own(tmp);
     fatal("--export %s: %s; nothing was replaced", dir, err[0] ? err : "another rank failed to write its part (see its message)");
   }
-  if (fs->world_rank == 0) ok = finish_export(cfg, dir, tmp, old, err, sizeof err) == 0;
+  if (fs->world_rank == 0) ok = finish_export(cfg, dir, tmp, old, tokenizer_dir, err, sizeof err) == 0;
   if (!comm_all_true(fs->world, ok)) fatal("--export %s: %s", dir, err[0] ? err : "rank 0 could not finish the export");
   free(out);
   free(header);

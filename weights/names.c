@@ -523,7 +523,7 @@ int weights_config_match(const ModelConfig* given, const ModelConfig* found, cha
 
 int weights_resolve_model(const char* spec, const char* init_from, ModelConfig* cfg, char* err, size_t errlen) {
   if (!init_from) return model_config_parse(spec, cfg, err, errlen);
-  if (weights_model_config(init_from, cfg, err, errlen)) return -1;
+  if (model_source_config(init_from, cfg, err, errlen)) return -1;  // weights, or a checkpoint's
   if (!spec) return 0;
   ModelConfig given;
   if (model_config_parse(spec, &given, err, errlen) || weights_config_match(&given, cfg, err, errlen)) return -1;

@@ -35,8 +35,9 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path);
 // Collective: writes a Hugging Face directory (config.json, model.safetensors) for the
 // model's current parameters: rank 0 writes the header, every rank its own byte ranges. Goes
 // through DIR.tmp (config.json written last), renamed when complete; an earlier export of
-// fsdp.c at DIR is replaced only then. A failure names the file and the system's reason.
-void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
+// fsdp.c at DIR is replaced only then. A failure names the file and the system's reason. The
+// tokenizer files of tokenizer_dir (tokenizer.json, tokenizer.bin; NULL: none) go with it.
+void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir, const char* tokenizer_dir);
 // At start-up, before anything is written: -1 with the reason when DIR cannot be exported to
 // or would clobber what is not ours: a name that does not fit, a missing or read-only parent,
 // a DIR.tmp or DIR.old already there, or a DIR that is not an earlier export of fsdp.c
@@ -44,9 +45,14 @@ void weights_export(FSDP* fs, const ModelConfig* cfg, const char* dir);
 // names the option in messages ("--export", or the tool's argument).
 int weights_export_check(const char* opt, const char* dir, char* err, size_t errlen);
 
-// A model source for tools that run a trained model (generate, export_weights): an fsdp.c
-// checkpoint directory (meta.json, written by --save), a Hugging Face directory or an llm.c
-// .bin. model_source_config gives its model; model_source_load (collective) its weights.
+// A model source for tools that run a trained model (generate, export_weights) and for
+// --init-from: an fsdp.c checkpoint directory (meta.json, written by --save), a Hugging Face
+// directory or an llm.c .bin. model_source_config gives its model; model_source_load
+// (collective) its weights, with AdamW's state zeroed (a checkpoint's is not taken).
 int model_source_config(const char* src, ModelConfig* cfg, char* err, size_t errlen);
 void model_source_load(FSDP* fs, const ModelConfig* cfg, const char* src);
+// Where the source's tokenizer files are (into dir): a directory that holds tokenizer.json or
+// tokenizer.bin itself (an export), else beside the training data a checkpoint's meta.json
+// records; 0, or -1 when none is known.
+int model_source_tokenizer_dir(const char* src, char* dir, size_t len);
 #endif

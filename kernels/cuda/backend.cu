@@ -24,8 +24,21 @@ extern "C" KernelCtx* kernels_init(int device) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    fprintf(stderr, "error: no CUDA GPU found: run train_gpt_cpu, the CPU build, instead (%s)\n",
-            e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
+    // Without the NVIDIA driver the runtime answers "driver version is insufficient" with driver
+    // version 0: that is no driver, not an old one, and the message says so.
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    if (e == cudaErrorInsufficientDriver && driver > 0)
+      fprintf(stderr, "error: the NVIDIA driver supports CUDA up to %d.%d, older than the CUDA %d.%d runtime this "
+              "train_gpt was built with: update the driver, or build with a CUDA toolkit it supports (nvidia-smi "
+              "shows its CUDA version)\n", driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    else if (e == cudaErrorInsufficientDriver || driver == 0)
+      fprintf(stderr, "error: no CUDA GPU found: this machine has no NVIDIA driver; run train_gpt_cpu, the CPU "
+              "build, instead\n");
+    else
+      fprintf(stderr, "error: no CUDA GPU found (%s): run train_gpt_cpu, the CPU build, instead\n",
+              e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports 0 devices");
     exit(1);
   }
   if (device < 0) {

@@ -35,7 +35,7 @@ extern "C" const char* cudaGetErrorName(cudaError_t e) {
     E(cudaErrorInvalidConfiguration) E(cudaErrorInvalidDevicePointer) E(cudaErrorInvalidMemcpyDirection)
     E(cudaErrorInvalidResourceHandle) E(cudaErrorNotReady) E(cudaErrorIllegalAddress)
     E(cudaErrorLaunchOutOfResources) E(cudaErrorMisalignedAddress) E(cudaErrorNoDevice) E(cudaErrorInvalidDevice)
-    E(cudaErrorLaunchFailure)
+    E(cudaErrorLaunchFailure) E(cudaErrorInsufficientDriver)
 #undef E
   }
   return "cudaErrorUnknown";
@@ -50,6 +50,7 @@ extern "C" const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     default: return cudaGetErrorName(e);
@@ -63,9 +64,31 @@ extern "C" cudaError_t cudaGetLastError(void) {
 }
 extern "C" cudaError_t cudaPeekAtLastError(void) { return last_error; }
 
+// CUDASIM_DRIVER: "none" answers as CUDA's runtime does on a machine without the NVIDIA driver
+// (cudaErrorInsufficientDriver, driver version 0), "old" as with a driver older than the
+// runtime, "no-device" as a driver that sees no GPU; unset, one simulated device.
+static const char* driver_mode(void) {
+  const char* e = getenv("CUDASIM_DRIVER");
+  return e ? e : "";
+}
 extern "C" cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return cudaErrorInvalidValue;
+  const char* mode = driver_mode();
+  *count = 0;
+  if (!strcmp(mode, "none") || !strcmp(mode, "old")) return cudaErrorInsufficientDriver;
+  if (!strcmp(mode, "no-device")) return cudaErrorNoDevice;
   *count = 1;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaDriverGetVersion(int* version) {
+  if (!version) return cudaErrorInvalidValue;
+  const char* mode = driver_mode();
+  *version = !strcmp(mode, "none") ? 0 : !strcmp(mode, "old") ? 12020 : CUDART_VERSION;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (!version) return cudaErrorInvalidValue;
+  *version = CUDART_VERSION;
   return cudaSuccess;
 }
 extern "C" cudaError_t cudaSetDevice(int device) {

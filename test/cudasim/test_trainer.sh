@@ -56,6 +56,21 @@ section "vs CPU" || section interleavings || section memory && for cfg in GPT T5
   fi
 done
 
+# Without a GPU: no driver at all is said as such (CUDA's runtime calls it an insufficient
+# driver, which would send the user to update one that is not there); an old driver names both
+# versions; a driver that sees no device says so.
+section "vs CPU" && for mode in "none:this machine has no NVIDIA driver; run train_gpt_cpu" \
+    "old:the NVIDIA driver supports CUDA up to 12.2, older than the CUDA 13.0 runtime" \
+    "no-device:no CUDA GPU found \(no CUDA-capable device is detected\): run train_gpt_cpu"; do
+  out=$(CUDASIM_DRIVER=${mode%%:*} ./train_gpt_sim $GPT 2>&1)
+  rc=$?
+  if [ $rc = 1 ] && grep -qE -- "${mode#*:}" <<< "$out" && { [ "${mode%%:*}" = old ] || ! grep -qi insufficient <<< "$out"; }; then
+    ok "CUDASIM_DRIVER=${mode%%:*}: $(grep -m1 -o 'error: .\{0,70\}' <<< "$out")..."
+  else
+    bad "CUDASIM_DRIVER=${mode%%:*}: exit $rc: $(grep -m1 error <<< "$out")"
+  fi
+done
+
 # ---- 2. one answer whatever the device's order ----------------------------------------
 # The reference: section 1's run of the model (natural stream order). Each variant runs in
 # another interleaving, so one run checks both that the variant's events order its kernels and

@@ -23,6 +23,7 @@ typedef enum cudaError {
   cudaErrorInitializationError = 3,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevicePointer = 17,
+  cudaErrorInsufficientDriver = 35,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
@@ -97,6 +98,8 @@ cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 
 cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device);
