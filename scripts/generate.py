@@ -11,12 +11,13 @@ bpe: the byte-level BPE scripts/prepare_text.py trained (its tokenizer.json: --b
 SRC/tokenizer.json, which --export writes; the default tokenizer when there is one);
 gpt2: tiktoken's "gpt2" encoding; sentencepiece: the model file of --sp-model (T5's
 spiece.model), with the end-of-sequence id appended to the prompt as T5 expects its inputs;
-llama3: Llama 3's tokenizer.json or tokenizer.model given by --tokenizer-file, the prompt after
-<|begin_of_text|> (scripts/llama3_tokenizer.py).
+llama3: Llama 3's tokenizer.json or tokenizer.model given by --tokenizer-file (or SRC/tokenizer.json,
+the default for a Llama directory), the prompt after <|begin_of_text|> (scripts/llama3_tokenizer.py).
 Options after "--" go to generate_cpu (--tokens, --temperature, --top-k, --seed). Prints the
 prompt and the continuation as text, and the ids.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def die(msg):
     print(f"generate.py: {msg}", file=sys.stderr)
     sys.exit(1)
+
+
+def model_type(src):
+    """config.json's model_type of a Hugging Face directory SRC, or None."""
+    try:
+        with open(os.path.join(src, "config.json")) as f:
+            return json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def tokenizer(kind, sp_model, bpe_file, tokenizer_file=None):
@@ -80,7 +90,10 @@ def main():
     if not args.tokenizer:
         if not (args.bpe or os.path.isfile(beside)):
             die(f"give --tokenizer bpe|gpt2|sentencepiece|llama3 (there is no {beside} to take)")
-        args.tokenizer = "bpe"
+        # A Llama directory's tokenizer.json is Llama 3's tokenizer; elsewhere it is our BPE's.
+        args.tokenizer = "llama3" if not args.bpe and model_type(args.src) == "llama" else "bpe"
+        if args.tokenizer == "llama3" and not args.tokenizer_file:
+            args.tokenizer_file = beside
     if args.tokenizer == "bpe" and not args.bpe:
         args.bpe = beside
     if args.tokenizer == "sentencepiece" and not args.sp_model:

@@ -441,6 +441,23 @@ def llama3_tokenizer(tmp, text, env, check):
                   b"".join(table[i] for i in ids).decode("utf-8") == text)
     check("prepare_text.py llama3: tokenizer.model and tokenizer.json give the same shards",
           shards["tokenizer.model"] == shards["tokenizer.json"] and len(shards["tokenizer.model"]) > 100)
+    # scripts/generate.py on a Llama directory holding its tokenizer.json, without --tokenizer:
+    # read as Llama 3's tokenizer (the prompt after <|begin_of_text|>), not as our BPE's.
+    from transformers import LlamaConfig, LlamaForCausalLM
+    src = os.path.join(tmp, "llama_with_tokenizer")
+    LlamaForCausalLM(LlamaConfig(vocab_size=n + NUM_SPECIAL, hidden_size=32, intermediate_size=56, num_hidden_layers=1,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                 rms_norm_eps=1e-5, rope_theta=500000.0)).save_pretrained(src, safe_serialization=True)
+    shutil.copyfile(json_file, os.path.join(src, "tokenizer.json"))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "generate.py"), src, "sharded data",
+                        "--binary", os.path.join(ROOT, "generate_cpu"), "--", "--tokens", "4", "--temperature", "0"],
+                       capture_output=True, text=True, env=env)
+    got = dict(l.split(": ", 1) for l in r.stdout.splitlines() if ": " in l)
+    from llama3_tokenizer import Llama3Tokenizer
+    gen_ids = [int(x) for x in got.get("ids", "").split()]
+    check("scripts/generate.py on a Llama directory takes its tokenizer.json as Llama 3's: 4 new ids and their text",
+          r.returncode == 0 and len(gen_ids) == 4 and got.get("continuation") == Llama3Tokenizer(json_file).decode(gen_ids),
+          (r.stdout + r.stderr).strip()[-300:])
     # The tokenizer.json given, in the output folder itself, is the user's: kept, not removed as
     # an earlier run's tokenizer.
     own = os.path.join(tmp, "llama3_own")
