@@ -209,8 +209,18 @@ int main(int argc, char** argv) {
   }
   if (n == 0) {
     if (t5) usage("%s", "T5 needs a prompt (the encoder input)");
-    // A text starts after an end-of-text: the tokenizer's (checked above), or GPT-2's.
-    prompt[n++] = decode ? tok.eot : (V > 50256 ? 50256 : 0);
+    if (cfg.kind == MODEL_LLAMA) {
+      // A Llama 3 text starts with <|begin_of_text|>; a Llama of another vocabulary names none.
+      if (V != LLAMA3_VOCAB) {
+        snprintf(err, sizeof err, "a Llama of vocabulary %d (Llama 3's is %d) has no known begin-of-text id: give the "
+                 "prompt's ids with --prompt-ids", V, LLAMA3_VOCAB);
+        usage("%s", err);
+      }
+      prompt[n++] = LLAMA3_BEGIN_OF_TEXT;
+    } else {
+      // A GPT text starts after an end-of-text: the tokenizer's (checked above), or GPT-2's.
+      prompt[n++] = decode ? tok.eot : (V > 50256 ? 50256 : 0);
+    }
   }
   if (!t5 && n >= cfg.T) usage("the prompt fills the model's %s positions", "T");
   if (t5 && ntokens > MAX_T5_TOKENS) usage("%s", "--tokens: T5 decodes at most 4096 tokens here (each one runs the decoder again)");

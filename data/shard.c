@@ -21,6 +21,14 @@ static int32_t le_i32(const unsigned char* p) {
   return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
 }
 static uint16_t le_u16(const unsigned char* p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t le_u32(const unsigned char* p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+// Token k of a buffer of `bytes`-wide little-endian tokens, as int64 (the callers refuse a
+// uint32 id past INT32_MAX, which no int32 token buffer holds).
+static int64_t token_at(const unsigned char* buf, size_t k, int bytes) {
+  return bytes == 2 ? (int64_t)le_u16(buf + 2 * k) : (int64_t)le_u32(buf + 4 * k);
+}
 static void put_le_i32(unsigned char* p, int32_t v) {
   uint32_t u = (uint32_t)v;
   p[0] = u & 0xff, p[1] = (u >> 8) & 0xff, p[2] = (u >> 16) & 0xff, p[3] = u >> 24;
@@ -28,7 +36,9 @@ static void put_le_i32(unsigned char* p, int32_t v) {
 
 // ---- writing ---------------------------------------------------------------------------
 
-int shard_write(const char* path, const uint16_t* tokens, size_t ntokens, char* err, size_t errlen) {
+// Either format: tokens are tokens16 (GPT-2's) or tokens32 (Llama 3's), the other NULL.
+static int write_shard(const char* path, const uint16_t* tokens16, const uint32_t* tokens32, size_t ntokens, char* err,
+                       size_t errlen) {
   // The header stores the count as int32, so a larger shard cannot be described.
   if (ntokens > (size_t)INT32_MAX) {
     snprintf(err, errlen, "%s: %zu tokens do not fit in one shard (at most %d)", path, ntokens, INT32_MAX);
@@ -50,18 +60,19 @@ int shard_write(const char* path, const uint16_t* tokens, size_t ntokens, char* 
   }
   unsigned char header[SHARD_HEADER_INTS * 4];
   memset(header, 0, sizeof header);
-  put_le_i32(header + 0, SHARD_MAGIC);
-  put_le_i32(header + 4, SHARD_VERSION);
+  int bytes = tokens16 ? 2 : 4;
+  put_le_i32(header + 0, tokens16 ? SHARD_MAGIC : SHARD32_MAGIC);
+  put_le_i32(header + 4, tokens16 ? SHARD_VERSION : SHARD32_VERSION);
   put_le_i32(header + 8, (int32_t)ntokens);
   int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
-  unsigned char buf[IO_CHUNK * 2];
+  unsigned char buf[IO_CHUNK * 4];
   for (size_t i = 0; ok && i < ntokens; i += IO_CHUNK) {
     size_t n = ntokens - i < IO_CHUNK ? ntokens - i : IO_CHUNK;
     for (size_t k = 0; k < n; k++) {
-      buf[2 * k] = tokens[i + k] & 0xff;
-      buf[2 * k + 1] = tokens[i + k] >> 8;
+      uint32_t t = tokens16 ? tokens16[i + k] : tokens32[i + k];
+      for (int b = 0; b < bytes; b++) buf[bytes * k + b] = (t >> (8 * b)) & 0xff;
     }
-    ok = fwrite(buf, 2, n, f) == n;
+    ok = fwrite(buf, (size_t)bytes, n, f) == n;
   }
   int saved = errno;
   // fclose flushes: a full disk can first show up here.
@@ -73,6 +84,14 @@ int shard_write(const char* path, const uint16_t* tokens, size_t ntokens, char* 
   }
   free(tmp);
   return ok ? 0 : -1;
+}
+
+int shard_write(const char* path, const uint16_t* tokens, size_t ntokens, char* err, size_t errlen) {
+  return write_shard(path, tokens, NULL, ntokens, err, errlen);
+}
+
+int shard_write32(const char* path, const uint32_t* tokens, size_t ntokens, char* err, size_t errlen) {
+  return write_shard(path, NULL, tokens, ntokens, err, errlen);
 }
 
 // ---- reading and validation ------------------------------------------------------------
@@ -98,8 +117,9 @@ static FILE* open_shard(const char* path, char* err, size_t errlen) {
   return f;
 }
 
-// Validates one shard; on success stores its token count in *count and its identity in *id.
-static int check_shard(const char* path, int vocab, int64_t* count, FileId* id, char* err, size_t errlen) {
+// Validates one shard; on success stores its token count in *count, its token width in *bytes
+// (2 or 4) and its identity in *id.
+static int check_shard(const char* path, int vocab, int64_t* count, int* bytes, FileId* id, char* err, size_t errlen) {
   FILE* f = open_shard(path, err, errlen);
   if (!f) return -1;
   int rc = -1;
@@ -126,21 +146,22 @@ static int check_shard(const char* path, int vocab, int64_t* count, FileId* id, 
     goto done;
   }
   int32_t magic = le_i32(header), version = le_i32(header + 4), n = le_i32(header + 8);
-  if (magic != SHARD_MAGIC) {
+  if (magic != SHARD_MAGIC && magic != SHARD32_MAGIC) {
     snprintf(err, errlen,
-             "%s: bad magic %d (expected %d); the file may not be an llm.c token shard",
-             path, magic, SHARD_MAGIC);
+             "%s: bad magic %d (expected %d, GPT-2's uint16 tokens, or %d, Llama 3's uint32 tokens); the file "
+             "may not be an llm.c token shard", path, magic, SHARD_MAGIC, SHARD32_MAGIC);
     goto done;
   }
-  if (version != SHARD_VERSION) {
-    snprintf(err, errlen, "%s: unsupported version %d (expected %d)", path, version, SHARD_VERSION);
+  int w = magic == SHARD_MAGIC ? 2 : 4, want_version = magic == SHARD_MAGIC ? SHARD_VERSION : SHARD32_VERSION;
+  if (version != want_version) {
+    snprintf(err, errlen, "%s: unsupported version %d (expected %d for magic %d)", path, version, want_version, magic);
     goto done;
   }
   if (n < 0) {
     snprintf(err, errlen, "%s: negative token count %d in the header", path, n);
     goto done;
   }
-  int64_t expected = HEADER_BYTES + 2 * (int64_t)n;
+  int64_t expected = HEADER_BYTES + w * (int64_t)n;
   if (size < expected) {
     snprintf(err, errlen,
              "%s: truncated: the header says %d tokens, so the file should be %lld bytes, "
@@ -155,28 +176,30 @@ static int check_shard(const char* path, int vocab, int64_t* count, FileId* id, 
              path, n, (long long)expected, (long long)size);
     goto done;
   }
-  if (vocab > 0) {
-    // Scan every token now: an id >= vocab would index past the embedding table later.
-    unsigned char buf[IO_CHUNK * 2];
+  if (vocab > 0 || w == 4) {
+    // Scan every token now: an id >= vocab would index past the embedding table later (and a
+    // uint32 id past INT32_MAX fits no model's).
+    unsigned char buf[IO_CHUNK * 4];
     for (int64_t i = 0; i < n; i += IO_CHUNK) {
       size_t m = (size_t)(n - i < IO_CHUNK ? n - i : IO_CHUNK);
-      if (fread(buf, 2, m, f) != m) {
+      if (fread(buf, (size_t)w, m, f) != m) {
         snprintf(err, errlen, "%s: read failed at token %lld", path, (long long)i);
         goto done;
       }
       for (size_t k = 0; k < m; k++) {
-        int id = le_u16(buf + 2 * k);
-        if (id >= vocab) {
+        int64_t id = token_at(buf, k, w);
+        if (id > INT32_MAX || (vocab > 0 && id >= vocab)) {
           snprintf(err, errlen,
-                   "%s: token %lld has id %d >= vocab %d; use a larger --model V "
+                   "%s: token %lld has id %lld >= vocab %d; use a larger --model V "
                    "(the model's vocabulary must cover the tokenizer's)",
-                   path, (long long)(i + (int64_t)k), id, vocab);
+                   path, (long long)(i + (int64_t)k), (long long)id, vocab > 0 ? vocab : INT32_MAX);
           goto done;
         }
       }
     }
   }
   *count = n;
+  *bytes = w;
   rc = 0;
 done:
   fclose(f);
@@ -211,6 +234,7 @@ int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char
   }
   for (int i = 0; i < nf; i++) {
     int64_t n = 0;
+    int bytes = 0;
     ts->paths[i] = strdup(g.gl_pathv[i]);
     ts->nfiles = i + 1;  // so that close frees what was allocated so far
     if (!ts->paths[i]) {
@@ -219,11 +243,21 @@ int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char
       token_stream_close(ts);
       return -1;
     }
-    if (check_shard(ts->paths[i], vocab, &n, &ts->ids[i], err, errlen) != 0) {
+    if (check_shard(ts->paths[i], vocab, &n, &bytes, &ts->ids[i], err, errlen) != 0) {
       globfree(&g);
       token_stream_close(ts);
       return -1;
     }
+    if (i > 0 && bytes != ts->token_bytes) {
+      snprintf(err, errlen, "%s holds %s shards, but %s holds %s: one stream is one tokenizer's shards, all of one "
+               "format; give the others their own --data", glob_pattern,
+               ts->token_bytes == 2 ? "GPT-2's uint16" : "Llama 3's uint32", ts->paths[i],
+               bytes == 2 ? "GPT-2's uint16 tokens" : "Llama 3's uint32 tokens");
+      globfree(&g);
+      token_stream_close(ts);
+      return -1;
+    }
+    ts->token_bytes = bytes;
     ts->ntokens[i] = n;
     ts->start[i] = ts->total;
     ts->total += n;
@@ -247,7 +281,8 @@ int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* ou
     int mid = (lo + hi + 1) / 2;
     if (ts->start[mid] <= pos) lo = mid; else hi = mid - 1;
   }
-  unsigned char buf[IO_CHUNK * 2];
+  unsigned char buf[IO_CHUNK * 4];
+  const int w = ts->token_bytes;
   int64_t done = 0;
   // Files are reopened per read: a micro-batch read is rare next to the compute, and this
   // keeps the struct const and free of descriptor limits with many shards.
@@ -262,33 +297,33 @@ int token_stream_read(const TokenStream* ts, int64_t pos, int64_t n, int32_t* ou
       fclose(f);
       return -1;
     }
-    if (fseeko(f, (off_t)(HEADER_BYTES + 2 * off), SEEK_SET) != 0) {
+    if (fseeko(f, (off_t)(HEADER_BYTES + w * off), SEEK_SET) != 0) {
       snprintf(err, errlen, "%s: seek to token %lld failed: %s", ts->paths[fi], (long long)off, strerror(errno));
       fclose(f);
       return -1;
     }
     while (m > 0) {
       size_t c = (size_t)(m < IO_CHUNK ? m : IO_CHUNK);
-      if (fread(buf, 2, c, f) != c) {
+      if (fread(buf, (size_t)w, c, f) != c) {
         snprintf(err, errlen, "%s: short read at token %lld (was the file changed after it was opened?)",
                  ts->paths[fi], (long long)off);
         fclose(f);
         return -1;
       }
       for (size_t k = 0; k < c; k++) {
-        int id = le_u16(buf + 2 * k);
+        int64_t id = token_at(buf, k, w);
         // Checked again on every read: a shard rewritten during a run must not feed ids past
         // the embedding table (the check on open cannot see later changes).
-        if (ts->vocab > 0 && id >= ts->vocab) {
+        if (id > INT32_MAX || (ts->vocab > 0 && id >= ts->vocab)) {
           snprintf(err, errlen,
-                   "%s: token %lld (byte offset %lld) has id %d >= vocab %d; the file changed after it was "
+                   "%s: token %lld (byte offset %lld) has id %lld >= vocab %d; the file changed after it was "
                    "opened and checked: restore it and resume from the last checkpoint",
-                   ts->paths[fi], (long long)(off + (int64_t)k), (long long)(HEADER_BYTES + 2 * (off + (int64_t)k)),
-                   id, ts->vocab);
+                   ts->paths[fi], (long long)(off + (int64_t)k), (long long)(HEADER_BYTES + w * (off + (int64_t)k)),
+                   (long long)id, ts->vocab > 0 ? ts->vocab : INT32_MAX);
           fclose(f);
           return -1;
         }
-        out[done + (int64_t)k] = id;
+        out[done + (int64_t)k] = (int32_t)id;
       }
       done += (int64_t)c, off += (int64_t)c, m -= (int64_t)c;
     }

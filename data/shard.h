@@ -1,8 +1,10 @@
 // shard.h: llm.c token shards and the distributed batch sampler.
 //
-// A shard file is a header of 256 int32 (magic 20240520, version 1, token count, rest 0)
-// followed by `token count` uint16 tokens. A dataset is a glob of shards, read as one
-// stream in sorted file-name order.
+// A shard file is a header of 256 int32 (magic, version, token count, rest 0) followed by
+// `token count` tokens, in one of llm.c's two formats: GPT-2's (magic 20240520, version 1,
+// uint16 tokens) or Llama 3's (magic 20240801, version 7, uint32 tokens: vocabularies past
+// 65536). A dataset is a glob of shards of one format, read as one stream in sorted file-name
+// order.
 //
 // Sampling (what makes W ranks equal one rank with W times the accumulation):
 // the global batch of optimizer step s is M = W * A micro-batches, micro-batch j of it is
@@ -16,11 +18,14 @@
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
+#define SHARD32_MAGIC 20240801
+#define SHARD32_VERSION 7
 #define SHARD_HEADER_INTS 256
 
-// Writes a shard atomically (temporary name, then rename). Returns 0, or -1 with a message
-// in err.
+// Writes a shard atomically (temporary name, then rename): GPT-2's uint16 format, or Llama 3's
+// uint32 one. Returns 0, or -1 with a message in err.
 int shard_write(const char* path, const uint16_t* tokens, size_t ntokens, char* err, size_t errlen);
+int shard_write32(const char* path, const uint32_t* tokens, size_t ntokens, char* err, size_t errlen);
 
 #include "infra/files.h"
 
@@ -32,12 +37,13 @@ typedef struct {
   int64_t* start;     // offset of each file in the stream
   int64_t total;      // tokens in the stream
   int vocab;          // ids must stay below it (checked on open and on every read); <= 0: unchecked
+  int token_bytes;    // 2 (GPT-2's shards) or 4 (Llama 3's), the same for every file
 } TokenStream;
 
-// Opens every shard matching the glob and validates it: magic, version, token count against
-// the file size (truncated or oversized), and every token id < vocab (vocab <= 0 skips that
-// check); records each file's identity. On failure returns -1 and err names the file and the
-// problem.
+// Opens every shard matching the glob and validates it: magic and version (either format, one
+// for all files), token count against the file size (truncated or oversized), and every token
+// id < vocab (vocab <= 0 skips that check; an id past INT32_MAX is refused whatever the vocab);
+// records each file's identity. On failure returns -1 and err names the file and the problem.
 int token_stream_open(TokenStream* ts, const char* glob_pattern, int vocab, char* err, size_t errlen);
 void token_stream_close(TokenStream* ts);
 // Reads tokens [pos, pos+n) of the stream into out (crossing file boundaries as needed); a file

@@ -387,6 +387,21 @@ int json_int(const JsonDoc* d, int32_t v, const char* name, long long lo, long l
   return 0;
 }
 
+int json_number(const JsonDoc* d, int32_t v, const char* name, double lo, double hi, double* out, char* err,
+                size_t errlen) {
+  char shown[64];
+  const JsonNode* n = &d->nodes[v];
+  if (n->type != JSON_NUMBER)
+    return set_error(err, errlen, "%s: \"%s\" is %s, not a number", d->what, name, json_show(d, v, shown, sizeof shown));
+  errno = 0;
+  double x = strtod(d->strings + n->text, NULL);  // the text is a JSON number, so strtod reads all of it
+  if (errno == ERANGE || !(x >= lo && x <= hi))
+    return set_error(err, errlen, "%s: \"%s\" is %s, out of range [%g, %g]", d->what, name,
+                     json_show(d, v, shown, sizeof shown), lo, hi);
+  *out = x;
+  return 0;
+}
+
 int json_bool(const JsonDoc* d, int32_t v, const char* name, int* out, char* err, size_t errlen) {
   char shown[64];
   JsonType t = d->nodes[v].type;

@@ -61,6 +61,9 @@ const char* json_show(const JsonDoc* d, int32_t v, char* buf, size_t cap);
 // A whole number in [lo, hi], written as an integer.
 int json_int(const JsonDoc* d, int32_t v, const char* name, long long lo, long long hi, long long* out, char* err,
              size_t errlen);
+// A number in [lo, hi], written any way JSON allows (500000.0, 1e-05).
+int json_number(const JsonDoc* d, int32_t v, const char* name, double lo, double hi, double* out, char* err,
+                size_t errlen);
 int json_bool(const JsonDoc* d, int32_t v, const char* name, int* out, char* err, size_t errlen);
 // A string of fewer than cap bytes, copied into out.
 int json_string(const JsonDoc* d, int32_t v, const char* name, char* out, size_t cap, char* err, size_t errlen);

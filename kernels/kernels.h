@@ -120,11 +120,37 @@ void relu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout,
 // halves of a row of x[N, 2*F] (gate first). dx gets both halves.
 void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F);
 void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F);
+// SwiGLU (Llama; Shazeer 2020, "GLU variants"): out[n,i] = silu(gate[n,i]) * up[n,i],
+// silu(g) = g / (1 + e^-g), with gate and up the halves of a row of x[N, 2*F] as for GEGLU.
+void swiglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F);
+void swiglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F);
+
+// ---- rotary position embeddings (Llama) -------------------------------------------
+// RoPE (RoFormer, Su et al. 2021): each head's columns turn in pairs by position x frequency,
+// so q.k depends on the distance between the two positions only. The pairs are the halves of a
+// head, column i with column i + D/2 (transformers' rotate_half; Meta's Llama code pairs 2i with
+// 2i+1, and transformers' checkpoints hold the q and k rows permuted to halves for it,
+// weights/names.c). The frequencies: kernels/rope.h.
+typedef struct {
+  float theta;              // base: 10000 (RoFormer), 500000 (Llama 3)
+  float factor;             // Llama 3.1's frequency scaling (0: none), with the next three
+  float low_freq_factor, high_freq_factor;
+  int original_context;     // the context the frequencies were trained at (8192)
+} RopeConfig;
+// In place on x: N rows of `stride` elements, row n at position n % T; `heads` heads of D
+// columns from column 0 of each row are rotated (q's then k's heads in a fused qkv row), the
+// other columns are left alone. For pair (a, b) at angle t: a' = a cos t - b sin t,
+// b' = b cos t + a sin t. D is even and at most ROPE_MAX_HEAD.
+void rope_forward(KernelCtx* ctx, act_t* x, RopeConfig r, int N, int T, int heads, int D, int stride);
+// Its backward, in place on the gradient: the rotation by -t (the transpose).
+void rope_backward(KernelCtx* ctx, act_t* dx, RopeConfig r, int N, int T, int heads, int D, int stride);
 
 // ---- attention --------------------------------------------------------------------
-// Multi-head scaled dot-product attention with H heads of size D.
+// Multi-head scaled dot-product attention with H query heads of size D, sharing KV key/value
+// heads (grouped-query attention, Ainslie et al. 2023: query head h reads key/value head
+// h / (H / KV); KV = H is plain multi-head attention).
 //   q: rows of length q_stride, head h at columns [h*D, (h+1)*D), for B*Tq rows
-//   k, v: rows of length kv_stride, same head layout, for B*Tk rows
+//   k, v: rows of length kv_stride, KV heads in the same layout, for B*Tk rows
 //   out: [B*Tq, H*D]
 //   scores = scale * q.k + pos_bias(h, i, j), causal masks j > i
 //   (aligned at the top-left, i.e. query i and key i are the same position)
@@ -138,7 +164,9 @@ typedef struct {
   int q_stride, kv_stride;  // row lengths (elements) of q and of k/v
   float scale;              // 1/sqrt(D) for GPT, 1 for T5
   int causal;
+  int KV;                   // key/value heads, dividing H; 0: H (no grouping)
 } AttnShape;
+static inline int attn_kv_heads(AttnShape s) { return s.KV ? s.KV : s.H; }
 // T5's relative position bias (the T5 paper, section 2.1), which the attention computes from
 // its table for every score instead of reading a materialized [H, Tq, Tk] tensor:
 //   pos_bias(h, i, j) = table[relative_position_bucket(j - i, bidirectional, num_buckets,
@@ -154,6 +182,8 @@ void attention_forward(KernelCtx* ctx, act_t* out, float* lse, const act_t* q, c
 // dq, dk, dv use the same strides as q, k, v and are overwritten (in a fused qkv buffer
 // they interleave exactly as the inputs do). dtable[num_buckets, H] ACCUMULATES the bias
 // gradient, the score gradients summed per (bucket, head) in a fixed order; may be NULL.
+// A key/value head shared by H/KV query heads gets the sum of their gradients in a fixed
+// order: each query head's part (the whole gradient when KV = H), added in increasing head.
 void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* dtable,
                         const act_t* dout, const act_t* out, const float* lse, const act_t* q,
                         const act_t* k, const act_t* v, AttnBias bias, AttnShape s);

@@ -1,8 +1,10 @@
 // config.c: model presets and the custom model forms.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/rope.h"
 #include "layers/model.h"
 
 typedef struct {
@@ -40,6 +42,25 @@ static const T5Preset t5_presets[] = {
 };
 #define T5_VOCAB 32128
 
+typedef struct {
+  const char* name;
+  int L, C, H, KV, F, tied;
+  float rope_factor;
+} LlamaPreset;
+
+// Llama 3 shapes as Meta publishes them (the config.json of each checkpoint; Llama 3 herd paper,
+// table 3): vocabulary 128256, RMS norms with eps 1e-5, rotary embeddings with theta 500000 and
+// the llama3 frequency scaling (low 1, high 4, original context 8192; factor 32 for the 3.2
+// models, 8 for 3.1), contexts of 131072 tokens. 3.2 1B and 3B tie the lm_head to the embedding.
+static const LlamaPreset llama_presets[] = {
+    {"llama3.2-1b", 16, 2048, 32, 8, 8192, 1, 32.0f},      {"llama3.2-3b", 28, 3072, 24, 8, 8192, 1, 32.0f},
+    {"llama3.1-8b", 32, 4096, 32, 8, 14336, 0, 8.0f},      {"llama3.1-70b", 80, 8192, 64, 8, 28672, 0, 8.0f},
+    {"llama3.1-405b", 126, 16384, 128, 8, 53248, 0, 8.0f},
+};
+#define LLAMA_VOCAB LLAMA3_VOCAB
+#define LLAMA_CONTEXT 131072
+#define LLAMA_THETA 500000
+
 static int pad_vocab(int V) { return (V + 127) / 128 * 128; }
 
 void model_list_presets(char* out, size_t len) {
@@ -53,43 +74,65 @@ void model_list_presets(char* out, size_t len) {
     o += snprintf(out + o, len - o, "  %-13s L=%d+%d C=%d H=%d D=%d F=%d V=%d %s\n", p->name, p->L, p->L, p->C,
                   p->H, p->D, p->F, T5_VOCAB, p->gated ? "gated-GELU, untied" : "ReLU, tied");
   }
+  for (size_t i = 0; i < sizeof llama_presets / sizeof *llama_presets && o < len; i++) {
+    const LlamaPreset* p = &llama_presets[i];
+    o += snprintf(out + o, len - o, "  %-13s L=%d C=%d H=%d KV=%d F=%d V=%d T=%d %s\n", p->name, p->L, p->C, p->H,
+                  p->KV, p->F, LLAMA_VOCAB, LLAMA_CONTEXT, p->tied ? "tied" : "untied");
+  }
   if (o < len)
     o += snprintf(out + o, len - o,
                   "  gpt:L=..,C=..,H=..,V=..,T=..        custom GPT (defaults L=2,C=64,H=4,V=256,T=64)\n"
                   "  t5:L=..,M=..,C=..,H=..,D=..,F=..,V=..  custom T5 v1.0 (M decoder blocks, default M=L;\n"
-                  "  t5v1.1:...                          defaults L=2,C=64,H=4,D=16,F=128,V=512)\n");
+                  "  t5v1.1:...                          defaults L=2,C=64,H=4,D=16,F=128,V=512)\n"
+                  "  llama:L=..,C=..,H=..,KV=..,F=..,V=..,T=..,theta=..,scaling=..,tied=..,eps=..\n"
+                  "                                      custom Llama (defaults L=2,C=64,H=4,KV=2,F=160,V=256,\n"
+                  "                                      T=64, theta=500000, scaling=0: none, else Llama 3.1's\n"
+                  "                                      with that factor, tied=0, eps=5: norms' epsilon 1e-5)\n");
 }
 
-// Parses "K=v,K=v" into the given fields; keys are single letters from `keys`.
-static int parse_kv(const char* s, const char* keys, int* vals, char* err, size_t errlen) {
+// A key of a custom form and the smallest value it takes (1, or 0 for a switch or a "none").
+typedef struct {
+  const char* name;
+  int min;
+} FormKey;
+
+// Parses "K=v,K=v" into vals[i] for keys[i] (names matched whole).
+static int parse_kv(const char* s, const FormKey* keys, int nkeys, int* vals, char* err, size_t errlen) {
+  char names[128] = "";
+  for (int i = 0; i < nkeys; i++)
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? "," : "", keys[i].name);
   while (*s) {
-    char key = s[0];
-    const char* k = strchr(keys, key);
-    if (!k || s[1] != '=') {
-      snprintf(err, errlen, "bad key in '%s': expected one of the keys %s as K=value, separated by commas", s, keys);
+    const char* eq = strchr(s, '=');
+    const char* comma = strchr(s, ',');
+    int k = -1;
+    for (int i = 0; eq && (!comma || eq < comma) && i < nkeys; i++)
+      if ((size_t)(eq - s) == strlen(keys[i].name) && !strncmp(s, keys[i].name, (size_t)(eq - s))) k = i;
+    if (k < 0) {
+      snprintf(err, errlen, "bad key in '%s': expected one of the keys %s as K=value, separated by commas", s, names);
       return -1;
     }
     char* end;
     // Digits only: strtol would also take leading blanks (a TAB would then reach meta.json) and a sign.
-    long v = s[2] >= '0' && s[2] <= '9' ? strtol(s + 2, &end, 10) : (end = (char*)s + 2, 0);
-    if (end == s + 2 || (*end && *end != ',') || v < 1 || v > 1 << 24) {
-      snprintf(err, errlen, "bad value for %c in '%s': expected a positive integer", key, s);
+    long v = eq[1] >= '0' && eq[1] <= '9' ? strtol(eq + 1, &end, 10) : (end = (char*)eq + 1, 0);
+    if (end == eq + 1 || (*end && *end != ',') || v < keys[k].min || v > 1 << 24) {
+      snprintf(err, errlen, "bad value for %s in '%s': expected an integer from %d to %d", keys[k].name, s, keys[k].min,
+               1 << 24);
       return -1;
     }
-    vals[k - keys] = (int)v;
+    vals[k] = (int)v;
     s = *end ? end + 1 : end;
   }
   return 0;
 }
 
 static void gpt_config(ModelConfig* c, const char* name, int L, int C, int H, int V, int T) {
-  *c = (ModelConfig){.kind = MODEL_GPT, .L = L, .C = C, .H = H, .D = C / H, .F = 4 * C, .V = V,
+  *c = (ModelConfig){.kind = MODEL_GPT, .L = L, .C = C, .H = H, .KV = H, .D = C / H, .F = 4 * C, .V = V,
                      .Vp = pad_vocab(V), .T = T, .tied = 1};
   snprintf(c->name, sizeof c->name, "%s", name);
 }
 
 static void t5_config(ModelConfig* c, const char* name, int L, int Ld, int C, int H, int D, int F, int V, int gated) {
-  *c = (ModelConfig){.kind = MODEL_T5, .L = L, .Ld = Ld, .C = C, .H = H, .D = D, .F = F, .V = V,
+  *c = (ModelConfig){.kind = MODEL_T5, .L = L, .Ld = Ld, .C = C, .H = H, .KV = H, .D = D, .F = F, .V = V,
                      .Vp = pad_vocab(V), .gated = gated, .tied = !gated};
   snprintf(c->name, sizeof c->name, "%s", name);
 }
@@ -113,6 +156,22 @@ static int model_size_check(const ModelConfig* c, const char* spec, char* err, s
   return 0;
 }
 
+// Llama 3.1's frequency scaling with the given factor (0: none), its other constants as every
+// Llama 3.1 and 3.2 config.json has them.
+static RopeConfig llama_rope(int theta, float factor) {
+  if (factor <= 0) return (RopeConfig){.theta = (float)theta};
+  return (RopeConfig){.theta = (float)theta, .factor = factor, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                      .original_context = 8192};
+}
+
+static void llama_config(ModelConfig* c, const char* name, int L, int C, int H, int KV, int F, int V, int T, int tied,
+                         RopeConfig rope, int eps_exponent) {
+  *c = (ModelConfig){.kind = MODEL_LLAMA, .L = L, .C = C, .H = H, .KV = KV, .D = C / H, .F = F, .V = V,
+                     .Vp = pad_vocab(V), .T = T, .tied = tied, .norm_eps = (float)pow(10.0, -eps_exponent),
+                     .rope = rope};
+  snprintf(c->name, sizeof c->name, "%s", name);
+}
+
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen) {
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < sizeof gpt_presets / sizeof *gpt_presets; i++) {
@@ -129,9 +188,18 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
       return 0;
     }
   }
+  for (size_t i = 0; i < sizeof llama_presets / sizeof *llama_presets; i++) {
+    const LlamaPreset* p = &llama_presets[i];
+    if (!strcmp(spec, p->name)) {
+      llama_config(cfg, spec, p->L, p->C, p->H, p->KV, p->F, LLAMA_VOCAB, LLAMA_CONTEXT, p->tied,
+                   llama_rope(LLAMA_THETA, p->rope_factor), 5);
+      return 0;
+    }
+  }
   if (!strncmp(spec, "gpt:", 4) || !strcmp(spec, "gpt")) {
+    static const FormKey keys[] = {{"L", 1}, {"C", 1}, {"H", 1}, {"V", 1}, {"T", 1}};
     int vals[5] = {2, 64, 4, 256, 64};  // L, C, H, V, T
-    if (spec[3] == ':' && parse_kv(spec + 4, "LCHVT", vals, err, errlen)) return -1;
+    if (spec[3] == ':' && parse_kv(spec + 4, keys, 5, vals, err, errlen)) return -1;
     if (vals[1] % vals[2]) {
       snprintf(err, errlen, "model %s: the width C=%d must be divisible by the number of heads H=%d", spec, vals[1], vals[2]);
       return -1;
@@ -139,17 +207,40 @@ int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t err
     gpt_config(cfg, spec, vals[0], vals[1], vals[2], vals[3], vals[4]);
   } else if (!strncmp(spec, "t5:", 3) || !strncmp(spec, "t5v1.1:", 7)) {
     int gated = spec[2] == 'v';
+    static const FormKey keys[] = {{"L", 1}, {"M", 1}, {"C", 1}, {"H", 1}, {"D", 1}, {"F", 1}, {"V", 1}};
     int vals[7] = {2, 0, 64, 4, 16, 128, 512};  // L, M, C, H, D, F, V
-    if (parse_kv(spec + (gated ? 7 : 3), "LMCHDFV", vals, err, errlen)) return -1;
+    if (parse_kv(spec + (gated ? 7 : 3), keys, 7, vals, err, errlen)) return -1;
     t5_config(cfg, spec, vals[0], vals[1] ? vals[1] : vals[0], vals[2], vals[3], vals[4], vals[5], vals[6], gated);
+  } else if (!strncmp(spec, "llama:", 6) || !strcmp(spec, "llama")) {
+    static const FormKey keys[] = {{"L", 1}, {"C", 1}, {"H", 1}, {"KV", 1}, {"F", 1}, {"V", 1}, {"T", 1},
+                                   {"theta", 1}, {"scaling", 0}, {"tied", 0}, {"eps", 1}};
+    int vals[11] = {2, 64, 4, 2, 160, 256, 64, LLAMA_THETA, 0, 0, 5};  // in the order of keys
+    if (spec[5] == ':' && parse_kv(spec + 6, keys, 11, vals, err, errlen)) return -1;
+    int C = vals[1], H = vals[2], KV = vals[3];
+    if (C % H || (C / H) % 2 || C / H > ROPE_MAX_HEAD) {
+      snprintf(err, errlen, "model %s: the width C=%d must be H=%d heads of an even size of at most %d (rotary "
+               "embeddings turn a head's columns in pairs)", spec, C, H, ROPE_MAX_HEAD);
+      return -1;
+    }
+    if (H % KV) {
+      snprintf(err, errlen, "model %s: the key/value heads KV=%d must divide the query heads H=%d (each key/value "
+               "head serves H/KV query heads)", spec, KV, H);
+      return -1;
+    }
+    if (vals[9] > 1) {
+      snprintf(err, errlen, "model %s: tied=%d: expected 0 (an lm_head of its own) or 1 (the embedding's)", spec, vals[9]);
+      return -1;
+    }
+    if (vals[10] > 12) {
+      snprintf(err, errlen, "model %s: eps=%d: the norms' epsilon is 10^-eps, eps from 1 to 12", spec, vals[10]);
+      return -1;
+    }
+    llama_config(cfg, spec, vals[0], C, H, KV, vals[4], vals[5], vals[6], vals[9], llama_rope(vals[7], (float)vals[8]),
+                 vals[10]);
   } else {
     char list[4096];
     model_list_presets(list, sizeof list);
     snprintf(err, errlen, "unknown model '%s'; known models:\n%s", spec, list);
-    return -1;
-  }
-  if (cfg->V > 65536) {
-    snprintf(err, errlen, "model %s: V=%d exceeds 65536, the largest vocabulary uint16 token shards can hold", spec, cfg->V);
     return -1;
   }
   return model_size_check(cfg, spec, err, errlen);
@@ -169,6 +260,20 @@ double gpt_flops(const ModelConfig* c, int B, int T, int Te) {
                  + 2 * N * HD * C                                 // attention projection
                  + 2 * N * C * c->F * 2;                          // MLP up and down
   double forward = c->L * block + 2 * N * C * c->Vp;                // + lm_head
+  return 3 * forward;  // backward: two products per forward product
+}
+
+// Llama: the q, k and v projections make H + 2 KV heads (grouped-query attention shares KV of
+// them), the scores and weighted values use all H query heads, and SwiGLU's gate and up are two
+// products of C x F beside the down projection. The lm_head is there tied or not.
+double llama_flops(const ModelConfig* c, int B, int T, int Te) {
+  (void)Te;  // no encoder
+  double N = (double)B * T, C = c->C, D = c->D, HD = (double)c->H * D;
+  double block = 2 * N * C * (c->H + 2.0 * c->KV) * D                // q, k, v
+                 + 2 * 2 * B * attention_pairs(T, T, 1) * HD        // scores and weighted values
+                 + 2 * N * HD * C                                   // output projection
+                 + 2 * N * C * c->F * 2 + 2 * N * c->F * C;         // gate and up, down
+  double forward = c->L * block + 2 * N * C * c->Vp;                  // + lm_head
   return 3 * forward;  // backward: two products per forward product
 }
 

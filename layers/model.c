@@ -6,13 +6,15 @@
 #include "layers/model.h"
 
 static const ModelFamily* family(const ModelConfig* cfg) {
-  static const ModelFamily* const families[] = {[MODEL_GPT] = &gpt_family, [MODEL_T5] = &t5_family};
+  static const ModelFamily* const families[] = {[MODEL_GPT] = &gpt_family, [MODEL_T5] = &t5_family,
+                                                [MODEL_LLAMA] = &llama_family};
   return families[cfg->kind];
 }
 
 void model_check_options(const ModelConfig* cfg, const FSDPOptions* o) {
   if (!family(cfg)->units_per_block(o->wrap))
-    fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT models have one); use --wrap block", cfg->name);
+    fatal("--wrap linear: model %s has no per-linear wrapping policy (GPT and Llama models have one); use --wrap block",
+          cfg->name);
 }
 
 int model_num_units(const ModelConfig* cfg, int wrap) {

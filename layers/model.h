@@ -1,7 +1,7 @@
 // model.h: model configurations (presets and custom forms) and the model interface the
 // training loop uses. A model family is a table of functions (ModelFamily): GPT's in
-// layers/gpt.c, T5's in layers/t5.c; model.c looks the family up and runs what is common to
-// all of them (the classifier, the loss, the plan's allocation).
+// layers/gpt.c, T5's in layers/t5.c, Llama's in layers/llama.c; model.c looks the family up
+// and runs what is common to all of them (the classifier, the loss, the plan's allocation).
 #ifndef FSDP_MODEL_H
 #define FSDP_MODEL_H
 #include <stddef.h>
@@ -9,39 +9,49 @@
 
 #include "fsdp/fsdp.h"
 
-typedef enum { MODEL_GPT, MODEL_T5 } ModelKind;
+typedef enum { MODEL_GPT, MODEL_T5, MODEL_LLAMA } ModelKind;
+
+// Llama 3's vocabulary: 128000 byte-pair pieces, then 256 special tokens, <|begin_of_text|>
+// (which starts every text) first.
+#define LLAMA3_VOCAB 128256
+#define LLAMA3_BEGIN_OF_TEXT 128000
 
 typedef struct {
   ModelKind kind;
-  char name[64];   // preset name or the custom spec
+  char name[128];  // preset name or the custom spec
   int L;           // transformer blocks (T5: encoder blocks)
   int Ld;          // T5: decoder blocks (0 for GPT)
   int C;           // model width (d_model)
   int H;           // attention heads
-  int D;           // head size (GPT: C/H; T5: d_kv, so H*D may differ from C)
-  int F;           // MLP hidden width (GPT: 4C; T5: d_ff)
+  int KV;          // Llama: key/value heads (grouped-query attention, KV divides H); else H
+  int D;           // head size (GPT, Llama: C/H; T5: d_kv, so H*D may differ from C)
+  int F;           // MLP hidden width (GPT: 4C; T5: d_ff; Llama: intermediate_size)
   int V;           // vocabulary (real tokens)
   int Vp;          // vocabulary padded to a multiple of 128 (rows of the embedding / lm_head)
-  int T;           // GPT: maximum sequence length (position embedding rows); T5: 0 (relative)
+  int T;           // GPT: maximum sequence length (position embedding rows); T5: 0 (relative);
+                   // Llama: the longest sequence (max_position_embeddings)
   int gated;       // T5 v1.1: gated-GELU feed-forward (else ReLU)
-  int tied;        // lm_head is the token embedding (GPT, T5 v1.0)
+  int tied;        // lm_head is the token embedding (GPT, T5 v1.0, Llama 3.2 1B and 3B)
+  float norm_eps;  // Llama: the RMS norms' epsilon (rms_norm_eps)
+  RopeConfig rope; // Llama: rotary embeddings (rope_theta and rope_scaling)
 } ModelConfig;
 
-// Parses a preset name ("gpt2-124m", "t5-base", ...) or a custom spec
-// "gpt:L=2,C=72,H=3,V=509,T=32" / "t5:L=2,C=64,H=4,D=16,F=128,V=300" / "t5v1.1:..." (any key
-// may be left out; values are digits only). Returns 0, or -1 with a message in err; a model of
-// more than MODEL_MAX_BLOCKS blocks or MODEL_MAX_PARAMS parameters is refused (gpt-1t, the
-// largest preset, has 128 blocks and 1e12 parameters).
+// Parses a preset name ("gpt2-124m", "t5-base", "llama3.1-8b", ...) or a custom spec
+// "gpt:L=2,C=72,H=3,V=509,T=32" / "t5:L=2,C=64,H=4,D=16,F=128,V=300" / "t5v1.1:..." /
+// "llama:L=2,C=64,H=4,KV=2,F=160,V=300,T=64" (any key may be left out; values are digits only).
+// Returns 0, or -1 with a message in err; a model of more than MODEL_MAX_BLOCKS blocks or
+// MODEL_MAX_PARAMS parameters is refused (gpt-1t, the largest preset, has 128 blocks and 1e12
+// parameters).
 #define MODEL_MAX_BLOCKS 4096
 #define MODEL_MAX_PARAMS 17592186044416.0  // 2^44
 int model_config_parse(const char* spec, ModelConfig* cfg, char* err, size_t errlen);
 // Lists the presets, one per line, for --help and error messages.
 void model_list_presets(char* out, size_t len);
-// Refuses, naming the fix, an FSDP option the model has no policy for (--wrap linear and
-// --offload activations are GPT's).
+// Refuses, naming the fix, an FSDP option the model has no policy for (--wrap linear is GPT's
+// and Llama's).
 void model_check_options(const ModelConfig* cfg, const FSDPOptions* o);
 // Units of the model: the root + one per block (--wrap block) or one per matmul weight of a
-// block (--wrap linear, GPT only).
+// block (--wrap linear, GPT and Llama).
 int model_num_units(const ModelConfig* cfg, int wrap);
 
 // A model instance bound to an FSDP runtime, with activations for micro-batches of B rows.
@@ -105,9 +115,10 @@ typedef struct {
   // encoder tokens), as model_flops counts them.
   double (*flops)(const ModelConfig* cfg, int B, int T, int Te);
 } ModelFamily;
-extern const ModelFamily gpt_family, t5_family;
+extern const ModelFamily gpt_family, t5_family, llama_family;
 // The FLOP counts (layers/config.c).
 double gpt_flops(const ModelConfig* cfg, int B, int T, int Te);
+double llama_flops(const ModelConfig* cfg, int B, int T, int Te);
 double t5_flops(const ModelConfig* cfg, int B, int Td, int Te);
 // The T5 formula of the IBM post's appendix (Megatron style, with recompute: 4 passes).
 double t5_flops_ibm(const ModelConfig* cfg, int B, int s);

@@ -23,15 +23,22 @@
 // The seeds' own counts. Megatron-LM (Narayanan et al. 2021, eq. 3), which the FSDP paper and
 // the AWS post use for GPT: 96 B s l h^2 (1 + s/6h + V/16lh) per step of B sequences, counting
 // the recomputed forward of activation checkpointing (4 passes). The IBM post's appendix for T5
-// (layers/t5.c: t5_flops_ibm), also with recomputation, at s = the encoder length.
+// (layers/t5.c: t5_flops_ibm), also with recomputation, at s = the encoder length. torchtitan's
+// for Llama (its get_num_flop_per_token): 6 x the parameters but the embedding, plus 12 l h d s
+// for attention (every score of the s x s matrix, causal or not) per token, three passes.
 double predict_seed_flops(const ModelConfig* c, double sequences, int T, int Te) {
   if (c->kind == MODEL_T5) return t5_flops_ibm(c, (int)sequences, Te);
+  if (c->kind == MODEL_LLAMA) {
+    double C = c->C, D = c->D, block = C * (c->H + 2.0 * c->KV) * D + c->H * D * C + 3.0 * C * c->F + 2 * C;
+    double params = c->L * block + C + (c->tied ? 0.0 : (double)c->V * C);  // the embedding left out
+    return sequences * T * (6 * params + 12.0 * c->L * c->H * D * T);
+  }
   double s = T, h = c->C, l = c->L;
   return 96.0 * sequences * s * l * h * h * (1 + s / (6 * h) + c->V / (16 * l * h));
 }
 
 const char* predict_seed_formula(const ModelConfig* c) {
-  return c->kind == MODEL_T5 ? "IBM T5 appendix" : "Megatron-LM";
+  return c->kind == MODEL_T5 ? "IBM T5 appendix" : c->kind == MODEL_LLAMA ? "torchtitan" : "Megatron-LM";
 }
 
 // fsdp_init's groups for rank 0 (fsdp/layout.c): the shard group is F consecutive ranks (one
@@ -310,7 +317,7 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
     static const int recompute[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_BLOCK};
     static const int offload[] = {0, OFFLOAD_OPTIM, OFFLOAD_OPTIM | OFFLOAD_ACTIVATIONS,
                                   OFFLOAD_PARAMS | OFFLOAD_OPTIM | OFFLOAD_GRADS | OFFLOAD_ACTIVATIONS};
-    int gpt = cfg->kind == MODEL_GPT;
+    int gpt = model_num_units(cfg, WRAP_LINEAR) > model_num_units(cfg, WRAP_BLOCK);  // a per-linear policy
     FSDPOptions best = rows[0].fsdp;
     for (int r = 0; r < 3; r++)
       for (int w = 0; w < (gpt ? 2 : 1); w++)
@@ -343,9 +350,10 @@ int predict_sweep(const Options* o, const Cluster* c, const ModelConfig* cfg, in
   // T5 decoder at the encoder's length), so their TFLOPS can pass what the GPU reaches; ranked by
   // them is ranked by tokens/s. Say so beside the table.
   if (n > 0) {
-    printf("TFLOPS: the %s formula, which counts a recomputed forward (4 passes) whatever --recompute is%s;\n"
+    printf("TFLOPS: the %s formula, which counts %s whatever --recompute is%s;\n"
            "the ranking is by tokens/s. MFU: the trainer's count of the passes that run, over the dense bf16 peak.\n",
-           predict_seed_formula(cfg), cfg->kind == MODEL_T5 ? ", and the decoder at the encoder's length" : "");
+           predict_seed_formula(cfg), cfg->kind == MODEL_LLAMA ? "3 passes and every attention score" : "a recomputed forward (4 passes)",
+           cfg->kind == MODEL_T5 ? ", and the decoder at the encoder's length" : "");
     printf("predict_tflops_per_gpu %.2f\n", rows[0].p.seed_tflops);
   }
   free(rows);

@@ -14,7 +14,7 @@
 #   kernels      the attention and step-control kernels against the CPU reference on this GPU
 #                (causal and not, with and without the T5 bias: the ordered dQ sum's waits run
 #                for real)
-#   train-check  train_gpt for 10 steps on tiny GPT, T5 and T5 v1.1 models against the CPU
+#   train-check  train_gpt for 10 steps on tiny GPT, T5, T5 v1.1 and Llama models against the CPU
 #                trainer's losses (computed when the bundle was built)
 #   llmc         fsdp.c beside llm.c (plain and cuDNN) at the same B, T and shard, interleaved
 #                (scripts/bench_llmc.sh with the bundle's binaries): medians of the timed steps

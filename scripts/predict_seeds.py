@@ -17,6 +17,11 @@ seeds' formulas count (Megatron-LM for GPT, the IBM appendix for T5). Three colu
 The T5 rows are scaling ratios of one configuration at two sizes, the same in both counts.
 The rows marked --shard hpz are not in the seeds: full sharding that reshards after forward to
 the node (ZeRO++ hpZ), predicted where the seeds' networks cost them most, beside their run.
+The torchtitan row is its published Llama 3.1 8B benchmark (docs/performance.md of pytorch/
+torchtitan, table 1: FSDP on 8 H100s, local batch 2 x 8192, selective activation checkpointing,
+bf16 with fp32 gradient reduction, no torch.compile): tokens/s per GPU, predicted with the same
+settings (--recompute selective, fsdp.c's own); eager attention does not apply (its attention is
+PyTorch's fused scaled_dot_product_attention).
 
 usage: scripts/predict_seeds.py [--bin ./predict_gpt] [--write predict/README.md]
 """
@@ -57,6 +62,17 @@ def predict_once(binary, model, gpu, world, extra):
     fits = re.search(r"fits the GPU's memory\s*\|\s*(\S+)", text).group(1) == "yes"
     backward = float(re.search(r"backward share of the step\s*\|\s*(\S+)%", text).group(1)) / 100
     return {"formula": formula, "hw": hw, "fits": fits, "backward": backward}
+
+
+def predict_tokens(binary, model, gpu, world, extra):
+    """tokens/s per GPU and the plan's fit, fsdp.c's fused attention, fp32 gradient reduction."""
+    cmd = [binary, "--model", model, "--predict", gpu, "--world", str(world)] + extra.split()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("predict_seeds: %s failed:\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    tokens = float(re.search(r"tokens/s \(all GPUs\)\s*\|\s*(\S+)", out.stdout).group(1)) / world
+    fits = re.search(r"fits the GPU's memory\s*\|\s*(\S+)", out.stdout).group(1) == "yes"
+    return tokens, fits
 
 
 def fmt(x):
@@ -179,6 +195,13 @@ def main():
     s50 = {w: p("t5-11b", eth, w, "--batch 50 --limit-all-gathers 2 --recompute block") for w in (8, 256, 512)}
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 256 vs 8", 0.90, s50[256], s50[8])
     ratio_row("IBM post", "T5-11B, batch 50, sliding window, 512 vs 8", 0.80, s50[512], s50[8])
+
+    # torchtitan (pytorch/torchtitan docs/performance.md, table 1): Llama 3.1 8B, FSDP on one node
+    # of 8 H100s (96 GB HBM2e at 500 W), local batch 2 x 8192, selective activation checkpointing.
+    tt, tt_fits = predict_tokens(args.bin, "llama3.1-8b", "h100-sxm", 8, "--batch 2 --seq 8192 --recompute selective")
+    rows.append(("torchtitan", "Llama 3.1 8B, batch 2 x 8192, 8 H100: tokens/s per GPU", "5762", "%.0f" % tt, "%.0f" % tt,
+                 "%.2f" % (tt / 5762), "%.2f" % (tt / 5762), "-", "-", "yes" if tt_fits else "no",
+                 "FSDP, no torch.compile; --recompute selective; their GPUs at 500 W"))
 
     head = ("| source | figure | published | predicted (seeds' formula) | predicted (hardware count) | "
             "ratio (formula) | ratio (hardware) | predicted, eager attention (formula) | ratio (eager) | "

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Turns a text file into llm.c token shards for fsdp.c.
 
-    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|bpe|gpt2|sentencepiece]
-                                    [--vocab-size N] [--sp-model FILE] [--val-fraction 0.1]
-                                    [--shard-tokens N]
+    python3 scripts/prepare_text.py INPUT.txt OUTDIR [--tokenizer byte|bpe|gpt2|sentencepiece|llama3]
+                                    [--vocab-size N] [--sp-model FILE] [--tokenizer-file FILE]
+                                    [--val-fraction 0.1] [--shard-tokens N]
 
 byte: a token is the byte value (vocab 256), works on any file.
 bpe: a byte-level BPE of --vocab-size ids (default 4096) trained here on INPUT itself
@@ -14,15 +14,20 @@ bpe: a byte-level BPE of --vocab-size ids (default 4096) trained here on INPUT i
 gpt2: tiktoken's "gpt2" encoding (vocab 50257); needs tiktoken and its vocabulary files.
 sentencepiece: the SentencePiece model given by --sp-model (e.g. T5's spiece.model, vocab
       32000; T5 models add 100 sentinel ids above it); needs the sentencepiece package.
+llama3: Llama 3's tokenizer from --tokenizer-file, its tokenizer.json or Meta's tokenizer.model
+      (vocab 128256; scripts/llama3_tokenizer.py); the text starts with <|begin_of_text|>;
+      needs tiktoken, and nothing is downloaded. Its shards are llm.c's Llama 3 format
+      (magic 20240801, version 7, uint32 tokens).
 
 The last --val-fraction of the tokens becomes the validation split (so the training split
 is one contiguous stretch from the start of the text). Writes OUTDIR/train_000.bin ... and
 OUTDIR/val_000.bin ... in the llm.c format (header of 256 little-endian int32: magic
-20240520, version 1, token count; then uint16 tokens), each atomically (temporary name, then
-rename), and OUTDIR/tokenizer.txt naming the tokenizer and its vocab size. For bpe, gpt2 and
-sentencepiece also OUTDIR/tokenizer.bin, the decode table in llm.c's tokenizer format (256
-uint32 header: magic 20240328, version 2, vocab size, end-of-text id; then per token a uint8
-length and its bytes), which the trainer's --sample-every and generate_cpu decode with.
+20240520, version 1, token count; then uint16 tokens; llama3: 20240801, 7 and uint32 tokens),
+each atomically (temporary name, then rename), and OUTDIR/tokenizer.txt naming the tokenizer
+and its vocab size. For bpe, gpt2, sentencepiece and llama3 also OUTDIR/tokenizer.bin, the
+decode table in llm.c's tokenizer format (256 uint32 header: magic 20240328, version 2,
+vocab size, end-of-text id; then per token a uint8 length and its bytes), which the trainer's
+--sample-every and generate_cpu decode with.
 Plain python3 only (struct/array), no numpy needed.
 """
 import argparse
@@ -32,6 +37,7 @@ import sys
 from array import array
 
 MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
+MAGIC32, VERSION32 = 20240801, 7  # llm.c's Llama 3 shards: uint32 tokens
 MAX_SHARD_TOKENS = 2**31 - 1  # the header stores the count as int32
 
 
@@ -40,8 +46,9 @@ def die(msg):
     sys.exit(1)
 
 
-def tokenize(data, tokenizer, sp_model=None, vocab_size=None, outdir=None):
-    """Returns (tokens as array('H'), vocab size, decode table or None, end-of-text id)."""
+def tokenize(data, tokenizer, sp_model=None, vocab_size=None, outdir=None, tokenizer_file=None):
+    """Returns (tokens as array('H'), or array('I') for llama3, vocab size, decode table or None,
+    end-of-text id)."""
     if tokenizer == "byte":
         # iter() matters: array('H', bytes) would reinterpret the raw bytes as uint16 pairs.
         return array("H", iter(data)), 256, None, 0
@@ -61,6 +68,15 @@ def tokenize(data, tokenizer, sp_model=None, vocab_size=None, outdir=None):
               f"(end-of-text {tok.eot})")
         return array("H", [tok.eot] + tok.encode(data)), tok.vocab_size, tok.tokens[:-1] + [b""], tok.eot
     text = data.decode("utf-8", errors="replace")
+    if tokenizer == "llama3":
+        if not tokenizer_file:
+            die("--tokenizer llama3 needs --tokenizer-file FILE (its tokenizer.json or Meta's tokenizer.model)")
+        from llama3_tokenizer import Llama3Tokenizer, TokenizerError
+        try:
+            tok = Llama3Tokenizer(tokenizer_file)
+        except TokenizerError as e:
+            die(str(e))
+        return array("I", tok.encode(text)), tok.vocab, tok.pieces, tok.eot
     if tokenizer == "sentencepiece":
         if not sp_model:
             die("--tokenizer sentencepiece needs --sp-model FILE (e.g. T5's spiece.model)")
@@ -118,12 +134,13 @@ def write_decode_table(path, table, eot):
 
 
 def write_shard(path, tokens):
-    """Writes one shard atomically."""
+    """Writes one shard atomically: GPT-2's format for array('H') tokens, Llama 3's for array('I')."""
     if len(tokens) > MAX_SHARD_TOKENS:
         die(f"{path}: {len(tokens)} tokens do not fit one shard; use a smaller --shard-tokens")
+    wide = tokens.typecode == "I"
     header = array("i", [0] * HEADER_INTS)
-    header[0], header[1], header[2] = MAGIC, VERSION, len(tokens)
-    body = array("H", tokens)
+    header[0], header[1], header[2] = MAGIC32 if wide else MAGIC, VERSION32 if wide else VERSION, len(tokens)
+    body = array(tokens.typecode, tokens)
     if sys.byteorder == "big":  # the format is little-endian
         header.byteswap()
         body.byteswap()
@@ -165,9 +182,10 @@ def main():
     ap = argparse.ArgumentParser(description="Turn a text file into llm.c token shards.")
     ap.add_argument("input")
     ap.add_argument("outdir")
-    ap.add_argument("--tokenizer", choices=["byte", "bpe", "gpt2", "sentencepiece"], default="byte")
+    ap.add_argument("--tokenizer", choices=["byte", "bpe", "gpt2", "sentencepiece", "llama3"], default="byte")
     ap.add_argument("--vocab-size", type=int, default=4096, help="ids of --tokenizer bpe (default 4096)")
     ap.add_argument("--sp-model", help="SentencePiece model file for --tokenizer sentencepiece")
+    ap.add_argument("--tokenizer-file", help="tokenizer.json or tokenizer.model for --tokenizer llama3")
     ap.add_argument("--val-fraction", type=float, default=0.1)
     ap.add_argument("--shard-tokens", type=int, default=100_000_000)
     args = ap.parse_args()
@@ -183,7 +201,8 @@ def main():
         die(f"cannot read {args.input}: {e}")
     if args.tokenizer != "bpe" and "--vocab-size" in sys.argv[1:]:
         die("--vocab-size is for --tokenizer bpe (the other tokenizers have their own vocabulary)")
-    tokens, vocab, table, eot = tokenize(data, args.tokenizer, args.sp_model, args.vocab_size, args.outdir)
+    tokens, vocab, table, eot = tokenize(data, args.tokenizer, args.sp_model, args.vocab_size, args.outdir,
+                                         args.tokenizer_file)
     if len(tokens) < 2:
         die(f"{args.input} gives {len(tokens)} tokens, too few to train on")
 
@@ -215,6 +234,8 @@ def main():
     for name, ours in (("tokenizer.bin", table is not None), ("tokenizer.json", args.tokenizer == "bpe"),
                        ("tokenizer_config.json", args.tokenizer == "bpe")):
         path = os.path.join(args.outdir, name)
+        if args.tokenizer_file and os.path.exists(path) and os.path.samefile(path, args.tokenizer_file):
+            continue  # the Llama 3 tokenizer the user gave us: theirs, never removed
         if not ours and os.path.exists(path):
             os.unlink(path)
             print(f"removed stale {path}")

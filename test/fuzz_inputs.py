@@ -5,8 +5,9 @@
 Every case must end with no crash (a sanitizer report or a signal), no hang (a time limit) and
 no corrupt input accepted. What must be accepted is decided by independent validators here
 (Python's json and struct, not the C code's logic):
-  - a shard is accepted exactly when it is valid (right magic and version, a count that matches
-    the size, every id below the vocabulary, and enough tokens for one micro-batch);
+  - a shard, GPT-2's (uint16) or Llama 3's (uint32), is accepted exactly when it is valid (a
+    magic and its version, a count that matches the size in that format's tokens, every id
+    below the vocabulary, and enough tokens for one micro-batch);
   - a checkpoint is either refused, or it loads exactly what the intact one loads (the same
     params_digest after one more step, which also depends on the AdamW state);
   - pretrained weights (--init-from: a safetensors header, a config.json, an llm.c header) are
@@ -25,7 +26,8 @@ Usage: fuzz_inputs.py [--cases N] [--seed S]. N cases of shards and checkpoints,
 other kind, two at a time. Prints one line per named case and per kind of input and ends with
 "N passed, M failed"; each failing case is printed with its mutation and the program's output.
 TEST_FILTER (make test F=REGEX) picks groups by name: "named cases", "config.json", "safetensors",
-"llm.c", "tokenizer", "eval-prompts", "eval-choices", "token shards", "checkpoints".
+"llm.c", "tokenizer", "eval-prompts", "eval-choices", "token shards" (both formats), "Llama 3 token
+shards", "checkpoints".
 """
 import argparse
 import concurrent.futures
@@ -108,9 +110,14 @@ def mutated_files(rng, cases, tmp, prefix, mutate, base):
 
 # ---- shards -----------------------------------------------------------------------------------
 
-def shard_bytes(tokens):
-    header = struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253))
-    return header + struct.pack(f"<{len(tokens)}H", *tokens)
+# llm.c's two formats: magic -> (version, token struct code, bytes per token)
+SHARD_FORMATS = {20240520: (1, "H", 2), 20240801: (7, "I", 4)}
+
+
+def shard_bytes(tokens, magic=20240520):
+    version, code, _ = SHARD_FORMATS[magic]
+    header = struct.pack("<256i", magic, version, len(tokens), *([0] * 253))
+    return header + struct.pack(f"<{len(tokens)}{code}", *tokens)
 
 
 def shard_valid(data):
@@ -118,14 +125,19 @@ def shard_valid(data):
     if len(data) < 1024:
         return False
     magic, version, count = struct.unpack_from("<3i", data)
-    if magic != 20240520 or version != 1 or count < 0 or len(data) != 1024 + 2 * count:
+    if magic not in SHARD_FORMATS:
         return False
-    ids = struct.unpack_from(f"<{count}H", data, 1024)
+    want_version, code, width = SHARD_FORMATS[magic]
+    if version != want_version or count < 0 or len(data) != 1024 + width * count:
+        return False
+    ids = struct.unpack_from(f"<{count}{code}", data, 1024)
     return all(i < VOCAB for i in ids) and count >= WINDOW
 
 
 def mutate_shard(rng, data):
     data = bytearray(data)
+    magic = struct.unpack_from("<i", data)[0]
+    _, code, width = SHARD_FORMATS[magic]
     kind = rng.choice(["flip", "truncate", "extend", "count", "magic", "version", "token", "tokens"])
     if kind == "flip":
         for _ in range(rng.randint(1, 8)):
@@ -135,22 +147,26 @@ def mutate_shard(rng, data):
     elif kind == "extend":
         data += bytes(rng.randrange(256) for _ in range(rng.choice([1, 2, 3, 64])))
     elif kind == "count":
-        struct.pack_into("<i", data, 8, rng.choice([-1, 0, 1, 32, 33, 1 << 30, -(1 << 31), (len(data) - 1024) // 2 + rng.choice([-1, 1])]))
-    elif kind == "magic":
-        struct.pack_into("<i", data, 0, rng.choice([0, 20240326, 20240521, -20240520]))
+        struct.pack_into("<i", data, 8, rng.choice([-1, 0, 1, 32, 33, 1 << 30, -(1 << 31),
+                                                    (len(data) - 1024) // width + rng.choice([-1, 1]),
+                                                    (len(data) - 1024) // (6 - width)]))  # the other format's count
+    elif kind == "magic":  # the other format's magic among them: the tokens read at the wrong width
+        struct.pack_into("<i", data, 0, rng.choice([0, 20240326, 20240521, -20240520, 20240520, 20240801]))
     elif kind == "version":
-        struct.pack_into("<i", data, 4, rng.choice([0, 2, -1, 1 << 30]))
+        struct.pack_into("<i", data, 4, rng.choice([0, 1, 2, 7, -1, 1 << 30]))
     elif kind == "token":
-        at = 1024 + 2 * rng.randrange((len(data) - 1024) // 2)
-        struct.pack_into("<H", data, at, rng.choice([VOCAB, VOCAB + 1, 65535, rng.randrange(65536)]))
+        at = 1024 + width * rng.randrange((len(data) - 1024) // width)
+        big = [65536, 128255, (1 << 31) - 1, 1 << 31, (1 << 32) - 1] if width == 4 else []
+        struct.pack_into(f"<{code}", data, at, rng.choice([VOCAB, VOCAB + 1, 65535, rng.randrange(65536)] + big))
     else:  # a valid shard of another length (it must be accepted when long enough)
         n = rng.choice([0, 1, WINDOW - 1, WINDOW, 100])
-        data = bytearray(shard_bytes([rng.randrange(VOCAB) for _ in range(n)]))
+        data = bytearray(shard_bytes([rng.randrange(VOCAB) for _ in range(n)], magic))
     return kind, bytes(data)
 
 
-def fuzz_shards(rng, cases, tmp):
-    items = mutated_files(rng, cases, tmp, "shard", mutate_shard, shard_bytes([rng.randrange(VOCAB) for _ in range(300)]))
+def fuzz_shards(rng, cases, tmp, magic=20240520):
+    base = shard_bytes([rng.randrange(VOCAB) for _ in range(300)], magic)
+    items = mutated_files(rng, cases, tmp, "shard%d" % magic, mutate_shard, base)
 
     def one(item):
         i, kind, path, data = item
@@ -404,7 +420,7 @@ def config_model(cfg):
         return None
     if "tie_word_embeddings" in cfg and cfg["tie_word_embeddings"] is not True:
         return None
-    if C % dims["n_head"] or dims["vocab_size"] > 65536:
+    if C % dims["n_head"]:
         return None
     # Fields that change the model without changing its tensors: only fsdp.c's values load.
     eps = cfg.get("layer_norm_epsilon")
@@ -473,7 +489,7 @@ def llmc_check(data):
     magic, version, T, V, L, H, C, Vp = struct.unpack_from("<8i", data)
     if magic != 20240326 or version not in (3, 5) or not all(1 <= x <= 1 << 24 for x in (T, V, L, H, C, Vp)) or L > 4096:
         return False, None
-    if Vp < V or C % H or V > 65536 or V <= DATA_MAX - 1:
+    if Vp < V or C % H or V <= DATA_MAX - 1:
         return False, None
     es = 4 if version == 3 else 2
     if len(data) != 1024 + es * (Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C):
@@ -751,8 +767,9 @@ def named_cases(w, tmp):
         rc, out = p.returncode, p.stdout + p.stderr
     except (OSError, subprocess.TimeoutExpired) as e:
         rc, out = "error", str(e)
-    case("kernels: gelu, its gradient and geglu of NaN and infinities reach no undefined behaviour (UBSan fired in gelu)",
-         rc == 0 and not SANITIZER.search(out) and "1 passed, 0 failed" in out, out)
+    case("kernels: gelu, geglu and swiglu of NaN and infinities, and their gradients, reach no undefined behaviour "
+         "(UBSan fired in gelu and in swiglu's SiLU)",
+         rc == 0 and not SANITIZER.search(out) and "2 passed, 0 failed" in out, out)
     return results
 
 
@@ -1118,11 +1135,14 @@ def main():
         start = time.time()
         if wanted("mutated --eval-choices files"):
             report(f"{third} mutated --eval-choices files", fuzz_choices(rng, third, tmp), start)
-        for name, fn in ((f"{a.cases} mutated token shards", fuzz_shards), (f"{a.cases} mutated checkpoints", fuzz_checkpoints)):
+        for name, fn, n in ((f"{a.cases} mutated token shards", fuzz_shards, a.cases),
+                            (f"{third} mutated Llama 3 token shards (uint32)",
+                             lambda r, n, t: fuzz_shards(r, n, t, 20240801), third),
+                            (f"{a.cases} mutated checkpoints", fuzz_checkpoints, a.cases)):
             if not wanted(name):
                 continue
             start = time.time()
-            report(name, fn(rng, a.cases, tmp), start)
+            report(name, fn(rng, n, tmp), start)
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 

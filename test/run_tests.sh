@@ -36,7 +36,7 @@ part fuzz "mutated inputs (shards, checkpoints, weights, tokenizers, prompts, mu
 part work "never losing work: checkpoints owned by their run, outputs against inputs, links, non-finite weights, ranks that disagree, start-up hangs, sizes" \
   "$CPU $TOOLS" bash test/test_work.sh
 part sim-fp16 "the fp16 CUDA trainer and its loss scaler on the simulator" "$CPU $SIM $SIM16" bash test/cudasim/test_fp16.sh
-part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT and T5" \
+part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT, T5 and Llama" \
   "$CPU build/test/test_fsdp" bash test/test_multirank.sh
 part sim-faults "every simulator checker proven by a planted fault in a kernel" "$SIM" bash test/cudasim/test_faults.sh build/sim
 part bench-scripts "the benchmark scripts and their reports" "$CPU predict_gpt" bash test/test_bench_scripts.sh
@@ -51,7 +51,7 @@ part readme "every command block of README.md runs as written (FSDP_STEPS_LIMIT 
 part sim-kernels "every CUDA kernel against the CPU reference on the simulator (bf16, shuffled threads, both matmul paths)" \
   "$SIM" bash test/cudasim/test_kernels.sh build/sim
 part plan "--plan against hand-computed layouts, --bench" "$CPU predict_gpt $SIM" python3 test/test_plan.py
-part hf "exported GPT-2 and T5 against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
+part hf "exported GPT-2, T5 and Llama against transformers" "$CPU $TOOLS build/tool/weights_logits" /usr/bin/python3 test/test_hf_parity.py
 part weights "--init-from and --export, pretrained weights in and out" "$CPU $TOOLS $SIM" /usr/bin/python3 test/test_weights.py
 part cli "the command line: options, refusals, usage" "$CPU predict_gpt" bash test/test_cli.sh
 part choices "--eval-choices: llm.c's multiple-choice files, written here, against a plain-torch reference, on 1 to 3 ranks" \
@@ -65,6 +65,8 @@ part resume "--resume restores the run's settings and refuses contradictions; --
 part fsdp "the FSDP runtime's unit tests: layout, schedule, optimizer, checkpoints" "build/test/test_fsdp" build/test/test_fsdp
 part ref-gpt "the CPU GPT against PyTorch" "$CPU build/tool/gpt_dump" /usr/bin/python3 test/ref_gpt.py
 part ref-t5 "the CPU T5 against PyTorch" "$CPU build/tool/t5_dump" /usr/bin/python3 test/ref_t5.py
+part ref-llama "the CPU Llama against transformers' LlamaForCausalLM" "$CPU build/tool/llama_dump" \
+  /usr/bin/python3 test/ref_llama.py
 part launch "launchers, rank discovery, the NCCL id exchange" "build/test/test_launch" build/test/test_launch
 part files "the strict JSON reader, input files, output names, the directory lock" "build/test/test_files" build/test/test_files
 part data "token shards and the sampler" "build/test/test_data" build/test/test_data

@@ -89,6 +89,20 @@ expect "T5 vocabulary without room for sentinels is refused" 2 "V must be at lea
 expect "T5 data tokens colliding with sentinels are refused" 1 "sentinels.*id 5[0-9] >= vocab 52" $BIN --model t5:V=80 --data $DATA --enc-len 512 --dec-len 114 --steps 1
 expect "--eval-prompts is refused for T5" 2 "for GPT models" $BIN $T5 --eval-prompts data/addition/val_problems.txt
 
+# Llama: the presets, the custom form's refusals, and a vocabulary past 65535 on llm.c's uint32
+# (Llama 3) shards.
+expect "--help lists the Llama presets" 0 "llama3.1-8b .*KV=8 F=14336 V=128256" $BIN --help
+expect "custom Llama with KV not dividing H refused" 2 "KV=3 must divide the query heads H=4" $BIN --model llama:H=4,KV=3 --data $DATA
+expect "custom Llama with an odd head size refused" 2 "even size" $BIN --model llama:C=60,H=4,KV=2 --data $DATA
+python3 -c "
+import struct, sys
+ids = [(i * 7919 + 65530) % 70000 for i in range(400)]
+open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240801, 7, len(ids), *[0] * 253) + struct.pack('<400I', *ids))" "$TMP/l3.bin"
+LL="--model llama:L=1,C=32,H=2,KV=1,F=48,V=70000,T=16 --data $TMP/l3.bin --batch 2 --seq 16"
+expect "Llama with V=70000 trains on Llama 3's uint32 shards (ids past 65535)" 0 "step +2/2 \| loss 11\." $BIN $LL --steps 2
+expect "uint32 ids past the model's vocabulary are refused, naming the file" 1 "l3.bin: token [0-9]+ has id [0-9]+ >= vocab 65536" \
+  $BIN ${LL/V=70000/V=65536} --steps 1
+
 # MFU is stated against the peak actually measured, with the digits that matter.
 $BIN $M --data $DATA --batch 2 --steps 2 --bench --bench-warmup 1 --peak > "$TMP/peak.out" 2>&1
 expect "MFU is stated against the measured peak as printed" 0 "^same$" python3 -c "

@@ -343,6 +343,119 @@ static void test_refusals(void) {
   EXPECT("no temporary files left after all writes", count_tmp_files() == 0, "%d found", count_tmp_files());
 }
 
+// ---- Llama 3's 32-bit shards ----------------------------------------------------------------
+
+// A deterministic uint32 sequence over Llama 3's vocabulary (128256 ids, most above 65535).
+static uint32_t tok32_at(int64_t i) { return (uint32_t)((i * 92821 + 65531) % 128256); }
+
+static void write_raw32(const char* path, int32_t magic, int32_t version, int32_t count, const uint32_t* toks,
+                        size_t ntoks) {
+  int32_t header[SHARD_HEADER_INTS] = {0};
+  header[0] = magic, header[1] = version, header[2] = count;
+  FILE* f = fopen(path, "wb");
+  if (!f) {
+    printf("cannot create %s\n", path);
+    exit(1);
+  }
+  fwrite(header, 4, SHARD_HEADER_INTS, f);
+  if (ntoks) fwrite(toks, 4, ntoks, f);
+  fclose(f);
+}
+
+// The reader's checks on the uint32 format: a round trip across files (reads crossing every
+// boundary, ids past 65535), the sampler, the vocabulary check on open and on every read, the
+// header's magic and version, sizes computed with 4-byte tokens, ids past INT32_MAX, and one
+// format per stream.
+static void test_shards32(void) {
+  const int sizes[3] = {200, 0, 333};
+  const char* names[3] = {"l3_000.bin", "l3_001.bin", "l3_002.bin"};
+  int64_t total = 0;
+  int wrote_ok = 1;
+  for (int i = 0; i < 3; i++) {
+    uint32_t* t = malloc((size_t)(sizes[i] + 1) * sizeof(uint32_t));
+    for (int k = 0; k < sizes[i]; k++) t[k] = tok32_at(total + k);
+    wrote_ok &= shard_write32(tpath(names[i]), t, (size_t)sizes[i], g_err, sizeof g_err) == 0;
+    total += sizes[i];
+    free(t);
+  }
+  EXPECT("shard_write32 succeeds and leaves no temporary file", wrote_ok && count_tmp_files() == 0, "%s", g_err);
+  FILE* f = fopen(tpath("l3_000.bin"), "rb");
+  int32_t head[3] = {0};
+  unsigned char first[4] = {0};
+  int read_ok = f && fread(head, 4, 3, f) == 3 && fseek(f, 1024, SEEK_SET) == 0 && fread(first, 1, 4, f) == 4;
+  if (f) fclose(f);
+  uint32_t t0 = tok32_at(0);
+  EXPECT("shard_write32 writes llm.c's Llama 3 header (20240801, 7, count) and little-endian uint32 tokens",
+         read_ok && head[0] == 20240801 && head[1] == 7 && head[2] == 200 && first[0] == (t0 & 0xff) &&
+             first[3] == (t0 >> 24),
+         "header %d %d %d", head[0], head[1], head[2]);
+
+  TokenStream ts;
+  int rc = token_stream_open(&ts, tpath("l3_*.bin"), 128256, g_err, sizeof g_err);
+  EXPECT("open a 3-file uint32 stream with vocab 128256", rc == 0 && ts.total == total && ts.token_bytes == 4, "%s",
+         g_err);
+  if (rc != 0) return;
+  int32_t* out = malloc((size_t)total * sizeof(int32_t));
+  int bad = 0, above = 0;
+  for (int64_t pos = 0; pos <= total; pos += 7)
+    for (int64_t n = 0; n <= 30 && pos + n <= total; n += (n < 3 ? 1 : 9)) {
+      if (token_stream_read(&ts, pos, n, out, g_err, sizeof g_err) != 0) { bad++; continue; }
+      for (int64_t i = 0; i < n; i++) bad += out[i] != (int32_t)tok32_at(pos + i), above += out[i] > 65535;
+    }
+  for (int64_t pos = 195; pos <= 201; pos++) {
+    if (token_stream_read(&ts, pos, 6, out, g_err, sizeof g_err) != 0) { bad++; continue; }
+    for (int64_t i = 0; i < 6; i++) bad += out[i] != (int32_t)tok32_at(pos + i);
+  }
+  EXPECT("uint32 reads crossing file boundaries, ids past 65535", bad == 0 && above > 100, "%d mismatches, %d ids above 65535",
+         bad, above);
+  int32_t in[12], tg[12];
+  int64_t nw = sampler_windows(&ts, 3, 4);
+  int sampled = nw == (total - 1) / 12;
+  for (int64_t g = 0; sampled && g < 2 * nw + 1; g++) {
+    sampled &= sampler_micro_batch(&ts, g, 3, 4, in, tg, g_err, sizeof g_err) == 0;
+    for (int i = 0; sampled && i < 12; i++)
+      sampled &= in[i] == (int32_t)tok32_at((g % nw) * 12 + i) && tg[i] == (int32_t)tok32_at((g % nw) * 12 + i + 1);
+  }
+  EXPECT("sampler over a uint32 stream: windows and wrap-around", sampled, "%s", g_err);
+  // A token rewritten after open (id 200000) is caught on read, at byte offset 1024 + 4 * 9.
+  f = fopen(tpath("l3_000.bin"), "r+b");
+  uint32_t big = 200000;
+  int wrote = f && fseek(f, 1024 + 4 * 9, SEEK_SET) == 0 && fwrite(&big, 4, 1, f) == 1;
+  if (f) fclose(f);
+  rc = token_stream_read(&ts, 4, 16, out, g_err, sizeof g_err);
+  EXPECT("a uint32 id rewritten after open is refused on read, with file and byte offset",
+         wrote && rc != 0 && strstr(g_err, "l3_000.bin: token 9 (byte offset 1060) has id 200000 >= vocab 128256"),
+         "err '%s'", g_err);
+  token_stream_close(&ts);
+  free(out);
+
+  uint32_t v[50];
+  for (int i = 0; i < 50; i++) v[i] = tok32_at(i);
+  write_raw32(tpath("l3v_000.bin"), 20240801, 7, 50, v, 50);
+  expect_refused("refuse a uint32 id >= vocab, naming the token", tpath("l3v_000.bin"), 100000, "l3v_000.bin",
+                 "token 2 ", "122917 >= vocab 100000", "--model V");
+  v[3] = 0x80000005u;
+  write_raw32(tpath("l3h_000.bin"), 20240801, 7, 50, v, 50);
+  expect_refused("refuse a uint32 id past INT32_MAX even unchecked (vocab 0)", tpath("l3h_000.bin"), 0, "token 3 ",
+                 "2147483653", NULL, NULL);
+  write_raw32(tpath("l3ver.bin"), 20240801, 1, 50, v, 50);
+  expect_refused("refuse Llama 3's magic with GPT-2's version", tpath("l3ver.bin"), 0, "l3ver.bin", "version 1",
+                 "expected 7", NULL);
+  // 50 uint32 tokens promised, 40 present: 1024 + 200 = 1224 bytes expected, 1184 there; and
+  // the same bytes read as a uint16 shard would be oversized.
+  write_raw32(tpath("l3tr.bin"), 20240801, 7, 50, v, 40);
+  expect_refused("refuse a truncated uint32 shard (4 bytes a token)", tpath("l3tr.bin"), 0, "l3tr.bin", "truncated",
+                 "1224", "1184");
+  write_raw32(tpath("l3as16.bin"), SHARD_MAGIC, SHARD_VERSION, 50, v, 50);
+  expect_refused("refuse uint32 tokens under GPT-2's header (oversized)", tpath("l3as16.bin"), 0, "l3as16.bin",
+                 "oversized", NULL, NULL);
+  uint16_t t16[20] = {0};
+  shard_write(tpath("fmt_000.bin"), t16, 20, g_err, sizeof g_err);
+  write_raw32(tpath("fmt_001.bin"), 20240801, 7, 20, v + 10, 20);
+  expect_refused("refuse a stream mixing GPT-2's and Llama 3's shards", tpath("fmt_*.bin"), 0, "fmt_001.bin",
+                 "GPT-2's uint16", "Llama 3's uint32", "one format");
+}
+
 // ---- the built-in addition dataset ---------------------------------------------------------
 
 static int cmp_i64(const void* a, const void* b) {
@@ -473,6 +586,7 @@ int main(void) {
   TEST_RUN(test_sampler());
   TEST_RUN(test_ranks_equal_accumulation());
   TEST_RUN(test_refusals());
+  TEST_RUN(test_shards32());
   TEST_RUN(test_make_addition());
   nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return test_summary();

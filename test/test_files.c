@@ -165,6 +165,16 @@ static void test_typed(void) {
   int b;
   rc = json_bool(&d, json_get(&d, 0, "i"), "i", &b, g_err, sizeof g_err);
   EXPECT("json_bool: 32 is not true or false", rc == -1 && has(g_err, "not true or false"), "%s", g_err);
+  double x = 0;
+  rc = json_number(&d, json_get(&d, 0, "f"), "f", 0, 100, &x, g_err, sizeof g_err) ||
+       json_number(&d, json_get(&d, 0, "i"), "i", 0, 100, &x, g_err, sizeof g_err);
+  int ok = rc == 0 && x == 32.0 && json_number(&d, json_get(&d, 0, "e"), "e", 0, 1e4, &x, g_err, sizeof g_err) == 0 &&
+           x == 1000.0;
+  EXPECT("json_number: 32.5, 32 and 1e3 are read", ok, "%s", g_err);
+  rc = json_number(&d, json_get(&d, 0, "e"), "e", 0, 100, &x, g_err, sizeof g_err);
+  EXPECT("json_number: above the range is refused", rc == -1 && has(g_err, "\"e\" is 1e3, out of range [0, 100]"), "%s", g_err);
+  rc = json_number(&d, json_get(&d, 0, "s"), "s", 0, 100, &x, g_err, sizeof g_err);
+  EXPECT("json_number: a string is not a number", rc == -1 && has(g_err, "\"s\" is \"32\", not a number"), "%s", g_err);
   json_free(&d);
 }
 

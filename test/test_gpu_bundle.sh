@@ -34,7 +34,7 @@ if want built; then
   for f in run.sh bundle.conf train_gpt bin/test_kernels_gpu data/bench.bin data/addition/train_000.bin \
            scripts/gpu_bundle_report.py scripts/bench_llmc.sh scripts/side_by_side.py scripts/bench_report.py \
            scripts/results_section.py scripts/bench_torch.py scripts/compare_losses.py \
-           ref/GPT.cpu.jsonl ref/T5.cpu.jsonl ref/T5V11.cpu.jsonl ref/GPT.args \
+           ref/GPT.cpu.jsonl ref/T5.cpu.jsonl ref/T5V11.cpu.jsonl ref/LLAMA.cpu.jsonl ref/GPT.args \
            predict/h100-sxm/fsdp.c-gpt2-124m-B8.trace.json predict/h200/fsdp.c-gpt2-124m-B32.txt \
            predict/h100-sxm/fsdp.c-t5-base-B8.trace.json predict/h200/fsdp.c-gpt2-350m-B8.trace.json; do
     [ -e "$B/$f" ] || missing+=" $f"
@@ -47,7 +47,7 @@ if want built; then
   check "built: train_gpt's host code is for any x86-64 (no AVX register in its machine code)" \
     bash -c "! objdump -d --no-show-raw-insn $B/train_gpt | grep -qE '%[yz]mm'"
   check "built: the CPU reference losses are 10 steps of each train-check model" bash -c \
-    "for m in GPT T5 T5V11; do test \$(grep -c '\"loss\"' $B/ref/\$m.cpu.jsonl) = 10 || exit 1; done"
+    "for m in GPT T5 T5V11 LLAMA; do test \$(grep -c '\"loss\"' $B/ref/\$m.cpu.jsonl) = 10 || exit 1; done"
   check "built: bundle.conf names the commit, the toolkit and the runs" bash -c \
     "grep -qE '^BUNDLE_COMMIT=[0-9a-f]{7}' $B/bundle.conf && grep -q '^BUNDLE_TOOLKIT=.CUDA 1[0-9]' $B/bundle.conf &&
      grep -q '^BENCH_MODEL=gpt2-124m' $B/bundle.conf && grep -q \"^BENCH_BATCHES='8 32'\" $B/bundle.conf"

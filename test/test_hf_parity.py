@@ -32,6 +32,8 @@ network this part FAILs with the command to run, it never passes silently.
 """
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -48,7 +50,16 @@ def has_transformers(python):
 
 
 def bootstrap():
-    """The python to run the checks with, making build/hfenv when needed; None when it cannot."""
+    """The python to run the checks with, making build/hfenv when needed; None when it cannot.
+    Parts that run at once (hf, ref-llama) take turns: the first makes it, the others wait."""
+    import fcntl
+    os.makedirs(os.path.dirname(VENV), exist_ok=True)
+    with open(VENV + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _bootstrap()
+
+
+def _bootstrap():
     vpy = os.path.join(VENV, "bin", "python")
     for py in ("/usr/bin/python3", vpy):
         if os.path.exists(py) and has_transformers(py):
@@ -83,7 +94,7 @@ def inner():
     import numpy as np
     import torch
     import transformers
-    from transformers import GPT2Config, GPT2LMHeadModel, T5Config, T5ForConditionalGeneration
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
     transformers.logging.set_verbosity_error()
     torch.manual_seed(12)
     passed = failed = 0
@@ -114,11 +125,19 @@ def inner():
                     p.copy_(torch.randn_like(p))
                 elif "h." in name:  # GPT-2 block weights: unit-variance activations
                     p.copy_(torch.randn_like(p) / p.shape[0] ** 0.5)
+                elif "layers." in name:  # Llama block weights ([out, in]): unit-variance activations
+                    p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+                elif "embed_tokens" in name:
+                    p.copy_(torch.randn_like(p))
 
-    def case(name, model, extra, tokens, B, T, Te):
+    def case(name, model, extra, tokens, B, T, Te, save_args=None):
         src, out = os.path.join(tmp, name + "_src"), os.path.join(tmp, name + "_export")
         model.eval()
-        model.save_pretrained(src, safe_serialization=True)
+        model.save_pretrained(src, safe_serialization=True, **(save_args or {}))
+        if save_args:
+            shards = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))
+            check(f"{name}: save_pretrained wrote a sharded model ({len(shards)} shards and the index)",
+                  len(shards) > 1 and os.path.exists(os.path.join(src, "model.safetensors.index.json")), str(shards))
         r = subprocess.run([os.path.join(ROOT, "train_gpt_cpu"), "--init-from", src, "--data", data, "--steps", "0",
                             "--batch", "1", "--export", out] + extra, capture_output=True, text=True, env=env)
         if r.returncode:
@@ -130,8 +149,8 @@ def inner():
         bad = info["missing_keys"] + info["unexpected_keys"] + info["mismatched_keys"]
         check(f"{name}: from_pretrained(export) with no missing/unexpected/mismatched keys", not bad, str(bad[:4]))
         a, b = model.state_dict(), loaded.state_dict()
-        same = all(torch.equal(a[k], b[k]) for k in a if k in b) and set(a) == set(b)
-        check(f"{name}: the exported model's tensors == the original's", same)
+        same = all(torch.equal(a[k].float(), b[k]) for k in a if k in b) and set(a) == set(b)
+        check(f"{name}: the exported model's tensors == the original's (fp32)", same)
         d = os.path.join(tmp, name + "_tokens")
         os.makedirs(d)
         for k, v in tokens.items():
@@ -141,6 +160,14 @@ def inner():
         if r.returncode:
             check(f"{name}: weights_logits", False, r.stderr.strip()[-400:])
             return
+        digest = [l for l in r.stdout.splitlines() if l.startswith("params_digest")]
+        r2 = subprocess.run([os.path.join(ROOT, "build", "tool", "weights_logits"), src, str(B), str(T), str(Te), d],
+                            capture_output=True, text=True, env=env)
+        digest_src = [l for l in r2.stdout.splitlines() if l.startswith("params_digest")]
+        check(f"{name}: the export read back holds the parameters the original gave (the same params_digest)",
+              digest and digest == digest_src, f"{digest} vs {digest_src} {r2.stderr.strip()[-200:]}")
+        r = subprocess.run([os.path.join(ROOT, "build", "tool", "weights_logits"), out, str(B), str(T), str(Te), d],
+                           capture_output=True, text=True, env=env)  # the export's logits again, in d
         V = model.config.vocab_size
         ours = torch.from_numpy(np.fromfile(os.path.join(d, "logits.bin"), dtype=np.float32).reshape(B, T, V))
         our_loss = float(open(os.path.join(d, "loss.txt")).read())
@@ -193,6 +220,24 @@ def inner():
         tg[1, -2:] = -1
         case(name, m, ["--enc-len", str(Te), "--dec-len", str(Td)], {"tokens": dec, "targets": tg, "enc_tokens": enc},
              B, Td, Te)
+    # Llama: grouped-query attention with Llama 3.1's rotary scaling and an untied lm_head, read
+    # from a sharded save (model-0000X-of-0000N.safetensors and the index); and a tied 4:1 model
+    # saved in bf16 (the import widens it exactly, so the export's fp32 equals the original).
+    B, T = 2, 12
+    for name, kv, tied, dtype, save in (("llama_sharded", 2, False, torch.float32, {"max_shard_size": 60000}),
+                                        ("llama_tied_bf16", 1, True, torch.bfloat16, None)):
+        cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=kv, max_position_embeddings=T, rms_norm_eps=1e-5, rope_theta=500000.0,
+                          rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                          tie_word_embeddings=tied, attn_implementation="eager")
+        m = LlamaForCausalLM(cfg)
+        redraw(m)
+        m = m.to(dtype)
+        toks = torch.randint(0, 97, (B, T), dtype=torch.int32)
+        targets = torch.full((B, T), -1, dtype=torch.int32)
+        targets[:, :-1] = toks[:, 1:]
+        case(name, m, ["--seq", str(T)], {"tokens": toks, "targets": targets}, B, T, 0, save)
     tokenizers(tmp, env, check)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
@@ -314,6 +359,8 @@ def tokenizers(tmp, env, check):
           "decode them to the text (7 texts, most not seen in training)", r.returncode == 0 and not bad,
           (bad, r.stderr.strip()[-200:]))
 
+    llama3_tokenizer(tmp, text, env, check)
+
     # scripts/generate.py on a GPT-2 with the SentencePiece vocabulary: text in, text out.
     cfg = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=sp.get_piece_size(), n_positions=32)
     src = os.path.join(tmp, "sp_gpt")
@@ -327,6 +374,101 @@ def tokenizers(tmp, env, check):
     want = sp.decode([i for i in ids3 if i != sp.eos_id()])
     check("scripts/generate.py: 8 new ids, printed as the SentencePiece text they decode to",
           r.returncode == 0 and len(ids3) == 8 and got.get("continuation") == want, (r.stdout + r.stderr).strip()[-300:])
+
+
+def llama3_tokenizer(tmp, text, env, check):
+    """--tokenizer llama3: Llama 3's tokenizer in both of its files (Meta's tokenizer.model, Hugging
+    Face's tokenizer.json), made here from one small byte-level BPE trained on the text with Llama
+    3's split pattern (the real one is not fetched): the shards are llm.c's Llama 3 format and
+    hold <|begin_of_text|> and the ids of the `tokenizers` library's own encoding of the
+    tokenizer.json, and tokenizer.bin decodes them back to the text."""
+    import base64
+    import tokenizers
+    from tiktoken._educational import bpe_train
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from llama3_tokenizer import LLAMA3_PATTERN, NUM_SPECIAL, byte_chars
+    ranks = bpe_train(text, 300, LLAMA3_PATTERN, visualise=None)
+    n = len(ranks)
+    names = ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(NUM_SPECIAL - 2)]
+    model_file = os.path.join(tmp, "tokenizer.model")
+    with open(model_file, "w") as f:
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+            f.write(base64.b64encode(token).decode() + " %d\n" % rank)
+    chars = byte_chars()
+    as_text = lambda b: "".join(chars[x] for x in b)
+    merges = []  # every split of a token into two tokens, as transformers' conversion from tiktoken lists them
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        merges += sorted(((ranks[token[:i]], ranks[token[i:]], as_text(token[:i]) + " " + as_text(token[i:]))
+                          for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks))
+    doc = {"version": "1.0", "truncation": None, "padding": None, "normalizer": None, "post_processor": None,
+           "added_tokens": [{"id": n + i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for i, name in enumerate(names)],
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                     "vocab": {as_text(t): r for t, r in ranks.items()}, "merges": [m[2] for m in merges]}}
+    json_file = os.path.join(tmp, "tokenizer.json")
+    json.dump(doc, open(json_file, "w"), ensure_ascii=False)
+    theirs = [n] + tokenizers.Tokenizer.from_file(json_file).encode(text, add_special_tokens=False).ids
+    prep = os.path.join(ROOT, "scripts", "prepare_text.py")
+    shards = {}
+    for name, path in (("tokenizer.model", model_file), ("tokenizer.json", json_file)):
+        out = os.path.join(tmp, "llama3_" + name.replace(".", "_"))
+        r = subprocess.run([sys.executable, prep, os.path.join(tmp, "text.txt"), out, "--tokenizer", "llama3",
+                            "--tokenizer-file", path], capture_output=True, text=True, env=env)
+        ids, magics = [], set()
+        for fn in sorted(os.listdir(out)) if r.returncode == 0 else []:
+            if fn.endswith(".bin") and fn != "tokenizer.bin":
+                raw = open(os.path.join(out, fn), "rb").read()
+                magics.add(struct.unpack_from("<2i", raw))
+        for split in ("train", "val"):
+            for fn in sorted(os.listdir(out)) if r.returncode == 0 else []:
+                if fn.startswith(split + "_"):
+                    raw = open(os.path.join(out, fn), "rb").read()
+                    ids += list(struct.unpack_from(f"<{(len(raw) - 1024) // 4}I", raw, 1024))
+        shards[name] = ids
+        check(f"prepare_text.py llama3 from {name}: llm.c's Llama 3 shards (20240801, 7, uint32) holding "
+              f"<|begin_of_text|> and the ids of transformers' tokenizers on the tokenizer.json",
+              r.returncode == 0 and magics == {(20240801, 7)} and ids == theirs,
+              f"{len(ids)} ids vs {len(theirs)}; {r.stderr.strip()[-300:]}")
+        if r.returncode == 0:
+            _, _, eot, table = read_table(os.path.join(out, "tokenizer.bin"))
+            check(f"prepare_text.py llama3 from {name}: tokenizer.bin of {n + NUM_SPECIAL} tokens decodes the ids to "
+                  f"the text (end of text {n + 1})", len(table) == n + NUM_SPECIAL and eot == n + 1 and
+                  b"".join(table[i] for i in ids).decode("utf-8") == text)
+    check("prepare_text.py llama3: tokenizer.model and tokenizer.json give the same shards",
+          shards["tokenizer.model"] == shards["tokenizer.json"] and len(shards["tokenizer.model"]) > 100)
+    # scripts/generate.py on a Llama directory holding its tokenizer.json, without --tokenizer:
+    # read as Llama 3's tokenizer (the prompt after <|begin_of_text|>), not as our BPE's.
+    from transformers import LlamaConfig, LlamaForCausalLM
+    src = os.path.join(tmp, "llama_with_tokenizer")
+    LlamaForCausalLM(LlamaConfig(vocab_size=n + NUM_SPECIAL, hidden_size=32, intermediate_size=56, num_hidden_layers=1,
+                                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                 rms_norm_eps=1e-5, rope_theta=500000.0)).save_pretrained(src, safe_serialization=True)
+    shutil.copyfile(json_file, os.path.join(src, "tokenizer.json"))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "generate.py"), src, "sharded data",
+                        "--binary", os.path.join(ROOT, "generate_cpu"), "--", "--tokens", "4", "--temperature", "0"],
+                       capture_output=True, text=True, env=env)
+    got = dict(l.split(": ", 1) for l in r.stdout.splitlines() if ": " in l)
+    from llama3_tokenizer import Llama3Tokenizer
+    gen_ids = [int(x) for x in got.get("ids", "").split()]
+    check("scripts/generate.py on a Llama directory takes its tokenizer.json as Llama 3's: 4 new ids and their text",
+          r.returncode == 0 and len(gen_ids) == 4 and got.get("continuation") == Llama3Tokenizer(json_file).decode(gen_ids),
+          (r.stdout + r.stderr).strip()[-300:])
+    # The tokenizer.json given, in the output folder itself, is the user's: kept, not removed as
+    # an earlier run's tokenizer.
+    own = os.path.join(tmp, "llama3_own")
+    os.makedirs(own)
+    own_json = os.path.join(own, "tokenizer.json")
+    shutil.copyfile(json_file, own_json)
+    r = subprocess.run([sys.executable, prep, os.path.join(tmp, "text.txt"), own, "--tokenizer", "llama3",
+                        "--tokenizer-file", own_json], capture_output=True, text=True, env=env)
+    check("prepare_text.py llama3: a tokenizer.json given from the output folder is kept",
+          r.returncode == 0 and os.path.exists(own_json) and open(own_json, "rb").read() == open(json_file, "rb").read(),
+          (r.stdout + r.stderr).strip()[-300:])
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@
 
 #include "kernels/exact_sum.h"
 #include "kernels/kernels.h"
+#include "kernels/rope.h"
 #include "kernels/step_control.h"
 #include "test/adamw_step.h"
 #include "test/test.h"
@@ -364,7 +365,7 @@ static void test_matmul(int N, int C, int OC, int use_bias) {
 // ---- activations --------------------------------------------------------------------
 
 typedef struct {
-  int kind;  // 0 gelu, 1 relu, 2 geglu
+  int kind;  // 0 gelu, 1 relu, 2 geglu, 3 swiglu
   float *out, *x, *R;
   int N, F;  // elementwise kinds use n = N*F
 } ActCase;
@@ -374,10 +375,16 @@ static double act_loss(void* p) {
   if (a->kind == 0) gelu_forward(NULL, a->out, a->x, n);
   if (a->kind == 1) relu_forward(NULL, a->out, a->x, n);
   if (a->kind == 2) geglu_forward(NULL, a->out, a->x, a->N, a->F);
+  if (a->kind == 3) swiglu_forward(NULL, a->out, a->x, a->N, a->F);
   return dot_loss(a->out, a->R, n);
 }
 static double gelu_ref(double x) {
   return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double silu_ref(double x) { return x / (1.0 + exp(-x)); }
+static double silu_grad_ref(double x) {
+  double s = 1.0 / (1.0 + exp(-x));
+  return s * (1.0 + x * (1.0 - s));
 }
 
 static void test_activations(void) {
@@ -426,6 +433,18 @@ static void test_activations(void) {
   EXPECT("geglu_forward vs double", e < 1e-5, "rel err %.3e", e);
   geglu_backward(NULL, dx, a.x, a.R, N, F);
   fd_check("geglu_backward (gate and up halves)", a.x, 2 * n, dx, act_loss, &a, 1000, 1e-3f);
+
+  // SwiGLU over rows of [gate | up]
+  a.kind = 3;
+  fill_rand(a.x, 2 * n, 4.0f);
+  act_loss(&a);
+  e = 0.0;
+  for (int r = 0; r < N; r++)
+    for (int i = 0; i < F; i++)
+      e = fmax(e, rel_err(a.out[r * F + i], silu_ref(a.x[r * 2 * F + i]) * a.x[r * 2 * F + F + i], 1e-3));
+  EXPECT("swiglu_forward vs double", e < 1e-5, "rel err %.3e", e);
+  swiglu_backward(NULL, dx, a.x, a.R, N, F);
+  fd_check("swiglu_backward (gate and up halves)", a.x, 2 * n, dx, act_loss, &a, 1000, 1e-3f);
   free(a.out), free(a.x), free(a.R), free(dx), free(xin), free(dio);
 }
 
@@ -471,6 +490,139 @@ static void test_activations_nonfinite(void) {
   geglu_backward(NULL, dx, x, dout, N, F);
   EXPECT("non-finite input: gelu and its gradient of NaN are NaN, geglu runs, no undefined behaviour", bad == 0,
          "%d NaN inputs gave a finite gelu or gradient", bad);
+  // SwiGLU's SiLU clamps its exponential the same way.
+  swiglu_forward(NULL, out, x, N, F);
+  swiglu_backward(NULL, dx, x, dout, N, F);
+  bad = 0;
+  for (int n = 0; n < N; n++)
+    for (int f = 0; f < F; f++) bad += isnan(x[n * 2 * F + f]) && !isnan(out[n * F + f]);
+  EXPECT("non-finite input: swiglu of a NaN gate is NaN, its gradient runs, no undefined behaviour", bad == 0,
+         "%d NaN gates gave a finite swiglu", bad);
+}
+
+// SwiGLU's SiLU over a dense sweep of [-100, 100] (past the clamp of its exponential, both
+// ways), against double, with up = 1 and dout = 1: the forward is silu, the gate's gradient
+// silu' and the up half's gradient silu again. The error is relative to max(|ref|, 1).
+static void test_silu_accuracy(void) {
+  const int n = 200 * 256 + 1;
+  float *x = falloc(2 * (size_t)n), *y = falloc(n), *ones = falloc(n), *dx = falloc(2 * (size_t)n);
+  for (int i = 0; i < n; i++) x[i] = -100.0f + (float)i / 256.0f, x[n + i] = 1.0f, ones[i] = 1.0f;
+  // One row of F = n: gate x[0, n), up x[n, 2n).
+  swiglu_forward(NULL, y, x, 1, n);
+  swiglu_backward(NULL, dx, x, ones, 1, n);
+  double ef = 0.0, eb = 0.0, eu = 0.0;
+  for (int i = 0; i < n; i++) {
+    ef = fmax(ef, fabs(y[i] - silu_ref(x[i])) / fmax(fabs(silu_ref(x[i])), 1.0));
+    eb = fmax(eb, fabs(dx[i] - silu_grad_ref(x[i])) / fmax(fabs(silu_grad_ref(x[i])), 1.0));
+    eu = fmax(eu, fabs(dx[n + i] - silu_ref(x[i])) / fmax(fabs(silu_ref(x[i])), 1.0));
+  }
+  EXPECT("swiglu silu over [-100, 100] vs double", ef < 3e-7, "max err %.3e (bound 3e-7)", ef);
+  EXPECT("swiglu silu' over [-100, 100] vs double", eb < 3e-7 && eu < 3e-7, "max err gate %.3e up %.3e (bound 3e-7)",
+         eb, eu);
+  printf("     silu sweep: max error forward %.2e, backward %.2e\n", ef, eb);
+  free(x), free(y), free(ones), free(dx);
+}
+
+// ---- rotary position embeddings -------------------------------------------------------
+
+// The frequencies written out as transformers' _compute_llama3_parameters computes them, in
+// double: an independent reading of the same rule (kernels/rope.h).
+static double rope_freq_ref(RopeConfig r, int i, int D) {
+  double f = 1.0 / pow(r.theta, 2.0 * i / D);
+  if (r.factor <= 0) return f;
+  double wavelen = 2 * M_PI / f, low_wavelen = r.original_context / r.low_freq_factor,
+         high_wavelen = r.original_context / r.high_freq_factor;
+  double scaled = wavelen > low_wavelen ? f / r.factor : f;
+  double smooth = (r.original_context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  double smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+  int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+  return medium ? smoothed : scaled;
+}
+
+typedef struct {
+  RopeConfig r;
+  float *x, *y, *R;
+  int N, T, heads, D, stride;
+} RopeCase;
+static double rope_loss(void* p) {
+  RopeCase* c = p;
+  size_t n = (size_t)c->N * c->stride;
+  memcpy(c->y, c->x, n * sizeof(float));
+  rope_forward(NULL, c->y, c->r, c->N, c->T, c->heads, c->D, c->stride);
+  return dot_loss(c->y, c->R, n);
+}
+
+// Rows of `stride` columns with `heads` rotated heads first and other columns after (a fused
+// qkv row's v part), T not dividing into anything round.
+static void test_rope(const char* name, RopeConfig r, int N, int T, int heads, int D, int stride) {
+  char label[160];
+  size_t n = (size_t)N * stride;
+  RopeCase c = {r, falloc(n), falloc(n), falloc(n), N, T, heads, D, stride};
+  fill_rand(c.x, n, 1.0f);
+  fill_R(c.R, n);
+  rope_loss(&c);
+  // Against double: the angle (t f) and the rotation in double, from frequencies and angles the
+  // float computation rounds the way the kernel does.
+  double e = 0.0;
+  int others_kept = 1, half = D / 2;
+  for (int row = 0; row < N; row++) {
+    int t = row % T;
+    for (int col = heads * D; col < stride; col++) others_kept &= c.y[(size_t)row * stride + col] == c.x[(size_t)row * stride + col];
+    for (int h = 0; h < heads; h++)
+      for (int i = 0; i < half; i++) {
+        double angle = (double)(float)((float)t * (float)rope_freq_ref(r, i, D));
+        const float* a = c.x + (size_t)row * stride + h * D;
+        double ra = a[i] * cos(angle) - a[i + half] * sin(angle), rb = a[i + half] * cos(angle) + a[i] * sin(angle);
+        const float* y = c.y + (size_t)row * stride + h * D;
+        e = fmax(e, fmax(fabs(y[i] - ra), fabs(y[i + half] - rb)));
+      }
+  }
+  snprintf(label, sizeof label, "rope_forward vs double, %s", name);
+  EXPECT(label, e < 1e-6, "max abs err %.3e", e);
+  snprintf(label, sizeof label, "rope_forward leaves the other columns, %s", name);
+  EXPECT(label, others_kept, "a column past the rotated heads changed");
+  // The backward turns the loss weights back: with dy = R, dx = R rotated by -t.
+  float* dx = falloc(n);
+  memcpy(dx, c.R, n * sizeof(float));
+  rope_backward(NULL, dx, r, N, T, heads, D, stride);
+  snprintf(label, sizeof label, "rope_backward, %s", name);
+  fd_check(label, c.x, n, dx, rope_loss, &c, 400, 1e-2f);
+  // Forward then backward is the identity up to rounding (a rotation and its inverse).
+  float* z = falloc(n);
+  memcpy(z, c.x, n * sizeof(float));
+  rope_forward(NULL, z, r, N, T, heads, D, stride);
+  rope_backward(NULL, z, r, N, T, heads, D, stride);
+  double w = 0.0;
+  for (size_t i = 0; i < n; i++) w = fmax(w, fabs(z[i] - c.x[i]));
+  snprintf(label, sizeof label, "rope_backward undoes rope_forward, %s", name);
+  EXPECT(label, w < 1e-6, "max abs err %.3e", w);
+  free(c.x), free(c.y), free(c.R), free(dx), free(z);
+}
+
+// Llama 3.1's scaling: the three kinds of pair (kept, slowed by the factor, blended) all occur
+// for D = 128, theta 500000 and an original context of 8192; the kernels' frequencies against
+// the reference's, pair by pair, with the kind each falls in counted.
+static void test_rope_frequencies(void) {
+  RopeConfig r = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                  .original_context = 8192};
+  float f[64];
+  rope_frequencies(r, 128, f);
+  double e = 0.0;
+  int kept = 0, slowed = 0, blended = 0;
+  for (int i = 0; i < 64; i++) {
+    double plain = 1.0 / pow(500000.0, 2.0 * i / 128), ref = rope_freq_ref(r, i, 128);
+    e = fmax(e, fabs(f[i] - ref) / ref);
+    if (fabs(ref - plain) <= 1e-12 * plain) kept++;
+    else if (fabs(ref - plain / 8) <= 1e-12 * plain) slowed++;
+    else blended++;
+  }
+  EXPECT("rope_frequencies Llama 3.1 scaling vs reference", e < 1e-7, "max rel err %.3e", e);
+  EXPECT("rope_frequencies Llama 3.1 scaling has kept, slowed and blended pairs", kept && slowed && blended,
+         "kept %d slowed %d blended %d", kept, slowed, blended);
+  RopeConfig plain = {.theta = 10000.0f};
+  rope_frequencies(plain, 8, f);
+  EXPECT("rope_frequencies without scaling", f[0] == 1.0f && fabs(f[3] - 1.0 / pow(10000.0, 0.75)) < 1e-9,
+         "f0 %g f3 %g", f[0], f[3]);
 }
 
 // ---- attention ----------------------------------------------------------------------
@@ -489,7 +641,7 @@ static double attn_loss(void* p) {
 // Naive double softmax(scale QK^T + bias) V with the mask, for out and lse.
 static void attn_reference(const AttnCase* a, double* out, double* lse) {
   AttnShape s = a->s;
-  int C = s.H * s.D;
+  int C = s.H * s.D, G = s.H / attn_kv_heads(s);
   double* sc = calloc(s.Tk, sizeof(double));
   for (int b = 0; b < s.B; b++)
     for (int h = 0; h < s.H; h++)
@@ -500,7 +652,7 @@ static void attn_reference(const AttnCase* a, double* out, double* lse) {
           double d = 0.0;
           for (int c = 0; c < s.D; c++)
             d += (double)a->q[(size_t)(b * s.Tq + i) * s.q_stride + h * s.D + c] *
-                 a->k[(size_t)(b * s.Tk + j) * s.kv_stride + h * s.D + c];
+                 a->k[(size_t)(b * s.Tk + j) * s.kv_stride + h / G * s.D + c];
           double pb = 0.0;
           if (a->table)
             pb = a->table[(size_t)relative_position_bucket(j - i, a->bias.bidirectional, a->bias.num_buckets,
@@ -516,7 +668,7 @@ static void attn_reference(const AttnCase* a, double* out, double* lse) {
           double o = 0.0;
           for (int j = 0; j < s.Tk; j++)
             if (!(s.causal && j > i))
-              o += exp(sc[j] - mx) / sum * a->v[(size_t)(b * s.Tk + j) * s.kv_stride + h * s.D + c];
+              o += exp(sc[j] - mx) / sum * a->v[(size_t)(b * s.Tk + j) * s.kv_stride + h / G * s.D + c];
           out[(size_t)(b * s.Tq + i) * C + h * s.D + c] = o;
         }
       }
@@ -524,28 +676,29 @@ static void attn_reference(const AttnCase* a, double* out, double* lse) {
 }
 
 // Runs forward-vs-reference and finite differences for one attention configuration.
-// fused: q, k, v are the column thirds of one [B*T, 3C] buffer (GPT), checked as one tensor.
+// fused: q, k, v are the column blocks of one [B*T, (H + 2 KV) D] buffer (GPT, Llama), checked as
+// one tensor. KV key/value heads (grouped-query attention), dividing H.
 // kv_pad extra columns per k/v row (separate buffers) must never be written by the backward.
 // use_bias: a position-bias table of few buckets and a short max_distance, so these short
 // sequences reach the log-spaced buckets and the last one (positions past max_distance):
 // bidirectional 8 buckets (exact below 2), one-directional (causal) 5 (exact below 2), both
 // with max_distance 4.
 static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal,
-                           int use_bias, int fused, int kv_pad) {
+                           int use_bias, int fused, int kv_pad, int KV) {
   char label[160];
-  int C = H * D;
-  AttnShape s = {B, Tq, Tk, H, D, C, C + kv_pad, use_bias ? 1.0f : 1.0f / sqrtf((float)D),
-                 causal};
+  int C = H * D, Ck = KV * D;
+  AttnShape s = {B, Tq, Tk, H, D, C, Ck + kv_pad, use_bias ? 1.0f : 1.0f / sqrtf((float)D),
+                 causal, KV};
   AttnCase a = {.s = s};
   float *qkv = NULL, *dqkv = NULL, *dq, *dk, *dv;
   size_t nq, nkv;
-  if (fused) {  // Tq == Tk; q at column 0, k at C, v at 2C of rows of 3C
-    a.s.q_stride = a.s.kv_stride = 3 * C;
-    nq = nkv = (size_t)B * Tq * 3 * C;
+  if (fused) {  // Tq == Tk; q at column 0, k at C, v at C + Ck of rows of C + 2 Ck
+    a.s.q_stride = a.s.kv_stride = C + 2 * Ck;
+    nq = nkv = (size_t)B * Tq * (C + 2 * Ck);
     qkv = falloc(nq), dqkv = falloc(nq);
     fill_rand(qkv, nq, 1.0f);
-    a.q = qkv, a.k = qkv + C, a.v = qkv + 2 * C;
-    dq = dqkv, dk = dqkv + C, dv = dqkv + 2 * C;
+    a.q = qkv, a.k = qkv + C, a.v = qkv + C + Ck;
+    dq = dqkv, dk = dqkv + C, dv = dqkv + C + Ck;
     for (size_t i = 0; i < nq; i++) dqkv[i] = NAN;  // every column must be written
   } else {
     nq = (size_t)B * Tq * C, nkv = (size_t)B * Tk * a.s.kv_stride;
@@ -585,7 +738,7 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   } else {
     int pad_ok = 1;
     for (int r = 0; r < B * Tk; r++)
-      for (int c = C; c < C + kv_pad; c++)
+      for (int c = Ck; c < Ck + kv_pad; c++)
         pad_ok &= dk[(size_t)r * a.s.kv_stride + c] == 7.0f &&
                   dv[(size_t)r * a.s.kv_stride + c] == 7.0f;
     if (kv_pad) {
@@ -597,7 +750,7 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
     // Padding columns of k/v influence nothing, so their true gradient is 0: clear the
     // sentinel and let the finite differences sample them too.
     for (int r = 0; r < B * Tk; r++)
-      for (int c = C; c < C + kv_pad; c++)
+      for (int c = Ck; c < Ck + kv_pad; c++)
         dk[(size_t)r * a.s.kv_stride + c] = dv[(size_t)r * a.s.kv_stride + c] = 0.0f;
     snprintf(label, sizeof label, "attention_backward dk, %s", name);
     fd_check(label, a.k, nkv, dk, attn_loss, &a, 60, 1e-2f);
@@ -902,9 +1055,11 @@ static void test_determinism(void) {
 
   // attention: bidirectional with bias and causal fused, B=2 T=16 H=3 D=8
   const int B = 2, Ta = 16, H = 3, D = 8, Ca = H * D;
-  AttnShape sb = {B, Ta, Ta, H, D, 3 * Ca, 3 * Ca, 1.0f, 0};
+  AttnShape sb = {B, Ta, Ta, H, D, 3 * Ca, 3 * Ca, 1.0f, 0, H};
   AttnShape sc = sb;
   sc.causal = 1, sc.scale = 1.0f / sqrtf((float)D);
+  AttnShape sg = sc;  // grouped: the three query heads share key/value head 0
+  sg.KV = 1;
   size_t nqkv = (size_t)B * Ta * 3 * Ca, nout = (size_t)B * Ta * Ca, nb = (size_t)8 * H;
   float *qkv = falloc(nqkv), *pb = falloc(nb), *ado = falloc(nout);
   fill_rand(qkv, nqkv, 1.0f), fill_rand(pb, nb, 1.0f), fill_rand(ado, nout, 1.0f);
@@ -912,13 +1067,15 @@ static void test_determinism(void) {
   // Small shapes run on one thread (kernels/cpu/parallel.h); main() sets CPU_PARALLEL_MIN_WORK=0
   // so that every kernel here runs in a parallel region of 1, 2 and 3 threads.
   const size_t np = 40000;
-  float* g = falloc(np);
-  fill_rand(g, np, 1.0f);
+  float *g = falloc(np), *g2 = falloc(2 * np);
+  fill_rand(g, np, 1.0f), fill_rand(g2, 2 * np, 3.0f);
+  const RopeConfig rc = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                         .original_context = 16};
   AdamWArgs aa = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3};
 
   // one buffer per output and thread count
   enum { MMF, DINP, DW, DB, AO, ALSE, AO2, ALSE2, DQKV, DPB, DQKV2, DWTE, DWPE, LNO, LNM, LNR, LNX,
-         LNW, LNB, GF, GB, AP, APA, AM, AV, SS, NOUT };
+         LNW, LNB, GF, GB, AP, APA, AM, AV, SS, AO3, ALSE3, DQKV3, ROPE, ROPEB, SWF, SWB, NOUT };
   const char* names[NOUT] = {"matmul_forward", "matmul_backward dinp", "matmul_backward dweight",
     "matmul_backward dbias", "attention_forward (bias)", "attention_forward lse (bias)",
     "attention_forward (causal)", "attention_forward lse (causal)", "attention_backward (bias)",
@@ -926,10 +1083,12 @@ static void test_determinism(void) {
     "embedding_backward dwpe", "layernorm_forward", "layernorm_forward mean",
     "layernorm_forward rstd", "layernorm_backward dx", "layernorm_backward dweight",
     "layernorm_backward dbias", "gelu_forward", "gelu_backward", "adamw_update p",
-    "adamw_update p_act", "adamw_update m", "adamw_update v", "block_sumsq"};
+    "adamw_update p_act", "adamw_update m", "adamw_update v", "block_sumsq", "attention_forward (grouped)",
+    "attention_forward lse (grouped)", "attention_backward (grouped)", "rope_forward", "rope_backward",
+    "swiglu_forward", "swiglu_backward"};
   size_t len[NOUT] = {N * OC, N * C, OC * C, OC, nout, B * H * Ta, nout, B * H * Ta, nqkv, nb,
                       nqkv, Vv * C, T * C, N * C, N, N, N * C, C, C, np, np, np, np, np,
-                      np, 2 * (np / NORM_BLOCK)};
+                      np, 2 * (np / NORM_BLOCK), nout, B * H * Ta, nqkv, np, np, np, 2 * np};
   float* o[NTHREADS][NOUT];
   int threads[NTHREADS] = {1, 2, 3};
   for (int r = 0; r < NTHREADS; r++) {
@@ -954,6 +1113,14 @@ static void test_determinism(void) {
     for (size_t i = 0; i < np; i++) x[AV][i] = x[AV][i] * x[AV][i];
     adamw_update(NULL, x[AP], x[APA], g, x[AM], x[AV], np, aa);
     block_sumsq(NULL, (double*)x[SS], g, np / NORM_BLOCK * NORM_BLOCK);
+    attention_forward(NULL, x[AO3], x[ALSE3], qkv, qkv + Ca, qkv + 2 * Ca, none, sg);
+    attention_backward(NULL, x[DQKV3], x[DQKV3] + Ca, x[DQKV3] + 2 * Ca, NULL, ado, x[AO3], x[ALSE3], qkv, qkv + Ca,
+                       qkv + 2 * Ca, none, sg);
+    memcpy(x[ROPE], g, np * 4), memcpy(x[ROPEB], g, np * 4);  // 500 rows of 80: 5 heads of 16 turned
+    rope_forward(NULL, x[ROPE], rc, 500, 37, 5, 16, 80);
+    rope_backward(NULL, x[ROPEB], rc, 500, 37, 5, 16, 80);
+    swiglu_forward(NULL, x[SWF], g2, 40, 1000);
+    swiglu_backward(NULL, x[SWB], g2, g, 40, 1000);
   }
   omp_set_num_threads(omp_get_num_procs());
   for (int k = 0; k < NOUT; k++) {
@@ -966,7 +1133,7 @@ static void test_determinism(void) {
   for (int r = 0; r < NTHREADS; r++)
     for (int k = 0; k < NOUT; k++) free(o[r][k]);
   free(inp), free(w), free(dout), free(bias), free(mean), free(rstd), free(lnout), free(lnwt);
-  free(qkv), free(pb), free(ado), free(g);
+  free(qkv), free(pb), free(ado), free(g), free(g2);
 }
 
 // The step's decision (kernels/step_control.h, step_prepare / grad_norm_words / step_decide):
@@ -1056,11 +1223,20 @@ int main(void) {
   TEST_RUN(test_activations());
   TEST_RUN(test_gelu_accuracy());
   TEST_RUN(test_activations_nonfinite());
-  TEST_RUN(test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0));
-  TEST_RUN(test_attention("bidirectional + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 0, 1, 0, 0));
-  TEST_RUN(test_attention("causal + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 1, 1, 0, 0));
-  TEST_RUN(test_attention("cross Tq=3 Tk=7 kv_stride padded", 2, 3, 7, 2, 4, 0, 0, 0, 3));
-  TEST_RUN(test_attention("fused qkv causal B=2 T=5 H=3 D=8", 2, 5, 5, 3, 8, 1, 0, 1, 0));
+  TEST_RUN(test_attention("causal self B=2 T=6 H=2 D=4", 2, 6, 6, 2, 4, 1, 0, 0, 0, 2));
+  TEST_RUN(test_attention("bidirectional + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 0, 1, 0, 0, 2));
+  TEST_RUN(test_attention("causal + pos_bias B=2 T=7 H=2 D=4", 2, 7, 7, 2, 4, 1, 1, 0, 0, 2));
+  TEST_RUN(test_attention("cross Tq=3 Tk=7 kv_stride padded", 2, 3, 7, 2, 4, 0, 0, 0, 3, 2));
+  TEST_RUN(test_attention("fused qkv causal B=2 T=5 H=3 D=8", 2, 5, 5, 3, 8, 1, 0, 1, 0, 3));
+  TEST_RUN(test_attention("GQA fused qkv causal H=4 KV=1 B=2 T=5 D=4", 2, 5, 5, 4, 4, 1, 0, 1, 0, 1));
+  TEST_RUN(test_attention("GQA fused qkv causal H=6 KV=2 B=1 T=7 D=6", 1, 7, 7, 6, 6, 1, 0, 1, 0, 2));
+  TEST_RUN(test_attention("GQA cross H=4 KV=2 Tq=3 Tk=5 kv_stride padded", 2, 3, 5, 4, 4, 0, 0, 0, 2, 2));
+  TEST_RUN(test_rope_frequencies());
+  RopeConfig plain = {.theta = 10000.0f}, llama31 = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f,
+                                                      .high_freq_factor = 4.0f, .original_context = 8192};
+  TEST_RUN(test_rope("theta 1e4, 3 heads of 8 in rows of 30, T=5", plain, 10, 5, 3, 8, 30));
+  TEST_RUN(test_rope("Llama 3.1 scaling, 2 heads of 16 in rows of 40, T=7", llama31, 14, 7, 2, 16, 40));
+  TEST_RUN(test_silu_accuracy());
   TEST_RUN(test_classifier());
   TEST_RUN(test_classifier_inf());
   TEST_RUN(test_elementwise());

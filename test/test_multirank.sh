@@ -8,8 +8,8 @@
 # regroup the sums, so they must agree within 1e-6 relative.
 #
 # Runs that do not depend on each other start together (test/cases.sh's spawn). TEST_FILTER
-# picks sections by name: "bit-exact GPT", hybrid, hpz, accum, no-sync, limit, "bit-exact t5", trace,
-# checkpoint, refused, "missing file", recompute, wrap, offload, test_fsdp.
+# picks sections by name: "bit-exact GPT", hybrid, hpz, accum, no-sync, limit, "bit-exact t5",
+# "bit-exact llama", trace, checkpoint, refused, "missing file", recompute, wrap, offload, test_fsdp.
 set -u
 cd "$(dirname "$0")/.."
 source test/cases.sh
@@ -51,6 +51,11 @@ hpz() {  # hpz NAME NP NODE_MAP extra-args...: in the background, as run
   local name=$1 np=$2 map=$3
   shift 3
   spawn "$TMP/$name.out" $MPIRUN -np "$np" -x FSDP_NODE_MAP="$map" $BIN $ARGS --log "$TMP/$name.json" "$@"
+}
+close() {  # close NAME REF DESCRIPTION
+  local r
+  r=$(python3 test/compare_params.py "$TMP/$1.bin" "$TMP/$2.bin" "$TMP/$1.json" "$TMP/$2.json" 1e-6)
+  if [ $? = 0 ]; then ok "$3 ($r)"; else bad "$3 ($r)"; fi
 }
 same_bits() {  # same_bits NAME REF DESCRIPTION: the same digest and loss log
   [ -n "$(digest "$TMP/$1.out")" ] && [ "$(digest "$TMP/$1.out")" = "$(digest "$TMP/$2.out")" ] &&
@@ -98,11 +103,6 @@ for W in 1 2 3 4; do
   done
 done
 
-close() {  # close NAME REF DESCRIPTION
-  local r
-  r=$(python3 test/compare_params.py "$TMP/$1.bin" "$TMP/$2.bin" "$TMP/$1.json" "$TMP/$2.json" 1e-6)
-  if [ $? = 0 ]; then ok "$3 ($r)"; else bad "$3 ($r)"; fi
-}
 ran hybrid && close hybrid ref4 "4 ranks --shard hybrid:2 within 1e-6 of 1 rank --accum 4" || bad "hybrid run failed"
 ran hybrid_a2 && close hybrid_a2 ref8 "4 ranks --shard hybrid:2 --accum 2 within 1e-6 of 1 rank --accum 8" || bad "hybrid accum run failed"
 ran w4_a2 && close w4_a2 ref8 "4 ranks --accum 2 within 1e-6 of 1 rank --accum 8" || bad "accum run failed"
@@ -160,6 +160,40 @@ for MODEL in $T5MODELS; do
   done
   ran "${tag}_hybrid" && close "${tag}_hybrid" "${tag}_ref4" "$tag: 4 ranks --shard hybrid:2 within 1e-6 of 1 rank --accum 4" || bad "$tag hybrid run failed"
   want hpz && same_bits "${tag}_hpz" "${tag}_ref4" "$tag: 4 ranks --shard hpz (encoder and decoder units) == 1 rank --accum 4"
+done
+fi
+
+# Llama (grouped-query attention 3:1 with rotary q and k, SwiGLU, an untied lm_head): the same
+# claims, and recompute, --wrap linear and offload bit-identical to the plain run.
+LLA="--model llama:L=2,C=72,H=6,KV=2,F=100,V=509,T=24 --data $DATA --batch 2 --seq 24 --steps 5 --lr 1e-2 --warmup 2 --grad-clip 0.5 --digest"
+LLAMA_VARIANTS=("--recompute block" "--recompute selective" "--wrap linear --recompute block"
+                "--wrap linear --offload all --recompute selective")
+if want "bit-exact llama" || want hybrid || want hpz; then
+ARGS_SAVED=$ARGS
+ARGS=$LLA
+for W in 2 3 4; do run "llama_ref$W" 1 --accum $W; done
+for W in 2 3 4; do
+  for S in full grad-op none; do run "llama_w${W}_$S" "$W" --shard "$S"; done
+done
+run llama_hybrid 4 --shard hybrid:2
+want hpz && hpz llama_hpz 4 0,0,1,1 --shard hpz
+for i in "${!LLAMA_VARIANTS[@]}"; do
+  run "llama_v${i}_1" 1 --accum 3 ${LLAMA_VARIANTS[$i]}
+  run "llama_v${i}_3" 3 ${LLAMA_VARIANTS[$i]}
+done
+ARGS=$ARGS_SAVED
+settle
+for W in 2 3 4; do
+  for S in full grad-op none; do
+    ran "llama_w${W}_$S" || bad "llama_w${W}_$S: run failed ($(grep -m1 error "$TMP/llama_w${W}_$S.out"))"
+    same_bits "llama_w${W}_$S" "llama_ref$W" "bit-exact llama: $W ranks --shard $S == 1 rank --accum $W"
+  done
+done
+ran llama_hybrid && close llama_hybrid llama_ref4 "llama: 4 ranks --shard hybrid:2 within 1e-6 of 1 rank --accum 4" || bad "llama hybrid run failed"
+want hpz && same_bits llama_hpz llama_ref4 "llama: 4 ranks --shard hpz == 1 rank --accum 4"
+for i in "${!LLAMA_VARIANTS[@]}"; do
+  same_bits "llama_v${i}_1" llama_ref3 "llama ${LLAMA_VARIANTS[$i]}: 1 rank --accum 3 == the plain run"
+  same_bits "llama_v${i}_3" llama_ref3 "llama ${LLAMA_VARIANTS[$i]}: 3 ranks == the plain run"
 done
 fi
 

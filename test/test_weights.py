@@ -14,6 +14,12 @@ a tied-model lm_head to be ignored), with its own safetensors writer, then check
   tools      export_weights_cpu turns a checkpoint into the same model; generate_cpu gives the
              same greedy tokens from the llm.c file, its checkpoint and its export on 1 and 2
              ranks, top-k 1 is greedy, a seed repeats, a tokenizer file decodes
+  sharded    a model split over model-0000X-of-0000N.safetensors with its index loads the values
+             of the single file; an index that names a tensor in the wrong shard, omits one, names
+             a shard outside the directory or one that is missing is refused, naming it
+  llama      a Llama directory (separate q/k/v and gate/up, untied lm_head, GQA 2:1, the llama3
+             rope_scaling): loaded values == written in our fused layout, on 1 and 3 ranks; its
+             config's unsupported settings (activation, scaling type, norm eps) refused by name
   refused    wrong magic, truncated tensors (llm.c, safetensors), a header that lies about its
              offsets (overlap, hole, size), a wrong shape, a missing and an extra tensor, a --model
              that differs: exit != 0, the message names the file and the tensor, and the --export
@@ -217,6 +223,61 @@ def write_t5_config(d, L, M, C, H, D, F, V, gated):
                    "tie_word_embeddings": not gated}, f)
 
 
+def write_sharded(d, tensors, nshards, lie=None):
+    """save_pretrained's sharded layout: model-0000X-of-0000N.safetensors and the index.
+    lie: a function changing the index's weight map."""
+    names = [f"model-{i + 1:05d}-of-{nshards:05d}.safetensors" for i in range(nshards)]
+    weight_map = {}
+    for i in range(nshards):
+        part = tensors[i::nshards]
+        write_safetensors(os.path.join(d, names[i]), part)
+        weight_map.update({n: names[i] for n, _ in part})
+    if lie:
+        lie(weight_map)
+    json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map},
+              open(os.path.join(d, "model.safetensors.index.json"), "w"))
+
+
+def llama_weights(rng, L, C, H, KV, F, V):
+    D = C // H
+    w = {"model.embed_tokens.weight": rng.standard_normal((V, C)), "model.norm.weight": 1 + 0.3 * rng.standard_normal(C),
+         "lm_head.weight": rng.standard_normal((V, C))}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = 1 + 0.3 * rng.standard_normal(C)
+        w[p + "self_attn.q_proj.weight"] = rng.standard_normal((H * D, C))
+        w[p + "self_attn.k_proj.weight"] = rng.standard_normal((KV * D, C))
+        w[p + "self_attn.v_proj.weight"] = rng.standard_normal((KV * D, C))
+        w[p + "self_attn.o_proj.weight"] = rng.standard_normal((C, H * D))
+        w[p + "post_attention_layernorm.weight"] = 1 + 0.3 * rng.standard_normal(C)
+        w[p + "mlp.gate_proj.weight"] = rng.standard_normal((F, C))
+        w[p + "mlp.up_proj.weight"] = rng.standard_normal((F, C))
+        w[p + "mlp.down_proj.weight"] = rng.standard_normal((C, F))
+    return {k: v.astype(np.float32) for k, v in w.items()}
+
+
+def llama_order(w, L):
+    """Our parameters in order: the root's, then each block's with q|k|v and gate|up fused."""
+    out = [w["model.embed_tokens.weight"], w["model.norm.weight"], w["lm_head.weight"]]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        out += [w[p + "input_layernorm.weight"], w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
+                w[p + "self_attn.v_proj.weight"], w[p + "self_attn.o_proj.weight"], w[p + "post_attention_layernorm.weight"],
+                w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"], w[p + "mlp.down_proj.weight"]]
+    return out
+
+
+def write_llama_config(d, L, C, H, KV, F, V, T, **override):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
+           "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
+           "max_position_embeddings": T, "hidden_act": "silu", "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+           "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+           "tie_word_embeddings": False, "torch_dtype": "float32"}
+    cfg.update(override)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+
+
 def write_tokens(path, n, vocab, rng):
     header = np.zeros(256, dtype=np.int32)
     header[:3] = [20240520, 1, n]
@@ -287,6 +348,59 @@ def main():
     for ranks in (2, 3):
         p = run(["--init-from", f32, "--data", data, "--steps", "0", "--batch", "1", "--digest"] + gpt_args, ranks)
         check(f"llm.c on {ranks} ranks: the digest of 1 rank", digest_of(p) == digest, p.stderr.strip()[-300:])
+
+    # The same GPT-2 as a sharded model (three shards and the index), and indexes that lie.
+    sh = os.path.join(tmp, "gpt_sharded")
+    os.mkdir(sh)
+    write_gpt_config(sh, L, H, C, V, T)
+    write_sharded(sh, hf_gpt_tensors(w, L), 3)
+    p, got = load(sh, data, gpt_args, tmp)
+    check("sharded Hugging Face GPT-2 (3 shards and the index): loaded values == written, the single file's digest",
+          got is not None and np.array_equal(got, want) and digest_of(p) == digest, p.stderr.strip()[-300:])
+    for label, lie, needles in (
+            ("a tensor in another shard than the index says",
+             lambda m: m.update({"wpe.weight": min(set(m.values()) - {m["wpe.weight"]})}), ["tensor wpe.weight is not in"]),
+            ("a tensor the index does not name", lambda m: m.pop("h.1.ln_2.bias"), ["h.1.ln_2.bias", "does not name"]),
+            ("a shard outside the directory", lambda m: m.update({"wpe.weight": "../x.safetensors"}),
+             ["not a file name of a shard"]),
+            ("a shard that is not there", lambda m: m.update({"h.0.ln_1.bias": "model-00009-of-00009.safetensors"}),
+             ["model-00009-of-00009.safetensors"])):
+        bad = os.path.join(tmp, "sharded_" + re.sub(r"\W", "_", label))
+        os.mkdir(bad)
+        write_gpt_config(bad, L, H, C, V, T)
+        write_sharded(bad, hf_gpt_tensors(w, L), 3, lie)
+        p = run(["--init-from", bad, "--data", data, "--steps", "0", "--batch", "1"] + gpt_args)
+        check(f"refused: a sharded model's index with {label}", p.returncode != 0 and
+              "model.safetensors.index.json" in p.stderr and all(n in p.stderr for n in needles),
+              p.stderr.strip()[-300:])
+
+    # Llama: separate q, k, v (GQA 2:1) and gate, up become our fused rows; on 1 and 3 ranks.
+    LL, LC, LH, LKV, LF, LV, LT = 2, 32, 4, 2, 40, 61, 16
+    lw = llama_weights(rng, LL, LC, LH, LKV, LF, LV)
+    ld = os.path.join(tmp, "llama")
+    os.mkdir(ld)
+    write_llama_config(ld, LL, LC, LH, LKV, LF, LV, LT)
+    write_safetensors(os.path.join(ld, "model.safetensors"), sorted(lw.items()))
+    lwant = concat(llama_order(lw, LL))
+    p, got = load(ld, data, gpt_args, tmp)
+    check("Hugging Face Llama (q/k/v, gate/up separate): loaded values == written, fused in our layout",
+          got is not None and np.array_equal(got, lwant), p.stderr.strip()[-300:])
+    check("Hugging Face Llama: the model line names the shape, GQA and the 3.1 scaling",
+          "Llama | L=2 C=32 H=4 KV=2 D=8 F=40 V=61" in p.stdout and "3.1 scaling untied" in p.stdout, p.stdout[:300])
+    p3, got3 = load(ld, data, gpt_args, tmp, ranks=3, tag="dump3")
+    check("Hugging Face Llama on 3 ranks: the values and digest of 1 rank",
+          got3 is not None and np.array_equal(got3, lwant) and digest_of(p3) == digest_of(p), p3.stderr.strip()[-300:])
+    for label, override, needles in (("hidden_act gelu", {"hidden_act": "gelu"}, ["hidden_act \"gelu\""]),
+                                     ("rope_scaling of type dynamic", {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
+                                      ["rope_scaling of type \"dynamic\""]),
+                                     ("rms_norm_eps 3e-06", {"rms_norm_eps": 3e-06}, ["rms_norm_eps 3e-06"])):
+        bad = os.path.join(tmp, "llama_" + re.sub(r"\W", "_", label))
+        os.mkdir(bad)
+        write_llama_config(bad, LL, LC, LH, LKV, LF, LV, LT, **override)
+        write_safetensors(os.path.join(bad, "model.safetensors"), sorted(lw.items()))
+        p = run(["--init-from", bad, "--data", data, "--steps", "0", "--batch", "1"] + gpt_args)
+        check(f"refused: a Llama config.json with {label}", p.returncode != 0 and all(n in p.stderr for n in needles),
+              p.stderr.strip()[-300:])
 
     # T5 v1.0 (tied) and v1.1 (gated, untied lm_head).
     t5dirs = {}
@@ -386,6 +500,54 @@ def main():
     _, r = generate(f32, "--temperature", "0", "--tokenizer", tokf)
     check("generate: a tokenizer file decodes the tokens", f"text: {''.join(f'<t{g}>' for g in greedy)}" in r.stdout,
           r.stdout.strip()[-200:])
+
+    # A Llama vocabulary past 16 bits (Llama 3's is 128256): prompt ids, generated ids and the
+    # tokenizer table's pieces all above 65535. The final norm keeps only the hidden state's first
+    # component and the lm_head reads it into ids 69998 (-) and 69999 (+) alone, so greedy
+    # decoding can only produce those two, whatever the random blocks compute.
+    BV = 70000
+    bw = llama_weights(rng, 1, 16, 2, 1, 24, BV)
+    bw["model.norm.weight"] = np.zeros(16, np.float32)
+    bw["model.norm.weight"][0] = 1.0
+    bw["lm_head.weight"] = np.zeros((BV, 16), np.float32)
+    bw["lm_head.weight"][BV - 2, 0], bw["lm_head.weight"][BV - 1, 0] = -10.0, 10.0
+    bd = os.path.join(tmp, "llama_v70000")
+    os.mkdir(bd)
+    write_llama_config(bd, 1, 16, 2, 1, 24, BV, 16)
+    write_safetensors(os.path.join(bd, "model.safetensors"), sorted(bw.items()))
+    btok = os.path.join(tmp, "tokenizer_v70000.bin")
+    header = np.zeros(256, dtype=np.uint32)
+    header[:4] = [20240328, 2, BV, BV - 2]
+    with open(btok, "wb") as f:
+        f.write(header.tobytes())
+        for i in range(BV):
+            piece = f"<t{i}>".encode()
+            f.write(bytes([len(piece)]) + piece)
+    r = subprocess.run([os.path.join(ROOT, "generate_cpu"), bd, "--prompt-ids", "65536 69999 7", "--tokens", "5",
+                        "--temperature", "0", "--tokenizer", btok], capture_output=True, text=True, env=MPI_ENV)
+    m = re.search(r"^ids:(.*)$", r.stdout, re.M)
+    bids = [int(x) for x in m.group(1).split()] if m else []
+    check("generate: a Llama of vocabulary 70000 takes prompt ids past 65535 and produces ids past 65535",
+          "prompt ids: 65536 69999 7" in r.stdout and len(bids) == 5 and all(i in (BV - 2, BV - 1) for i in bids),
+          (r.stdout + r.stderr).strip()[-300:])
+    check("generate: a tokenizer table of 70000 pieces decodes them",
+          bool(bids) and f"text: {''.join(f'<t{i}>' for i in bids)}" in r.stdout, r.stdout.strip()[-200:])
+    # Without a prompt a Llama 3 text starts with <|begin_of_text|> (128000); a Llama of another
+    # vocabulary has no known one and asks for the prompt's ids.
+    r = subprocess.run([os.path.join(ROOT, "generate_cpu"), bd, "--tokens", "2"], capture_output=True, text=True,
+                       env=MPI_ENV)
+    check("generate: a Llama of vocabulary 70000 without a prompt is refused, asking for --prompt-ids",
+          r.returncode != 0 and "vocabulary 70000" in r.stderr and "--prompt-ids" in r.stderr, r.stderr.strip()[-300:])
+    l3w = llama_weights(rng, 1, 16, 2, 1, 24, 128256)
+    del l3w["lm_head.weight"]
+    l3d = os.path.join(tmp, "llama_v128256")
+    os.mkdir(l3d)
+    write_llama_config(l3d, 1, 16, 2, 1, 24, 128256, 16, tie_word_embeddings=True)
+    write_safetensors(os.path.join(l3d, "model.safetensors"), sorted(l3w.items()))
+    r = subprocess.run([os.path.join(ROOT, "generate_cpu"), l3d, "--tokens", "2", "--temperature", "0"],
+                       capture_output=True, text=True, env=MPI_ENV)
+    check("generate: a Llama 3 without a prompt starts from <|begin_of_text|> (128000)",
+          r.returncode == 0 and "prompt ids: 128000\n" in r.stdout, (r.stdout + r.stderr).strip()[-300:])
 
     # generate.c's CUDA build on the simulator: bf16 logits; its greedy argmax (logits read as
     # bf16) and its top-k 1 draw (through softmax_row) must agree, and 2 ranks repeat 1.

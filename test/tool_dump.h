@@ -1,6 +1,6 @@
-// tool_dump.h: what the reference-check dump tools (tool_gpt_dump.c, tool_t5_dump.c) share:
-// writing files, reading every parameter and gradient of a single-rank FSDP runtime in global
-// order (live elements only), and deterministic test tokens.
+// tool_dump.h: what the reference-check dump tools (tool_gpt_dump.c, tool_t5_dump.c,
+// tool_llama_dump.c) share: writing files, reading every parameter and gradient of a
+// single-rank FSDP runtime in global order (live elements only), and deterministic test tokens.
 #ifndef FSDP_TOOL_DUMP_H
 #define FSDP_TOOL_DUMP_H
 #include <math.h>

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   char err[4096];
   ModelConfig cfg;
   if (weights_resolve_model(NULL, path, &cfg, err, sizeof err)) fatal("%s", err);
-  if (B < 1 || T < 1 || (cfg.kind == MODEL_GPT && T > cfg.T) || (cfg.kind == MODEL_T5 && Te < 1))
+  if (B < 1 || T < 1 || (cfg.kind != MODEL_T5 && T > cfg.T) || (cfg.kind == MODEL_T5 && Te < 1))
     fatal("weights_logits: bad B %d / T %d / TE %d for %s", B, T, Te, cfg.name);
   FSDPOptions opt = {.strategy = SHARD_FULL, .limit_all_gathers = 2, .sync_accum = 1,
                      .prefetch_forward = 1, .prefetch_backward = 1, .reduce_dtype = DT_F32};

@@ -110,9 +110,10 @@ static void print_help(void) {
       "                        (default 0) at STEP, to see the guard above work\n"
       "pretrained weights\n"
       "  --init-from PATH      start from an llm.c GPT-2 .bin (fp32/bf16), a Hugging Face\n"
-      "                        directory (config.json + model.safetensors, GPT-2 or T5) or the\n"
-      "                        weights of an fsdp.c checkpoint (a new run: step 0, AdamW afresh;\n"
-      "                        --resume continues the run instead); --model may then be left out\n"
+      "                        directory (config.json + model.safetensors or its shards; GPT-2,\n"
+      "                        T5 or Llama) or the weights of an fsdp.c checkpoint (a new run:\n"
+      "                        step 0, AdamW afresh; --resume continues the run instead); --model\n"
+      "                        may then be left out\n"
       "  --export DIR          write DIR/config.json + model.safetensors for transformers at the end\n"
       "planning and benchmarks\n"
       "  --plan                print the per-rank memory plan and exit (no data, no allocation)\n"
@@ -551,7 +552,11 @@ Options parse_options(int argc, char** argv) {
 int run_shape(const Options* o, const ModelConfig* cfg, int world, RunShape* s, char* err, size_t len) {
   int t5 = cfg->kind == MODEL_T5;
   s->B = o->batch;
-  s->T = t5 ? o->dec_len : (o->seq ? o->seq : cfg->T);
+  // Llama's default length is the context its frequencies were trained at (8192), not the 131072
+  // positions the 3.1 scaling reaches.
+  int default_T = cfg->kind == MODEL_LLAMA && cfg->rope.original_context && cfg->rope.original_context < cfg->T
+                      ? cfg->rope.original_context : cfg->T;
+  s->T = t5 ? o->dec_len : (o->seq ? o->seq : default_T);
   s->Te = t5 ? o->enc_len : 0;
   s->W = world;
   s->A = o->accum;

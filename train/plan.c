@@ -36,8 +36,8 @@ static size_t plan_total(const ModelConfig* cfg, FSDPOptions f, int B, int T, in
 // memory traffic), full sharding, per-linear units (smaller collectives), then offload by what
 // it saves per byte over PCIe (AdamW state, block outputs, then shards copied at every gather
 // and reduction), then one unsharded unit at a time. Each sets its option in g and returns 1,
-// or 0 when g has it already or the model has no such policy (per-linear units and activation
-// offload are GPT's).
+// or 0 when g has it already or the model has no such policy (per-linear units are GPT's and
+// Llama's).
 typedef struct {
   const char* flag;
   int (*add)(FSDPOptions* g, int gpt);
@@ -69,7 +69,7 @@ static const MemoryOption memory_options[] = {
 
 // What each memory option the run does not use would change, added alone to its options.
 static void print_savings(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, const MemPlan* plan) {
-  int gpt = cfg->kind == MODEL_GPT;
+  int gpt = model_num_units(cfg, WRAP_LINEAR) > model_num_units(cfg, WRAP_BLOCK);  // a per-linear policy (GPT, Llama)
   log0("what each memory option would save per rank, added alone to this run's:\n");
   for (int i = 0; i < NUM_MEMORY_OPTIONS; i++) {
     FSDPOptions g = o->fsdp;
@@ -104,7 +104,7 @@ static void added_flags(const FSDPOptions* f, const FSDPOptions* g, char* out, s
 // ranks with all of them. Into out.
 static void recommend(const Options* o, const ModelConfig* cfg, int B, int T, int Te, int world, size_t limit,
                       char* out, size_t len) {
-  int gpt = cfg->kind == MODEL_GPT;
+  int gpt = model_num_units(cfg, WRAP_LINEAR) > model_num_units(cfg, WRAP_BLOCK);  // a per-linear policy (GPT, Llama)
   FSDPOptions f = o->fsdp, g = f;
   char flags[256];
   for (int i = 0; i < NUM_MEMORY_OPTIONS; i++) {

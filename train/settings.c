@@ -10,6 +10,10 @@ void print_model_line(const ModelConfig* c) {
   if (c->kind == MODEL_T5)
     log0("fsdp.c | model %s | T5 %s | L=%d+%d C=%d H=%d D=%d F=%d V=%d (padded %d)\n", c->name,
          c->gated ? "v1.1" : "v1.0", c->L, c->Ld, c->C, c->H, c->D, c->F, c->V, c->Vp);
+  else if (c->kind == MODEL_LLAMA)
+    log0("fsdp.c | model %s | Llama | L=%d C=%d H=%d KV=%d D=%d F=%d V=%d (padded %d) T=%d rope theta %g%s %s\n",
+         c->name, c->L, c->C, c->H, c->KV, c->D, c->F, c->V, c->Vp, c->T, c->rope.theta,
+         c->rope.factor > 0 ? ", 3.1 scaling" : "", c->tied ? "tied" : "untied");
   else
     log0("fsdp.c | model %s | GPT | L=%d C=%d H=%d V=%d (padded %d) T=%d\n", c->name, c->L, c->C, c->H, c->V, c->Vp, c->T);
 }

@@ -1,5 +1,6 @@
 // export.c: --export DIR: a Hugging Face directory (config.json + model.safetensors) written
-// from the sharded parameters, with the tokenizer beside the training data when there is one
+// from the sharded parameters, for transformers' GPT2LMHeadModel, T5ForConditionalGeneration or
+// LlamaForCausalLM, with the tokenizer beside the training data when there is one
 // (tokenizer.json and tokenizer_config.json, which transformers' tokenizers load, and
 // tokenizer.bin, generate_cpu's decode table; scripts/prepare_text.py writes them).
 //
@@ -40,9 +41,11 @@ typedef struct {
 
 #define EXPORT_WRITER "fsdp.c"  // __metadata__.writer of our exports: how an earlier export is recognized
 
-static WeightsFormat export_format(const ModelConfig* cfg) { return cfg->kind == MODEL_T5 ? FMT_HF_T5 : FMT_HF_GPT2; }
+static WeightsFormat export_format(const ModelConfig* cfg) {
+  return cfg->kind == MODEL_T5 ? FMT_HF_T5 : cfg->kind == MODEL_LLAMA ? FMT_HF_LLAMA : FMT_HF_GPT2;
+}
 // save_pretrained of GPT2LMHeadModel names the body "transformer."; from_pretrained takes both.
-static const char* export_prefix(const ModelConfig* cfg) { return cfg->kind == MODEL_T5 ? "" : "transformer."; }
+static const char* export_prefix(const ModelConfig* cfg) { return cfg->kind == MODEL_GPT ? "transformer." : ""; }
 
 // The tensors in file order and the header; returns the header's length (a multiple of 8).
 static int64_t layout(FSDP* fs, const ModelConfig* cfg, OutTensor** out, int* n, char** header) {
@@ -86,8 +89,25 @@ static int64_t layout(FSDP* fs, const ModelConfig* cfg, OutTensor** out, int* n,
 
 // config.json (transformers' names) into path, fsynced; 0 or -1 with the reason.
 static int write_config(const ModelConfig* c, const char* path, char* err, size_t errlen) {
-  char text[2048];
-  if (c->kind == MODEL_GPT) {
+  char text[3072];
+  if (c->kind == MODEL_LLAMA) {
+    // Llama 3's token ids for the vocabulary of 128256; a smaller one has no special tokens.
+    char ids[96] = "", scaling[320] = "null";
+    if (c->V == 128256) snprintf(ids, sizeof ids, "  \"bos_token_id\": 128000,\n  \"eos_token_id\": 128001,\n");
+    if (c->rope.factor > 0)
+      snprintf(scaling, sizeof scaling, "{\"rope_type\": \"llama3\", \"factor\": %.1f, \"low_freq_factor\": %.1f, "
+               "\"high_freq_factor\": %.1f, \"original_max_position_embeddings\": %d}", c->rope.factor,
+               c->rope.low_freq_factor, c->rope.high_freq_factor, c->rope.original_context);
+    snprintf(text, sizeof text,
+             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+             "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+             "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+             "  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.1e,\n"
+             "  \"rope_theta\": %.1f,\n  \"rope_scaling\": %s,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+             "  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": %s,\n%s  \"torch_dtype\": \"float32\"\n}\n",
+             c->V, c->C, c->F, c->L, c->H, c->KV, c->D, c->T, (double)c->norm_eps, (double)c->rope.theta, scaling,
+             c->tied ? "true" : "false", ids);
+  } else if (c->kind == MODEL_GPT) {
     int eos = c->V > 50256 ? 50256 : c->V - 1;  // GPT-2's <|endoftext|>, or the last id of a small vocabulary
     snprintf(text, sizeof text,
              "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"

@@ -44,7 +44,7 @@ static float f16_to_f32(uint16_t h) {
 }
 
 typedef struct {
-  int fd;
+  int* fd;             // one per file of the table
   const TensorFile* tf;
   const char* opt;     // the option or argument that named the file, for messages
   unsigned char* buf;  // raw bytes of one read
@@ -58,9 +58,9 @@ static void read_elements(Reader* r, const FileTensor* t, int64_t first, int64_t
     int64_t k = n < (int64_t)r->cap ? n : (int64_t)r->cap;
     size_t bytes = (size_t)k * es;
     off_t at = (off_t)(t->start + first * es);
-    ssize_t got = pread(r->fd, r->buf, bytes, at);
+    ssize_t got = pread(r->fd[t->file], r->buf, bytes, at);
     if (got != (ssize_t)bytes)
-      fatal("%s %s: reading tensor %s (%zu bytes at %lld) failed: %s", r->opt, r->tf->path, t->name, bytes,
+      fatal("%s %s: reading tensor %s (%zu bytes at %lld) failed: %s", r->opt, r->tf->files[t->file], t->name, bytes,
             (long long)at, got < 0 ? strerror(errno) : "short read (did the file change?)");
     for (int64_t i = 0; i < k; i++) {
       if (t->dtype == WT_F32) memcpy(&out[i], r->buf + 4 * i, 4);
@@ -143,13 +143,14 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path, const char
   TensorFile tf;
   if (weights_locate(path, &format, tensors, sizeof tensors, err, sizeof err)) fatal("%s", err);
   int rc = format == FMT_LLMC ? tensor_file_open_llmc(tensors, &tf, err, sizeof err)
-                              : tensor_file_open_safetensors(tensors, format, &tf, err, sizeof err);
+                              : tensor_file_open_hf(tensors, format, &tf, err, sizeof err);
   if (rc) fatal("%s: %s; nothing loaded", opt, err);
   check_tensors(fs, cfg, &tf, opt);
 
   Reader r = {.tf = &tf, .opt = opt, .cap = 1 << 20};
-  r.fd = file_open_regular(tensors, err, sizeof err);
-  if (r.fd < 0) fatal("%s: %s", opt, err);
+  r.fd = xmalloc((size_t)tf.nfiles * sizeof *r.fd, "weights files");
+  for (int f = 0; f < tf.nfiles; f++)
+    if ((r.fd[f] = file_open_regular(tf.files[f], err, sizeof err)) < 0) fatal("%s: %s", opt, err);
   r.buf = xmalloc(r.cap * 4, "weights read buffer");
   int64_t largest = 0, widest = 1;
   for (int u = 0; u < fs->nunits; u++) {
@@ -181,7 +182,8 @@ void weights_load(FSDP* fs, const ModelConfig* cfg, const char* path, const char
     fill_zero_f32(fs->kctx, U->v, U->shard);
     fill_zero_f32(fs->kctx, U->grad, U->shard);
   }
-  close(r.fd);
+  for (int f = 0; f < tf.nfiles; f++) close(r.fd[f]);
+  free(r.fd);
   free(r.buf);
   free(host);
   free(column);

@@ -7,8 +7,14 @@
 // T5 (transformers' T5ForConditionalGeneration): separate q, k, v, o; ours fuse q | k | v of
 // self-attention and k | v of cross-attention as row blocks, and v1.1's wi_0 (the GELU gate)
 // and wi_1 (the linear half) as the rows [0, F) and [F, 2F) of mlp.wi. The relative position
-// bias tables live in block 0 of each stack. Vocabulary padding rows (V..Vp) have no
-// counterpart: only the V live rows are read and written.
+// bias tables live in block 0 of each stack.
+// Llama (transformers' LlamaForCausalLM): separate q_proj, k_proj, v_proj (H, KV and KV heads
+// of D rows) are the row blocks of our fused attn.qkv, gate_proj and up_proj those of
+// mlp.gate_up. transformers' q_proj and k_proj rows hold each head's rotary pairs as its two
+// halves (ROPE_PAIRS_ARE_HALVES below), which is how our rotation pairs them (kernels.h).
+// Vocabulary padding rows (V..Vp) have no counterpart: only the V live rows are read and
+// written.
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,10 +127,45 @@ static int map_t5(const ModelConfig* c, int unit, const ParamInfo* p, ParamMap* 
   return 0;
 }
 
+// Meta's Llama checkpoints turn the pairs (2i, 2i+1) of a head; transformers' conversion
+// (convert_llama_weights_to_hf.py, permute) reorders each head's q and k rows so that pair i is
+// rows i and i + D/2 of the head, the layout its rotate_half turns and every Hugging Face Llama
+// holds. Our rotary kernels turn the same halves, so q_proj and k_proj rows are copied as they
+// are, with no permutation either way.
+#define ROPE_PAIRS_ARE_HALVES 1
+
+static int map_llama(const ModelConfig* c, int unit, const ParamInfo* p, ParamMap* m) {
+  int64_t rows = p->live / (p->ndim == 2 ? p->shape[1] : 1), D = c->D;
+  const char* n = p->name;
+  if (unit == 0) {
+    if (!strcmp(n, "embed.weight")) add_piece(m, p, rows, 0, "model.embed_tokens.weight");
+    else if (!strcmp(n, "norm.weight")) add_piece(m, p, rows, 0, "model.norm.weight");
+    else if (!strcmp(n, "lm_head.weight")) add_piece(m, p, rows, 0, "lm_head.weight");
+    else return -1;
+    return 0;
+  }
+  char b[48];
+  snprintf(b, sizeof b, "model.layers.%d", unit - 1);
+  if (!strcmp(n, "attn_norm.weight")) add_piece(m, p, rows, 0, "%s.input_layernorm.weight", b);
+  else if (!strcmp(n, "attn.qkv.weight") && ROPE_PAIRS_ARE_HALVES) {
+    add_piece(m, p, c->H * D, 0, "%s.self_attn.q_proj.weight", b);
+    add_piece(m, p, c->KV * D, 0, "%s.self_attn.k_proj.weight", b);
+    add_piece(m, p, c->KV * D, 0, "%s.self_attn.v_proj.weight", b);
+  } else if (!strcmp(n, "attn.o.weight")) add_piece(m, p, rows, 0, "%s.self_attn.o_proj.weight", b);
+  else if (!strcmp(n, "mlp_norm.weight")) add_piece(m, p, rows, 0, "%s.post_attention_layernorm.weight", b);
+  else if (!strcmp(n, "mlp.gate_up.weight")) {
+    add_piece(m, p, c->F, 0, "%s.mlp.gate_proj.weight", b);
+    add_piece(m, p, c->F, 0, "%s.mlp.up_proj.weight", b);
+  } else if (!strcmp(n, "mlp.down.weight")) add_piece(m, p, rows, 0, "%s.mlp.down_proj.weight", b);
+  else return -1;
+  return 0;
+}
+
 int weights_map_param(WeightsFormat format, const ModelConfig* cfg, const char* prefix, int unit,
                       const ParamInfo* p, ParamMap* map) {
   map->npieces = 0;
   if (format == FMT_HF_T5) return cfg->kind == MODEL_T5 ? map_t5(cfg, unit, p, map) : -1;
+  if (format == FMT_HF_LLAMA) return cfg->kind == MODEL_LLAMA ? map_llama(cfg, unit, p, map) : -1;
   return cfg->kind == MODEL_GPT ? map_gpt(format, prefix, unit, p, map) : -1;
 }
 
@@ -143,6 +184,11 @@ int weights_ignorable(WeightsFormat format, const ModelConfig* cfg, const char* 
     return !strcmp(name, "encoder.embed_tokens.weight") || !strcmp(name, "decoder.embed_tokens.weight") ||
            (cfg->tied && !strcmp(name, "lm_head.weight")) ||
            !strcmp(name, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight");
+  // Llama: a tied lm_head's copy, and the rotary frequency buffers older checkpoints carry.
+  if (format == FMT_HF_LLAMA) {
+    const char* s = strrchr(name, '.');
+    return (cfg->tied && !strcmp(name, "lm_head.weight")) || (s && !strcmp(s, ".inv_freq") && strstr(name, "rotary_emb"));
+  }
   return 0;
 }
 
@@ -212,6 +258,24 @@ int weights_table_fits(TensorFile* tf, const ModelConfig* cfg, char* err, size_t
         else if (GPT_BLOCK[i].conv1d) expect_tensor(tf, pl, 2, cols, rows, "%sh.%d.%s", px, l, GPT_BLOCK[i].hf);
         else expect_tensor(tf, pl, 2, rows, cols, "%sh.%d.%s", px, l, GPT_BLOCK[i].hf);
       }
+  } else if (tf->format == FMT_HF_LLAMA) {
+    int64_t HD = (int64_t)cfg->H * cfg->D, KVD = (int64_t)cfg->KV * cfg->D;
+    expect_tensor(tf, pl, 2, V, C, "model.embed_tokens.weight");
+    expect_tensor(tf, pl, 1, C, 0, "model.norm.weight");
+    if (!cfg->tied) expect_tensor(tf, pl, 2, V, C, "lm_head.weight");
+    for (int l = 0; l < cfg->L && pl->count <= PROBLEMS_SHOWN; l++) {
+      char s[48];
+      snprintf(s, sizeof s, "model.layers.%d", l);
+      expect_tensor(tf, pl, 1, C, 0, "%s.input_layernorm.weight", s);
+      expect_tensor(tf, pl, 2, HD, C, "%s.self_attn.q_proj.weight", s);
+      expect_tensor(tf, pl, 2, KVD, C, "%s.self_attn.k_proj.weight", s);
+      expect_tensor(tf, pl, 2, KVD, C, "%s.self_attn.v_proj.weight", s);
+      expect_tensor(tf, pl, 2, C, HD, "%s.self_attn.o_proj.weight", s);
+      expect_tensor(tf, pl, 1, C, 0, "%s.post_attention_layernorm.weight", s);
+      expect_tensor(tf, pl, 2, F, C, "%s.mlp.gate_proj.weight", s);
+      expect_tensor(tf, pl, 2, F, C, "%s.mlp.up_proj.weight", s);
+      expect_tensor(tf, pl, 2, C, F, "%s.mlp.down_proj.weight", s);
+    }
   } else {
     expect_tensor(tf, pl, 2, V, C, "shared.weight");
     if (!cfg->tied) expect_tensor(tf, pl, 2, V, C, "lm_head.weight");
@@ -283,14 +347,67 @@ static int cfg_str(const JsonDoc* d, const char* key, const char* otherwise, cha
   return json_string(d, v, key, out, cap, err, errlen);
 }
 
-// A number of config.json (absent or null: `otherwise`).
-static int cfg_number(const JsonDoc* d, const char* key, double otherwise, double* out, char* err, size_t errlen) {
-  int32_t v = json_get(d, 0, key);
+// A number of config.json in [lo, hi]; absent (or null) takes `otherwise`.
+static int cfg_number(const JsonDoc* d, int32_t obj, const char* key, double otherwise, double lo, double hi, double* out,
+                      char* err, size_t errlen) {
+  int32_t v = json_get(d, obj, key);
   if (v < 0 || json_type(d, v) == JSON_NULL) return *out = otherwise, 0;
-  char shown[64];
-  if (json_type(d, v) != JSON_NUMBER)
-    return set_error(err, errlen, "%s: \"%s\" is %s, not a number", d->what, key, json_show(d, v, shown, sizeof shown));
-  *out = strtod(json_str(d, v), NULL);
+  return json_number(d, v, key, lo, hi, out, err, errlen);
+}
+
+// A whole number written as a float (rope_theta 500000.0, factor 8.0): its value, or -1.
+static long long whole(double x) { return x >= 1 && x <= (1 << 24) && x == (double)(long long)x ? (long long)x : -1; }
+
+// Llama's spec: the shape, rope_theta and the llama3 rope_scaling (its factor; the other three
+// constants as Llama 3.1 has them), rms_norm_eps as 1e-k, the tied lm_head. What fsdp.c's
+// Llama does not compute (other activations, biases, other scalings) is refused by name.
+static int llama_spec(const JsonDoc* d, char* spec, size_t cap, char* err, size_t errlen) {
+  const char* cpath = d->what;
+  long long L, C, H, KV, F, V, T, head_dim;
+  double theta, eps;
+  int tied, abias, mbias;
+  char act[64];
+  if (cfg_dim(d, "num_hidden_layers", -1, &L, err, errlen) || cfg_dim(d, "hidden_size", -1, &C, err, errlen) ||
+      cfg_dim(d, "num_attention_heads", -1, &H, err, errlen) || cfg_dim(d, "num_key_value_heads", H, &KV, err, errlen) ||
+      cfg_dim(d, "intermediate_size", -1, &F, err, errlen) || cfg_dim(d, "vocab_size", -1, &V, err, errlen) ||
+      cfg_dim(d, "max_position_embeddings", -1, &T, err, errlen) || cfg_dim(d, "head_dim", C / H, &head_dim, err, errlen) ||
+      cfg_str(d, "hidden_act", "silu", act, sizeof act, err, errlen) ||
+      cfg_bool(d, "tie_word_embeddings", 0, &tied, err, errlen) || cfg_bool(d, "attention_bias", 0, &abias, err, errlen) ||
+      cfg_bool(d, "mlp_bias", 0, &mbias, err, errlen) ||
+      cfg_number(d, 0, "rope_theta", 10000.0, 1.0, 1e12, &theta, err, errlen) ||
+      cfg_number(d, 0, "rms_norm_eps", 1e-6, 1e-30, 1.0, &eps, err, errlen))
+    return -1;
+  if (strcmp(act, "silu")) return set_error(err, errlen, "%s: hidden_act \"%s\"; fsdp.c's Llama uses SiLU (SwiGLU)", cpath, act);
+  if (abias || mbias) return set_error(err, errlen, "%s: attention_bias or mlp_bias set; fsdp.c's Llama has no biases", cpath);
+  if (head_dim * H != C)
+    return set_error(err, errlen, "%s: head_dim %lld is not hidden_size / num_attention_heads = %lld / %lld", cpath,
+                     head_dim, C, H);
+  if (whole(theta) < 0) return set_error(err, errlen, "%s: rope_theta %g; fsdp.c takes a whole number", cpath, theta);
+  int k = (int)lround(-log10(eps));
+  if (k < 1 || k > 12 || fabs(eps - pow(10.0, -k)) > 1e-6 * eps)
+    return set_error(err, errlen, "%s: rms_norm_eps %g; fsdp.c's Llama takes 1e-1 ... 1e-12", cpath, eps);
+  long long factor = 0;
+  int32_t rs = json_get(d, 0, "rope_scaling");
+  if (rs >= 0 && json_type(d, rs) != JSON_NULL) {
+    char type[32] = "";
+    double fac, low, high, orig;
+    int32_t t = json_get(d, rs, "rope_type") >= 0 ? json_get(d, rs, "rope_type") : json_get(d, rs, "type");
+    if (json_type(d, rs) != JSON_OBJECT || t < 0 || json_string(d, t, "rope_scaling.rope_type", type, sizeof type, err, errlen))
+      return set_error(err, errlen, "%s: rope_scaling is not an object with a rope_type", cpath);
+    if (strcmp(type, "llama3"))
+      return set_error(err, errlen, "%s: rope_scaling of type \"%s\"; fsdp.c has Llama 3.1's (\"llama3\")", cpath, type);
+    if (cfg_number(d, rs, "factor", -1, 0, 1e9, &fac, err, errlen) ||
+        cfg_number(d, rs, "low_freq_factor", -1, 0, 1e9, &low, err, errlen) ||
+        cfg_number(d, rs, "high_freq_factor", -1, 0, 1e9, &high, err, errlen) ||
+        cfg_number(d, rs, "original_max_position_embeddings", -1, 0, 1e9, &orig, err, errlen))
+      return -1;
+    if ((factor = whole(fac)) < 0 || low != 1.0 || high != 4.0 || orig != 8192.0)
+      return set_error(err, errlen, "%s: rope_scaling factor %g, low_freq_factor %g, high_freq_factor %g, "
+                       "original_max_position_embeddings %g; fsdp.c takes a whole factor with Llama 3.1's 1, 4 and 8192",
+                       cpath, fac, low, high, orig);
+  }
+  snprintf(spec, cap, "llama:L=%lld,C=%lld,H=%lld,KV=%lld,F=%lld,V=%lld,T=%lld,theta=%lld,scaling=%lld,tied=%d,eps=%d", L, C,
+           H, KV, F, V, T, whole(theta), factor, tied, k);
   return 0;
 }
 
@@ -301,7 +418,7 @@ static int cfg_fixed(const JsonDoc* d, const char* model, char* err, size_t errl
   double eps = 0;
   int scale = 1, by_layer = 0;
   float want = !strcmp(model, "gpt2") ? 1e-5f : 1e-6f;
-  if (cfg_number(d, "layer_norm_epsilon", want, &eps, err, errlen)) return -1;
+  if (cfg_number(d, 0, "layer_norm_epsilon", want, 0.0, 1.0, &eps, err, errlen)) return -1;
   if ((float)eps != want)
     return set_error(err, errlen, "%s: layer_norm_epsilon %g; fsdp.c's %s normalizes with %g (another epsilon would load "
                      "as a different model): use a model with the standard value", d->what, eps,
@@ -319,10 +436,12 @@ static int cfg_fixed(const JsonDoc* d, const char* model, char* err, size_t errl
   return 0;
 }
 
-// The spec of the model config.json describes ("gpt:L=..", "t5:L=.."), from its top-level
-// fields only (nested objects such as task_specific_params are never read).
+// The spec of the model config.json describes ("gpt:L=..", "t5:L=..", "llama:L=.."), from its
+// top-level fields only (nested objects such as task_specific_params are never read; Llama's
+// rope_scaling is read as its own object).
 static int config_spec(const JsonDoc* d, WeightsFormat f, char* spec, size_t cap, char* err, size_t errlen) {
   const char* cpath = d->what;
+  if (f == FMT_HF_LLAMA) return llama_spec(d, spec, cap, err, errlen);
   if (cfg_fixed(d, f == FMT_HF_GPT2 ? "gpt2" : "t5", err, errlen)) return -1;
   if (f == FMT_HF_GPT2) {
     long long L, C, H, V, T, inner;
@@ -392,7 +511,7 @@ int weights_model_config(const char* path, ModelConfig* cfg, char* err, size_t e
   if (model_config_parse(spec, cfg, perr, sizeof perr)) return set_error(err, errlen, "%s: %s", cpath, perr);
   // The tensors must be those of that model before anything of the model's size is allocated:
   // config.json alone decides the layer count and the sequence length.
-  if (tensor_file_open_safetensors(tensors, f, &tf, err, errlen)) return -1;
+  if (tensor_file_open_hf(tensors, f, &tf, err, errlen)) return -1;
   rc = weights_table_fits(&tf, cfg, err, errlen);
   tensor_file_close(&tf);
   return rc;
@@ -403,17 +522,26 @@ int weights_config_match(const ModelConfig* given, const ModelConfig* found, cha
   int a = 0, b = 0;
 #define CHECK(field, label) \
   if (!what && given->field != found->field) what = label, a = given->field, b = found->field;
-  CHECK(kind, "model family (0 GPT, 1 T5)")
+  CHECK(kind, "model family (0 GPT, 1 T5, 2 Llama)")
   CHECK(L, "blocks L")
   CHECK(Ld, "decoder blocks M")
   CHECK(C, "width C")
   CHECK(H, "heads H")
+  CHECK(KV, "key/value heads KV")
   CHECK(D, "head size D")
   CHECK(F, "feed-forward width F")
   CHECK(V, "vocabulary V")
   CHECK(T, "positions T")
   CHECK(gated, "gated feed-forward (v1.1)")
+  CHECK(tied, "an lm_head tied to the embedding")
+  CHECK(rope.original_context, "rotary original context")
 #undef CHECK
+  if (!what && (given->rope.theta != found->rope.theta || given->rope.factor != found->rope.factor ||
+                given->norm_eps != found->norm_eps))
+    return set_error(err, errlen, "--model %s has rotary theta %g, scaling %g and norm eps %g but the weights hold %s (%g, "
+                     "%g, %g); leave --model out to take the weights' shape", given->name, given->rope.theta,
+                     given->rope.factor, given->norm_eps, found->name, found->rope.theta, found->rope.factor,
+                     found->norm_eps);
   if (!what) return 0;
   return set_error(err, errlen, "--model %s has %s = %d but the weights hold %s (%s = %d); leave --model out to take the "
                    "weights' shape", given->name, what, a, found->name, what, b);

@@ -11,6 +11,9 @@
 // bf16, maxT, V, L, H, C, Vp), then wte [Vp, C], wpe [maxT, C], the per-layer tensors stacked
 // over layers (ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
 // fcprojb), then lnfw, lnfb.
+// A sharded Hugging Face model (save_pretrained past its max_shard_size): model.safetensors.index.json
+// with a weight_map from each tensor's name to its shard, model-0000X-of-0000N.safetensors beside
+// it; one table over all the shards, each entry with its file.
 #include "weights/tensor_file.h"
 
 #include <errno.h>
@@ -62,6 +65,18 @@ void tensor_file_close(TensorFile* tf) {
   free(tf->tensors);
   tf->tensors = NULL;
   tf->ntensors = 0;
+  for (int i = 0; i < tf->nfiles; i++) free(tf->files[i]);
+  free(tf->files);
+  tf->files = NULL;
+  tf->nfiles = 0;
+}
+
+// A table read from one file: its tensors are in tf->path.
+static void single_file(TensorFile* tf) {
+  tf->nfiles = 1;
+  tf->files = xmalloc(sizeof *tf->files, "tensor file list");
+  tf->files[0] = xmalloc(strlen(tf->path) + 1, "tensor file name");
+  strcpy(tf->files[0], tf->path);
 }
 
 FileTensor* tensor_file_find(TensorFile* tf, const char* name) {
@@ -151,6 +166,7 @@ int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t er
       at += kinds[k].rows * kinds[k].cols * es;
     }
   qsort(tf->tensors, (size_t)tf->ntensors, sizeof *tf->tensors, by_name);
+  single_file(tf);
   return 0;
 }
 
@@ -308,7 +324,112 @@ int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorF
   qsort(tf->tensors, (size_t)tf->ntensors, sizeof *tf->tensors, by_name);
   if (format == FMT_HF_GPT2 && tensor_file_find(tf, "transformer.wte.weight"))
     snprintf(tf->prefix, sizeof tf->prefix, "transformer.");
+  single_file(tf);
   return 0;
+}
+
+// ---- sharded safetensors ----------------------------------------------------------------
+
+#define INDEX_MAX_BYTES ((size_t)64 << 20)
+#define MAX_SHARDS 65536
+
+// Whether name is a plain file name of a shard: no directory, not hidden, ending .safetensors.
+static int shard_name_ok(const char* name) {
+  size_t n = strlen(name), ext = strlen(".safetensors");
+  return n > ext && n < 256 && !strchr(name, '/') && name[0] != '.' && !strcmp(name + n - ext, ".safetensors");
+}
+
+// The shard index (in tf->files) of a name, added when new; -1 when there are too many.
+static int shard_of(TensorFile* tf, const char* dir, const char* name) {
+  char path[4600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  for (int i = 0; i < tf->nfiles; i++)
+    if (!strcmp(tf->files[i], path)) return i;
+  if (tf->nfiles == MAX_SHARDS) return -1;
+  if (tf->nfiles % 64 == 0) tf->files = realloc(tf->files, (size_t)(tf->nfiles + 64) * sizeof *tf->files);
+  if (!tf->files) fatal("out of memory reading %s", tf->path);
+  tf->files[tf->nfiles] = xmalloc(strlen(path) + 1, "shard name");
+  strcpy(tf->files[tf->nfiles], path);
+  return tf->nfiles++;
+}
+
+static int open_sharded(const char* index, WeightsFormat format, TensorFile* tf, char* err, size_t errlen) {
+  memset(tf, 0, sizeof *tf);
+  snprintf(tf->path, sizeof tf->path, "%s", index);
+  tf->format = format;
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s", index);
+  char* slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  else snprintf(dir, sizeof dir, ".");
+  JsonDoc d;
+  if (json_read_object(index, INDEX_MAX_BYTES, &d, err, errlen)) return -1;
+  int32_t map = json_get(&d, 0, "weight_map");
+  int rc = 0;
+  if (map < 0 || json_type(&d, map) != JSON_OBJECT || d.nodes[map].count == 0)
+    rc = set_error(err, errlen, "%s has no \"weight_map\" object naming the shard of each tensor", index);
+  // The shards the weight map names, in order of first appearance, each a plain file name.
+  int* shard = xcalloc((size_t)(rc ? 1 : d.nodes[map].count), sizeof *shard, "weight map");
+  int k = 0;
+  for (int32_t m = rc ? -1 : d.nodes[map].child; m >= 0 && !rc; m = d.nodes[m].next, k++) {
+    char name[256];
+    if (json_string(&d, m, json_key(&d, m), name, sizeof name, err, errlen)) rc = -1;
+    else if (!shard_name_ok(name))
+      rc = set_error(err, errlen, "%s: tensor %.60s is in \"%.60s\", not a file name of a shard beside the index "
+                     "(NAME.safetensors)", index, json_key(&d, m), name);
+    else if ((shard[k] = shard_of(tf, dir, name)) < 0)
+      rc = set_error(err, errlen, "%s names more than %d shards", index, MAX_SHARDS);
+  }
+  // Every shard's table, checked as a file of its own, into one table.
+  for (int f = 0; f < tf->nfiles && !rc; f++) {
+    TensorFile one;
+    char why[4096];
+    if (tensor_file_open_safetensors(tf->files[f], format, &one, why, sizeof why)) {
+      rc = set_error(err, errlen, "%s names the shard %s: %s", index, tf->files[f], why);
+      break;
+    }
+    tf->tensors = realloc(tf->tensors, (size_t)(tf->ntensors + one.ntensors + 1) * sizeof *tf->tensors);
+    if (!tf->tensors) fatal("out of memory reading %s", index);
+    for (int i = 0; i < one.ntensors; i++) one.tensors[i].file = f, tf->tensors[tf->ntensors++] = one.tensors[i];
+    tensor_file_close(&one);
+  }
+  if (!rc) {
+    qsort(tf->tensors, (size_t)tf->ntensors, sizeof *tf->tensors, by_name);
+    for (int i = 1; i < tf->ntensors && !rc; i++)
+      if (!strcmp(tf->tensors[i].name, tf->tensors[i - 1].name))
+        rc = set_error(err, errlen, "%s: tensor %s is in two shards, %s and %s", index, tf->tensors[i].name,
+                       tf->files[tf->tensors[i - 1].file], tf->files[tf->tensors[i].file]);
+  }
+  // The index and the shards agree: each tensor it names is in the shard it names, and each
+  // tensor of a shard is named.
+  k = 0;
+  for (int32_t m = rc ? -1 : d.nodes[map].child; m >= 0 && !rc; m = d.nodes[m].next, k++) {
+    FileTensor* t = tensor_file_find(tf, json_key(&d, m));
+    if (!t || t->file != shard[k])
+      rc = set_error(err, errlen, "%s: tensor %.100s is not in %s, the shard the index names%s%s", index, json_key(&d, m),
+                     tf->files[shard[k]], t ? " (it is in " : "", t ? tf->files[t->file] : "");
+    if (t && !rc) t->used = 1;
+  }
+  for (int i = 0; i < tf->ntensors && !rc; i++)
+    if (!tf->tensors[i].used)
+      rc = set_error(err, errlen, "%s: %s holds tensor %s, which the index does not name", index, tf->files[tf->tensors[i].file],
+                     tf->tensors[i].name);
+  for (int i = 0; i < tf->ntensors; i++) tf->tensors[i].used = 0;
+  free(shard);
+  json_free(&d);
+  if (rc) {
+    tensor_file_close(tf);
+    return -1;
+  }
+  if (format == FMT_HF_GPT2 && tensor_file_find(tf, "transformer.wte.weight"))
+    snprintf(tf->prefix, sizeof tf->prefix, "transformer.");
+  return 0;
+}
+
+int tensor_file_open_hf(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen) {
+  size_t n = strlen(path), k = strlen(SAFETENSORS_INDEX);
+  if (n >= k && !strcmp(path + n - k, SAFETENSORS_INDEX)) return open_sharded(path, format, tf, err, errlen);
+  return tensor_file_open_safetensors(path, format, tf, err, errlen);
 }
 
 // ---- where the tensors are -------------------------------------------------------------
@@ -330,13 +451,10 @@ int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, 
   if (S_ISDIR(st.st_mode)) {
     snprintf(tensors_path, tensors_len, "%s/model.safetensors", path);
     if (stat(tensors_path, &st) != 0) {
-      char index[4200];
-      snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
-      if (stat(index, &st) == 0)
-        return set_error(err, errlen, "%s holds a sharded safetensors model (model.safetensors.index.json); only a single "
-                         "model.safetensors is read", path);
-      return set_error(err, errlen, "%s has no model.safetensors (a Hugging Face directory needs config.json and "
-                       "model.safetensors; pass an llm.c .bin as a file)", path);
+      snprintf(tensors_path, tensors_len, "%s/" SAFETENSORS_INDEX, path);  // a sharded model
+      if (stat(tensors_path, &st) != 0)
+        return set_error(err, errlen, "%s has no model.safetensors and no " SAFETENSORS_INDEX " (a Hugging Face directory "
+                         "needs config.json and its tensors; pass an llm.c .bin as a file)", path);
     }
   } else {
     int fd = file_open_regular(path, err, errlen);
@@ -360,6 +478,9 @@ int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, 
   if (rc) return -1;
   if (!strcmp(type, "gpt2")) *format = FMT_HF_GPT2;
   else if (!strcmp(type, "t5")) *format = FMT_HF_T5;
-  else return set_error(err, errlen, "%s: model_type \"%s\" is not \"gpt2\" or \"t5\" (the models fsdp.c has)", cpath, type);
+  else if (!strcmp(type, "llama")) *format = FMT_HF_LLAMA;
+  else
+    return set_error(err, errlen, "%s: model_type \"%s\" is not \"gpt2\", \"t5\" or \"llama\" (the models fsdp.c has)", cpath,
+                     type);
   return 0;
 }

@@ -9,7 +9,7 @@
 #include "layers/model.h"
 
 typedef enum { WT_F32, WT_BF16, WT_F16 } WeightDType;
-typedef enum { FMT_LLMC, FMT_HF_GPT2, FMT_HF_T5 } WeightsFormat;
+typedef enum { FMT_LLMC, FMT_HF_GPT2, FMT_HF_T5, FMT_HF_LLAMA } WeightsFormat;
 
 #define TENSOR_NAME_LEN 128
 
@@ -18,18 +18,21 @@ typedef struct {
   WeightDType dtype;
   int ndim;
   int64_t shape[4];
-  int64_t start;  // byte offset of the first element in the file
+  int64_t start;  // byte offset of the first element in its file
   int64_t bytes;
+  int file;       // which of the table's files holds it (0 unless the model is sharded)
   int used;       // claimed by one of our parameters
 } FileTensor;
 
 typedef struct {
-  char path[4096];
+  char path[4096];      // the file, or a sharded model's index (what messages name)
   WeightsFormat format;
-  int64_t size;         // file size in bytes
+  int64_t size;         // file size in bytes (of a single file)
   int ntensors;
   FileTensor* tensors;
   char prefix[32];      // HF GPT-2: "transformer." when the names carry it, else ""
+  int nfiles;           // the files the tensors are in: path itself, or a sharded model's shards
+  char** files;
 } TensorFile;
 
 int weight_dtype_size(WeightDType t);
@@ -38,6 +41,12 @@ int weight_dtype_size(WeightDType t);
 // shapes). Returns 0, or -1 with the reason in err (naming the file and the tensor).
 int tensor_file_open_llmc(const char* path, TensorFile* tf, char* err, size_t errlen);
 int tensor_file_open_safetensors(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen);
+// A Hugging Face model's tensors: path is a model.safetensors, or the model.safetensors.index.json
+// of a sharded one (model-0000X-of-0000N.safetensors beside it, each read and checked as one
+// file; the index's weight_map must name every tensor of every shard with the shard it is in,
+// and nothing else).
+#define SAFETENSORS_INDEX "model.safetensors.index.json"
+int tensor_file_open_hf(const char* path, WeightsFormat format, TensorFile* tf, char* err, size_t errlen);
 // Only the JSON header of a safetensors file, into *doc (json_free it); -1 with the reason.
 int safetensors_read_header(const char* path, JsonDoc* doc, char* err, size_t errlen);
 // The table is sorted by name; tensor_file_find looks a name up (NULL when absent).
@@ -47,8 +56,8 @@ FileTensor* tensor_file_find(TensorFile* tf, const char* name);
 // CONFIG_MAX_BYTES (cpath gets its path). Returns 0, or -1 with the reason.
 #define CONFIG_MAX_BYTES (1 << 20)
 int weights_read_config(const char* tensors_path, char* cpath, size_t cpathlen, JsonDoc* doc, char* err, size_t errlen);
-// Finds model.safetensors (DIR or a file) and the model's format from config.json / the magic.
-// Returns 0, or -1 with the reason in err.
+// Finds model.safetensors or a sharded model's index (DIR or a file) and the model's format
+// from config.json / the magic. Returns 0, or -1 with the reason in err.
 int weights_locate(const char* path, WeightsFormat* format, char* tensors_path, size_t tensors_len, char* err,
                    size_t errlen);
 

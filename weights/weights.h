@@ -2,15 +2,17 @@
 //
 // Concept -> home:
 //   safetensors and llm.c file tables (parse, check)   weights/tensor_file.c
-//   our parameters <-> GPT-2 / T5 / llm.c tensor names  weights/names.c
+//   our parameters <-> GPT-2 / T5 / Llama / llm.c names weights/names.c
 //   --init-from: each rank reads its shard's bytes      weights/load.c
 //   --export: each rank writes its shard's bytes        weights/export.c
 //   a model from any of those or a checkpoint           weights/source.c
 //
 // Formats read: llm.c GPT-2 checkpoints (a 256 x int32 header, magic 20240326, version 3 fp32 or
 // 5 bf16, then the tensors in llm.c's order) and Hugging Face directories (config.json +
-// model.safetensors) of GPT-2 and of T5 v1.0 / v1.1. Written: Hugging Face directories that
-// transformers' from_pretrained loads. No rank ever holds more than its own shards.
+// model.safetensors, or a sharded model's model.safetensors.index.json and its shards; fp32,
+// bf16 or fp16 tensors) of GPT-2, of T5 v1.0 / v1.1 and of Llama. Written: Hugging Face
+// directories (one fp32 model.safetensors) that transformers' from_pretrained loads. No rank
+// ever holds more than its own shards.
 #ifndef FSDP_WEIGHTS_H
 #define FSDP_WEIGHTS_H
 #include <stddef.h>

@@ -1,4 +1,5 @@
-// activation.c: GELU (tanh form, as GPT-2), ReLU and gated GELU (T5 v1.1), fp32 CPU.
+// activation.c: GELU (tanh form, as GPT-2), ReLU, gated GELU (T5 v1.1) and SwiGLU (Llama),
+// fp32 CPU.
 // All are elementwise, so each output is one thread's work and in-place use is safe.
 //
 // GELU's tanh is computed here (gelu_s, through exp_lanes) rather than by libm's tanhf, which
@@ -109,6 +110,50 @@ void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout
       float gi = gate[i], ui = up[i], di = d[i];
       dg[i] = di * ui * gelu_grad(gi);
       du[i] = di * gelu(gi);
+    }
+  }
+}
+
+// SiLU's logistic s = 1 / (1 + e^-g), with e = e^-g clamped as gelu_s clamps it (beyond, s is 0
+// or 1 to float precision, and silu(g) = g s below every float it could show).
+static inline float silu_s(float g, float* e_out) {
+  float z = -g;
+  z = !(z >= -87.0f) ? -87.0f : z;  // a NaN too: exp_lanes must not convert it to an int
+  z = z > 88.0f ? 88.0f : z;
+  float e = exp_lanes(z);
+  *e_out = e;
+  return 1.0f / (1.0f + e);
+}
+
+void swiglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * F))
+  for (int n = 0; n < N; n++) {
+    const float* gate = x + (size_t)n * 2 * F;
+    const float* up = gate + F;
+    float* o = out + (size_t)n * F;
+    for (int i = 0; i < F; i++) {
+      float e, g = gate[i];
+      o[i] = g * silu_s(g, &e) * up[i];
+    }
+  }
+}
+
+// d/dgate = dout * up * silu'(gate), d/dup = dout * silu(gate), where
+// silu'(g) = s + g s (1 - s) = s (1 + g (e s)) (1 - s = e s, nothing cancels; e s <= 1, so a
+// large negative g cannot overflow it).
+void swiglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
+#pragma omp parallel for schedule(static) if (PARALLEL_WORTH((size_t)N * F))
+  for (int n = 0; n < N; n++) {
+    const float* gate = x + (size_t)n * 2 * F;
+    const float* up = gate + F;
+    const float* d = dout + (size_t)n * F;
+    float* dg = dx + (size_t)n * 2 * F;
+    float* du = dg + F;
+    for (int i = 0; i < F; i++) {
+      float e, g = gate[i], ui = up[i], di = d[i];
+      float s = silu_s(g, &e);
+      dg[i] = di * ui * (s * (1.0f + g * (e * s)));
+      du[i] = di * (g * s);
     }
   }
 }

@@ -10,6 +10,10 @@
 // Masking: with causal set, query i sees keys j <= i (the layout of self-attention, where
 // Tq == Tk). Masked keys are skipped entirely, so they add nothing to lse or to gradients.
 //
+// Grouped-query attention: query head h reads key/value head h / G, G = H / KV. The gradient of
+// a shared key/value row is each query head's part (scale and all, as for G = 1) added in
+// increasing query head, so G = 1 gives the bits of plain multi-head attention.
+//
 // Position bias (T5, AttnBias): the bucket of every relative position j - i of the call is
 // computed once (bucket_rows); a score adds table[bucket, h]. Its gradient is summed in three
 // fixed stages: over the batch for each (h, i, j), over the keys j of a row for each bucket
@@ -20,7 +24,8 @@
 //   forward      one (b, h, i) query row per iteration
 //   backward A   one (h, i) pair per iteration, looping b in order: writes dq rows and the
 //                row's per-bucket sums of the bias gradient
-//   backward B   one (b, h, j) key row per iteration, looping queries i in order: dk, dv
+//   backward B   one (b, key/value head, j) key row per iteration, looping the group's query
+//                heads in order and within each the queries i in order: dk, dv
 // q/k/v (and dq/dk/dv) may be column slices of one fused buffer, so only the columns
 // [h*D, (h+1)*D) of a head's rows are ever read or written.
 #include <math.h>
@@ -35,8 +40,10 @@ static inline float dot(const float* a, const float* b, int D) { return dot_lane
 static inline const float* qrow(const float* q, AttnShape s, int b, int i, int h) {
   return q + ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * s.D;
 }
+// Key or value row j of the key/value head query head h reads.
 static inline const float* kvrow(const float* k, AttnShape s, int b, int j, int h) {
-  return k + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)h * s.D;
+  int group = s.H / attn_kv_heads(s);
+  return k + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)(h / group) * s.D;
 }
 // The multiply-adds of a pass over every (query, key) pair, in parallel.h's units (an element
 // of the pass, a dot product over D and an exp, about 4 adds per multiply-add).
@@ -175,35 +182,39 @@ void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* dv, float* 
 
   // Pass B: dk and dv, one key row per iteration, queries in increasing order. It
   // recomputes P and dS rather than storing them, trading flops for O(Tq*Tk) memory.
-  const long krows = (long)s.B * s.H * s.Tk;
+  const int KV = attn_kv_heads(s), G = s.H / KV;
+  const long krows = (long)s.B * KV * s.Tk;
 #pragma omp parallel if (PARALLEL_WORTH(attention_work(s)))
   {
     float* acck = malloc(sizeof(float) * (size_t)s.D);
     float* accv = malloc(sizeof(float) * (size_t)s.D);
 #pragma omp for schedule(static)
     for (long r = 0; r < krows; r++) {
-      int j = (int)(r % s.Tk), h = (int)((r / s.Tk) % s.H), b = (int)(r / ((long)s.Tk * s.H));
-      const float* kj = kvrow(k, s, b, j, h);
-      const float* vj = kvrow(v, s, b, j, h);
-      for (int d = 0; d < s.D; d++) acck[d] = accv[d] = 0.0f;
-      for (int i = s.causal ? j : 0; i < s.Tq; i++) {
-        const float* qi = qrow(q, s, b, i, h);
-        const float* doi = dout + ((size_t)b * s.Tq + i) * C + (size_t)h * s.D;
-        float sc = s.scale * dot(qi, kj, s.D);
-        if (bk) sc += bias.table[(size_t)bk[j - i + s.Tq - 1] * s.H + h];
-        float p = expf(sc - lse[lse_idx(s, b, h, i)]);
-        float dp = dot(doi, vj, s.D);
-        float g = p * (dp - Dv[lse_idx(s, b, h, i)]);
-        for (int d = 0; d < s.D; d++) {
-          acck[d] = fmaf(g, qi[d], acck[d]);
-          accv[d] = fmaf(p, doi[d], accv[d]);
+      int j = (int)(r % s.Tk), kvh = (int)((r / s.Tk) % KV), b = (int)(r / ((long)s.Tk * KV));
+      const float* kj = kvrow(k, s, b, j, kvh * G);
+      const float* vj = kvrow(v, s, b, j, kvh * G);
+      float* dkj = dk + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)kvh * s.D;
+      float* dvj = dv + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)kvh * s.D;
+      for (int h = kvh * G; h < (kvh + 1) * G; h++) {  // the query heads sharing this row
+        for (int d = 0; d < s.D; d++) acck[d] = accv[d] = 0.0f;
+        for (int i = s.causal ? j : 0; i < s.Tq; i++) {
+          const float* qi = qrow(q, s, b, i, h);
+          const float* doi = dout + ((size_t)b * s.Tq + i) * C + (size_t)h * s.D;
+          float sc = s.scale * dot(qi, kj, s.D);
+          if (bk) sc += bias.table[(size_t)bk[j - i + s.Tq - 1] * s.H + h];
+          float p = expf(sc - lse[lse_idx(s, b, h, i)]);
+          float dp = dot(doi, vj, s.D);
+          float g = p * (dp - Dv[lse_idx(s, b, h, i)]);
+          for (int d = 0; d < s.D; d++) {
+            acck[d] = fmaf(g, qi[d], acck[d]);
+            accv[d] = fmaf(p, doi[d], accv[d]);
+          }
         }
-      }
-      float* dkj = dk + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)h * s.D;
-      float* dvj = dv + ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)h * s.D;
-      for (int d = 0; d < s.D; d++) {
-        dkj[d] = s.scale * acck[d];
-        dvj[d] = accv[d];
+        int first = h == kvh * G;  // the group's first head writes, the others add
+        for (int d = 0; d < s.D; d++) {
+          dkj[d] = first ? s.scale * acck[d] : dkj[d] + s.scale * acck[d];
+          dvj[d] = first ? accv[d] : dvj[d] + accv[d];
+        }
       }
     }
     free(acck);

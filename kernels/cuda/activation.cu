@@ -1,4 +1,5 @@
-// activation.cu: GELU (tanh form, as GPT-2), ReLU and gated GELU (T5 v1.1), bf16 in and out,
+// activation.cu: GELU (tanh form, as GPT-2), ReLU, gated GELU (T5 v1.1) and SwiGLU (Llama), bf16
+// in and out,
 // fp32 math with the same formulas as kernels/cpu/activation.c. Every output element is one
 // thread's and reads only its own inputs, so in-place use (out == x, dx == dout) is safe.
 #include "kernels/cuda/common.cuh"
@@ -64,6 +65,40 @@ __global__ void geglu_backward_kernel(act16* dx, const act16* x, const act16* do
   }
 }
 
+// SwiGLU's logistic s = 1 / (1 + e^-g), with e = e^-g from the clamped exponent as on the CPU.
+static __device__ __forceinline__ float silu_s(float g, float* e_out) {
+  float z = fminf(fmaxf(-g, -87.0f), 88.0f);
+  float e = expf(z);
+  *e_out = e;
+  return 1.0f / (1.0f + e);
+}
+
+// Element i of row n of out: gate = x[n, i], up = x[n, F + i]; out = silu(gate) * up.
+__global__ void swiglu_forward_kernel(act16* out, const act16* x, int N, int F) {
+  size_t total = (size_t)N * F;
+  GRID_STRIDE(e, total) {
+    size_t n = e / F, i = e % F;
+    const act16* row = x + n * 2 * (size_t)F;
+    float g = act2f(row[i]), ex;
+    out[e] = f2act(g * silu_s(g, &ex) * act2f(row[F + i]));
+  }
+}
+
+// d/dgate = dout * up * s (1 + g (e s)), d/dup = dout * silu(gate), both halves by one thread
+// after it read both inputs, so dx may alias x.
+__global__ void swiglu_backward_kernel(act16* dx, const act16* x, const act16* dout, int N, int F) {
+  size_t total = (size_t)N * F;
+  GRID_STRIDE(e, total) {
+    size_t n = e / F, i = e % F;
+    const act16* row = x + n * 2 * (size_t)F;
+    float g = act2f(row[i]), u = act2f(row[F + i]), d = act2f(dout[e]), ex;
+    float s = silu_s(g, &ex);
+    act16* drow = dx + n * 2 * (size_t)F;
+    drow[i] = f2act(d * u * (s * (1.0f + g * (ex * s))));
+    drow[F + i] = f2act(d * (g * s));
+  }
+}
+
 extern "C" void gelu_forward(KernelCtx* ctx, act_t* out, const act_t* x, size_t n) {
   if (!n) return;
   if (pack_width(n, out, x) == 8)
@@ -107,5 +142,20 @@ extern "C" void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const 
   if (!n) return;
   geglu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x),
                                                                                     as_act16(dout), N, F);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void swiglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
+  size_t n = (size_t)N * F;
+  if (!n) return;
+  swiglu_forward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(out), as_act16(x), N, F);
+  CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void swiglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
+  size_t n = (size_t)N * F;
+  if (!n) return;
+  swiglu_backward_kernel<<<grid_for(n, ACT_THREADS), ACT_THREADS, 0, ctx->stream>>>(as_act16(dx), as_act16(x),
+                                                                                     as_act16(dout), N, F);
   CUDA_LAUNCH_CHECK();
 }

@@ -6,6 +6,9 @@
 // scale * q.k + table[bucket(j - i), h], causal keeps key j iff j <= i (top-left aligned, also
 // for Tq != Tk), lse[B,H,Tq] is the natural-log log-sum-exp of the kept scores, dq/dk/dv are
 // overwritten in their own columns only, dtable[buckets, H] accumulates the bias gradient.
+// Grouped-query attention (Llama): query head h reads key/value head h / group (AttnArgs.group
+// = H / KV); the backward's CTA of a key tile takes the group's query heads one after another,
+// so a shared head's dK and dV sum them in increasing head in its registers (no scratch).
 //
 // Algorithm: FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with Better
 // Parallelism and Work Partitioning"): Algorithm 1 for the forward, Algorithm 2 for the
@@ -128,6 +131,7 @@ struct AttnArgs {
   float* bias_part;
   int h0, Hc;
   int B, Tq, Tk, H, D, q_stride, kv_stride, causal, vec;
+  int group;  // query heads per key/value head (1: no grouping)
   float scale, scale_log2;
 };
 
@@ -347,9 +351,10 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(const AttnArgs a) {
   const int q0 = (int)(gridDim.z - 1 - blockIdx.z) * BM, h = blockIdx.x, b = blockIdx.y;
   const int qrows = min(BM, Tq - q0);
   const int wrow0 = q0 + warp * 32;  // the warp's first query row
-  const size_t hoff = (size_t)h * a.D;
-  const act16* kg = a.k + (size_t)b * Tk * a.kv_stride + hoff;
-  const act16* vg = a.v + (size_t)b * Tk * a.kv_stride + hoff;
+  // A position bias never comes with grouped heads (fused_ok): the bias kernels keep h itself.
+  const size_t hoff = (size_t)h * a.D, kvoff = (size_t)(HAS_BIAS ? h : h / a.group) * a.D;
+  const act16* kg = a.k + (size_t)b * Tk * a.kv_stride + kvoff;
+  const act16* vg = a.v + (size_t)b * Tk * a.kv_stride + kvoff;
   int n_tiles = (Tk + BN - 1) / BN;
   if (a.causal) n_tiles = min(n_tiles, (q0 + qrows - 1) / BN + 1);
 
@@ -629,62 +634,70 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
   float* dstage = gsum + (BGRAD ? 2 * a.maxdist + 1 : 0);     // BGRAD: [warps][2][4][XS]
   float* far = dstage + kBwdWarps * 2 * 4 * XS;               // BGRAD: [2][warps]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  // The CTA's work: ticket n = j P + pair (P = B Hc pairs of the launch), in the order CTAs
-  // start, whatever order the GPU starts blocks in: every key tile j' < j of a pair, the only
-  // CTAs this one waits for, took a lower ticket, so they have started (see the top). Kept in
-  // shared memory, work[0] = j, [1] = pair, [2] = batch, [3] = head, and read where used rather
-  // than held in registers through the products (the registers are this kernel's limit).
-  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D, M = a.maxdist;
+  // The CTA's work: ticket n = j P + pair (P = B Hc / group pairs of a batch and a key/value head
+  // of the launch), in the order CTAs start, whatever order the GPU starts blocks in: every key
+  // tile j' < j of a pair, the only CTAs this one waits for, took a lower ticket, so they have
+  // started (see the top). Kept in shared memory, work[0] = j, [1] = pair, [2] = batch, [3] = the
+  // pair's first query head, and read where used rather than held in registers through the
+  // products (the registers are this kernel's limit). The CTA visits the group's query heads in
+  // increasing order, each over its query tiles; query head g of the group is the launch's
+  // query pair pair * group + g (flags, partial sums).
+  const int Tq = a.Tq, Tk = a.Tk, C = a.H * a.D, M = a.maxdist, G = BIAS ? 1 : a.group;  // (fused_ok)
   const int nk = (Tk + BK - 1) / BK, nq = (Tq + BQ - 1) / BQ;
   volatile int* work = work_sm;
   if (threadIdx.x == 0) {
-    const int n = (int)atomicAdd(a.ticket, 1u), P = a.B * a.Hc, pair = n % P;
-    work[0] = n / P, work[1] = pair, work[2] = pair / a.Hc, work[3] = a.h0 + pair % a.Hc;
+    const int n = (int)atomicAdd(a.ticket, 1u), KVc = a.Hc / G, P = a.B * KVc, pair = n % P;
+    work[0] = n / P, work[1] = pair, work[2] = pair / KVc, work[3] = a.h0 + pair % KVc * G;
   }
   __syncthreads();
   auto J = [&] { return work[0]; };
-  auto PQ = [&] { return work[1] * nq; };  // the pair's first query tile (flags, partial sums)
+  auto PQ = [&](int g) { return (work[1] * G + g) * nq; };  // query head g's first query tile
   auto Bi = [&] { return work[2]; };
-  auto Hoff = [&] { return (size_t)work[3] * a.D; };
+  auto Hoff = [&](int g) { return (size_t)(work[3] + g) * a.D; };
   const int k0 = J() * BK, b = Bi(), h = work[3];
-  const size_t hoff = Hoff();
+  const size_t kvoff = (size_t)(work[3] / G) * a.D;  // the key/value head's columns
   const int it_end = a.causal ? k0 / BQ : 0;  // the last query tile visited: the first with a row i >= k0
-  const int nsteps = nq - it_end;              // query tiles nq - 1 down to it_end
+  const int nsteps = nq - it_end;              // query tiles nq - 1 down to it_end, per query head
   const int kw0 = k0 + warp * 16;              // the warp's first key
 
-  load_tile<BK, DP, kBwdThreads>(Ks, a.k + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
-  load_tile<BK, DP, kBwdThreads>(Vs, a.v + ((size_t)b * Tk + k0) * a.kv_stride + hoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
+  load_tile<BK, DP, kBwdThreads>(Ks, a.k + ((size_t)b * Tk + k0) * a.kv_stride + kvoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
+  load_tile<BK, DP, kBwdThreads>(Vs, a.v + ((size_t)b * Tk + k0) * a.kv_stride + kvoff, a.kv_stride, min(BK, Tk - k0), a.D, a.vec);
   // Step s's query tile into stage s % ST: Q, dO, and lse and D by 4-byte cp.async, thread r
   // < 2 BQ one value (rows past Tq: lse = +inf, so P = 0, and D = 0, stored here). lse_to_log2
   // converts the landed lse to base 2 (lse * log2(e)) in place, by the thread that copied it,
   // before the barrier that publishes the stage.
   static_assert(2 * BQ <= kBwdThreads, "one lse or D value per thread");
+  // Step s of the CTA is query head s / nsteps of the group, its query tile nq - 1 - s % nsteps
+  // (no division where there is no group: GPT, T5).
+  auto head_of = [&](int step) { return G == 1 ? 0 : step / nsteps; };
+  auto tile_of = [&](int step) { return nq - 1 - (G == 1 ? step : step % nsteps); };
   auto load_q = [&](int step) {
-    const int qi0 = (nq - 1 - step) * BQ, rows = min(BQ, Tq - qi0), stage = step % ST;
-    const size_t row0 = (size_t)Bi() * Tq + qi0, hd = Hoff();
+    const int gq = head_of(step), qi0 = tile_of(step) * BQ, rows = min(BQ, Tq - qi0), stage = step % ST;
+    const size_t row0 = (size_t)Bi() * Tq + qi0, hd = Hoff(gq);
     load_tile<BQ, DP, kBwdThreads>(Qs + stage * BQ * LD, a.q + row0 * a.q_stride + hd, a.q_stride, rows, a.D, a.vec);
     load_tile<BQ, DP, kBwdThreads>(dOs + stage * BQ * LD, a.dout + row0 * C + hd, C, rows, a.D, a.vec);
     const int r = threadIdx.x % BQ;
     if (threadIdx.x < 2 * BQ) {
       float* dst = (threadIdx.x < BQ ? Ls : Ds) + stage * BQ + r;
-      if (r < rows) cp_async4(dst, (threadIdx.x < BQ ? a.lse : a.Dvec) + ((size_t)Bi() * a.H + work[3]) * Tq + qi0 + r);
+      if (r < rows) cp_async4(dst, (threadIdx.x < BQ ? a.lse : a.Dvec) + ((size_t)Bi() * a.H + work[3] + gq) * Tq + qi0 + r);
       else *dst = threadIdx.x < BQ ? INFINITY : 0.0f;
     }
   };
   auto lse_to_log2 = [&](int step) {
-    const int qi0 = (nq - 1 - step) * BQ;
+    const int qi0 = tile_of(step) * BQ;
     if (threadIdx.x < BQ && (int)threadIdx.x < Tq - qi0) Ls[step % ST * BQ + threadIdx.x] *= kLog2e;
   };
+  const int nall = G * nsteps;  // the CTA's steps over the group's query heads
 #pragma unroll
   for (int s = 0; s < ST - 1; ++s) {
-    if (s < nsteps) load_q(s);
+    if (s < nall) load_q(s);
     cp_async_commit();
   }
   if (BIAS) fill_bias<kBwdThreads>(pb, a, h);
   if (BGRAD)
     for (int s = threadIdx.x; s <= 2 * M; s += kBwdThreads) gsum[s] = 0.0f;
   cp_async_wait<ST - 2>();
-  if (nsteps > 0) lse_to_log2(0);
+  if (nall > 0) lse_to_log2(0);
   __syncthreads();
 
   uint32_t kf[KVREG ? KS : 1][4], vf[KVREG ? KS : 1][4];  // the warp's 16 keys and values as A fragments
@@ -705,20 +718,23 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
   // them, after the barrier at the start of the next tile).
   auto jmax_of = [&](int it) { return a.causal ? min(nk - 1, (it * BQ + BQ - 1) / BK) : nk - 1; };
 
-  for (int step = 0; step < nsteps; ++step) {
-    const int it = nq - 1 - step, stage = step % ST, qi0 = it * BQ;
+  for (int step = 0; step < nall; ++step) {
+    const int gq = head_of(step), it = tile_of(step), stage = step % ST, qi0 = it * BQ;
     if (step > 0) {
       cp_async_wait<ST - 2>();
       lse_to_log2(step);
       __syncthreads();  // tile it landed; every warp is done with the previous tile (its stage, dS, sums, dq adds)
     }
-    if (step > 0 && threadIdx.x == 0 && J() < jmax_of(it + 1)) dq_turn_done(a.dq_flag + PQ() + it + 1);
-    if (step + ST - 1 < nsteps) load_q(step + ST - 1);
+    if (step > 0 && threadIdx.x == 0) {  // the previous step's turn: its query head and tile
+      const int gp = head_of(step - 1), itp = tile_of(step - 1);
+      if (J() < jmax_of(itp)) dq_turn_done(a.dq_flag + PQ(gp) + itp);
+    }
+    if (step + ST - 1 < nall) load_q(step + ST - 1);
     cp_async_commit();
     // This tile's turn: key tiles add to a query tile in increasing order, j after j - 1.
     const int j = J();
     const bool first = j == 0, last = j == jmax_of(it);
-    const int seen = DP <= 64 && ncg > 0 && !first ? flag_load_acquire(a.dq_flag + PQ() + it) : -1;
+    const int seen = DP <= 64 && ncg > 0 && !first ? flag_load_acquire(a.dq_flag + PQ(gq) + it) : -1;
     const act16* Qt = Qs + stage * BQ * LD;
     const act16* dOt = dOs + stage * BQ * LD;
     const float* Lt = Ls + stage * BQ;
@@ -827,9 +843,9 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
     // chunk's partial sums are loaded (one 16-byte load per accumulator tile, all issued at once)
     // before its product, which hides them, and the registers hold one chunk at a time.
     constexpr int CH = DP > 64 ? 1 : HALF < 2 ? HALF : 2, NCH = (HALF + CH - 1) / CH;
-    float4* acc = a.dq_acc ? reinterpret_cast<float4*>(a.dq_acc) + ((size_t)(PQ() + it) * kBwdWarps + warp) * (Cfg::SLOT / 4) + lane
+    float4* acc = a.dq_acc ? reinterpret_cast<float4*>(a.dq_acc) + ((size_t)(PQ(gq) + it) * kBwdWarps + warp) * (Cfg::SLOT / 4) + lane
                            : nullptr;  // (one key tile: no partial sums)
-    if (ncg > 0 && !first) dq_turn_wait(a.dq_flag + PQ() + it, seen, j);
+    if (ncg > 0 && !first) dq_turn_wait(a.dq_flag + PQ(gq) + it, seen, j);
 #pragma unroll
     for (int ch = 0; ch < NCH; ++ch) {
       const int c0 = ch * CH;  // the chunk's first column group of the warp's
@@ -871,14 +887,14 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = qi0 + rg * 16 + g + 8 * (e >> 1), col = cg0 * 16 + n * 8 + 2 * t + (e & 1);
-          if (row < Tq && col < a.D) a.dq[((size_t)Bi() * Tq + row) * a.q_stride + Hoff() + col] = f2act(xe[e] * a.scale);
+          if (row < Tq && col < a.D) a.dq[((size_t)Bi() * Tq + row) * a.q_stride + Hoff(gq) + col] = f2act(xe[e] * a.scale);
         }
       }
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the last tile before K and V are overwritten
-  if (nsteps > 0 && threadIdx.x == 0 && J() < jmax_of(it_end)) dq_turn_done(a.dq_flag + PQ() + it_end);
+  if (nall > 0 && threadIdx.x == 0 && J() < jmax_of(it_end)) dq_turn_done(a.dq_flag + PQ(head_of(nall - 1)) + it_end);
 
   act16* k_warp = Ks + warp * 16 * LD;
   act16* v_warp = Vs + warp * 16 * LD;
@@ -886,8 +902,8 @@ __global__ void __launch_bounds__(kBwdThreads) attn_bwd_kernel(const AttnArgs a)
   stage_acc<DP>(v_warp, dv, 1.0f, 1.0f, lane);
   __syncwarp();
   const size_t grow = (size_t)Bi() * Tk + kw0;
-  store_rows<16, DP>(k_warp, a.dk + grow * a.kv_stride + Hoff(), a.kv_stride, Tk - kw0, a.D, a.vec, lane);
-  store_rows<16, DP>(v_warp, a.dv + grow * a.kv_stride + Hoff(), a.kv_stride, Tk - kw0, a.D, a.vec, lane);
+  store_rows<16, DP>(k_warp, a.dk + grow * a.kv_stride + kvoff, a.kv_stride, Tk - kw0, a.D, a.vec, lane);
+  store_rows<16, DP>(v_warp, a.dv + grow * a.kv_stride + kvoff, a.kv_stride, Tk - kw0, a.D, a.vec, lane);
   if (BGRAD) {
     // The far ends: one fixed tree over the CTA's threads, then the CTA's sums to the scratch.
     const float lo = warp_sum(far_lo), hi = warp_sum(far_hi);
@@ -965,11 +981,11 @@ __global__ void __launch_bounds__(kThreads) attn_simple_fwd_kernel(const AttnArg
   for (long r = blockIdx.x; r < R; r += gridDim.x) {
     const int i = (int)(r % a.Tq), h = (int)((r / a.Tq) % a.H), b = (int)(r / ((long)a.Tq * a.H));
     const int nk = (a.causal && i + 1 < a.Tk) ? i + 1 : a.Tk;
-    const size_t hoff = (size_t)h * a.D;
+    const size_t hoff = (size_t)h * a.D, kvoff = (size_t)(h / a.group) * a.D;
     const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-      const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+      const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + kvoff;
       const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
       sc[j] = x;
       mx = fmaxf(mx, x);
@@ -985,7 +1001,7 @@ __global__ void __launch_bounds__(kThreads) attn_simple_fwd_kernel(const AttnArg
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
       float acc = 0.0f;
-      for (int j = 0; j < nk; ++j) acc += sc[j] * act2f(a.v[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
+      for (int j = 0; j < nk; ++j) acc += sc[j] * act2f(a.v[((size_t)b * a.Tk + j) * a.kv_stride + kvoff + c]);
       a.o[((size_t)b * a.Tq + i) * C + hoff + c] = f2act(acc * inv);
     }
     if (threadIdx.x == 0) a.lse_out[((size_t)b * a.H + h) * a.Tq + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
@@ -1006,7 +1022,7 @@ __global__ void __launch_bounds__(kThreads)
   for (long r = blockIdx.x; r < R; r += gridDim.x) {
     const int i = (int)(r % a.Tq), h = (int)(r / a.Tq);
     const int nk = (a.causal && i + 1 < a.Tk) ? i + 1 : a.Tk;
-    const size_t hoff = (size_t)h * a.D;
+    const size_t hoff = (size_t)h * a.D, kvoff = (size_t)(h / a.group) * a.D;
     for (int b = 0; b < a.B; ++b) {
       const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
       const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
@@ -1016,8 +1032,8 @@ __global__ void __launch_bounds__(kThreads)
       const float Di = block_reduce(part, false, red);
       const float l = a.lse[((size_t)b * a.H + h) * a.Tq + i];
       for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-        const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-        const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+        const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + kvoff;
+        const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + kvoff;
         const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
         const float p = expf(x - l);
         ds[j] = p * (dot_act16(doi, vj, a.D) - Di);
@@ -1026,7 +1042,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < nk; ++j) acc += ds[j] * act2f(a.k[((size_t)b * a.Tk + j) * a.kv_stride + hoff + c]);
+        for (int j = 0; j < nk; ++j) acc += ds[j] * act2f(a.k[((size_t)b * a.Tk + j) * a.kv_stride + kvoff + c]);
         a.dq[((size_t)b * a.Tq + i) * a.q_stride + hoff + c] = f2act(a.scale * acc);
       }
       __syncthreads();
@@ -1053,37 +1069,50 @@ __global__ void attn_simple_bias_grad_kernel(float* dtable, const float* rowsum,
   dtable[e] += x;
 }
 
-// Pass B: one CTA per (b, h, j) key row: dk, dv over queries i in increasing order.
+// Pass B: one CTA per (b, key/value head, j) key row: dk, dv over the group's query heads in
+// increasing order, and for each over queries i in increasing order (each query head's part
+// scaled as a whole, then added, as kernels/cpu/attention.c sums them).
 __global__ void __launch_bounds__(kThreads) attn_simple_bwd_dkdv_kernel(const AttnArgs a, float* ws, size_t ws_row) {
-  float* pbuf = ws + blockIdx.x * ws_row;  // [0, Tq): P, [Tq, 2Tq): dS
-  const long R = (long)a.B * a.H * a.Tk;
+  float* pbuf = ws + blockIdx.x * ws_row;  // [0, Tq): P, [Tq, 2Tq): dS, then dk and dv [2][D]
+  float* dkv = pbuf + 2 * (size_t)a.Tq;
+  const int KV = a.H / a.group;
+  const long R = (long)a.B * KV * a.Tk;
   const int C = a.H * a.D;
   for (long r = blockIdx.x; r < R; r += gridDim.x) {
-    const int j = (int)(r % a.Tk), h = (int)((r / a.Tk) % a.H), b = (int)(r / ((long)a.Tk * a.H));
-    const size_t hoff = (size_t)h * a.D;
-    const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
-    const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + hoff;
+    const int j = (int)(r % a.Tk), kvh = (int)((r / a.Tk) % KV), b = (int)(r / ((long)a.Tk * KV));
+    const size_t kvoff = (size_t)kvh * a.D;
+    const act16* kj = a.k + ((size_t)b * a.Tk + j) * a.kv_stride + kvoff;
+    const act16* vj = a.v + ((size_t)b * a.Tk + j) * a.kv_stride + kvoff;
     const int i0 = a.causal ? j : 0;
-    for (int i = i0 + threadIdx.x; i < a.Tq; i += blockDim.x) {
-      const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
-      const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
-      const act16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
-      const float Di = dot_act16(doi, oi, a.D);
-      const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
-      const float p = expf(x - a.lse[((size_t)b * a.H + h) * a.Tq + i]);
-      pbuf[i] = p;
-      pbuf[a.Tq + i] = p * (dot_act16(doi, vj, a.D) - Di);
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
-      float accv = 0.0f, acck = 0.0f;
-      for (int i = i0; i < a.Tq; ++i) {
-        accv += pbuf[i] * act2f(a.dout[((size_t)b * a.Tq + i) * C + hoff + c]);
-        acck += pbuf[a.Tq + i] * act2f(a.q[((size_t)b * a.Tq + i) * a.q_stride + hoff + c]);
+    for (int h = kvh * a.group; h < (kvh + 1) * a.group; ++h) {
+      const size_t hoff = (size_t)h * a.D;
+      for (int i = i0 + threadIdx.x; i < a.Tq; i += blockDim.x) {
+        const act16* qi = a.q + ((size_t)b * a.Tq + i) * a.q_stride + hoff;
+        const act16* doi = a.dout + ((size_t)b * a.Tq + i) * C + hoff;
+        const act16* oi = a.out + ((size_t)b * a.Tq + i) * C + hoff;
+        const float Di = dot_act16(doi, oi, a.D);
+        const float x = a.scale * dot_act16(qi, kj, a.D) + simple_bias(a, h, i, j);
+        const float p = expf(x - a.lse[((size_t)b * a.H + h) * a.Tq + i]);
+        pbuf[i] = p;
+        pbuf[a.Tq + i] = p * (dot_act16(doi, vj, a.D) - Di);
       }
-      const size_t o = ((size_t)b * a.Tk + j) * a.kv_stride + hoff + c;
-      a.dk[o] = f2act(a.scale * acck);
-      a.dv[o] = f2act(accv);
+      __syncthreads();
+      const bool first = h == kvh * a.group;
+      for (int c = threadIdx.x; c < a.D; c += blockDim.x) {  // column c: this thread's, every head
+        float accv = 0.0f, acck = 0.0f;
+        for (int i = i0; i < a.Tq; ++i) {
+          accv += pbuf[i] * act2f(a.dout[((size_t)b * a.Tq + i) * C + hoff + c]);
+          acck += pbuf[a.Tq + i] * act2f(a.q[((size_t)b * a.Tq + i) * a.q_stride + hoff + c]);
+        }
+        dkv[c] = first ? a.scale * acck : dkv[c] + a.scale * acck;
+        dkv[a.D + c] = first ? accv : dkv[a.D + c] + accv;
+      }
+      __syncthreads();
+    }
+    for (int c = threadIdx.x; c < a.D; c += blockDim.x) {
+      const size_t o = ((size_t)b * a.Tk + j) * a.kv_stride + kvoff + c;
+      a.dk[o] = f2act(dkv[c]);
+      a.dv[o] = f2act(dkv[a.D + c]);
     }
     __syncthreads();
   }
@@ -1092,7 +1121,7 @@ __global__ void __launch_bounds__(kThreads) attn_simple_bwd_dkdv_kernel(const At
 // ---- host side ------------------------------------------------------------------------------
 
 // The environment variable FSDP_ATTN: "simple" runs every call on the simple path; "chunked"
-// runs the fused backward one batch and one head per launch, as it runs where the scratch holds
+// runs the fused backward one batch and one group of heads per launch, as it runs where the scratch holds
 // no more (how the tests reach those launches at small shapes).
 int attention_mode() {
   static int v = -1;
@@ -1113,15 +1142,18 @@ bool fused_smem_fits(const AttnShape& s, const AttnBias& bias);
 bool fused_ok(const AttnShape& s, const AttnBias& bias) {
   if (ATTN_PADDED_HEAD(s.D) == 0 || force_simple()) return false;
   if (!bias.table) return s.scale > 0.0f && isfinite(s.scale) && fused_smem_fits(s, bias);
+  if (attn_kv_heads(s) != s.H) return false;  // a position bias with grouped heads (no model has one)
   const int exact = (bias.bidirectional ? bias.num_buckets / 2 : bias.num_buckets) / 2;
   return bias.num_buckets >= 1 && bias.num_buckets <= kMaxBuckets && bias.max_distance > exact &&
          bias.max_distance <= kMaxBiasDistance && isfinite(s.scale) && fused_smem_fits(s, bias);
 }
 
 AttnArgs make_args(const AttnShape& s, const AttnBias& bias) {
+  if (attn_kv_heads(s) < 1 || s.H % attn_kv_heads(s))
+    cuda_fail("attention", "the key/value heads KV must divide the query heads H", __FILE__, __LINE__);
   AttnArgs a;
   memset(&a, 0, sizeof a);
-  a.B = s.B, a.Tq = s.Tq, a.Tk = s.Tk, a.H = s.H, a.D = s.D;
+  a.B = s.B, a.Tq = s.Tq, a.Tk = s.Tk, a.H = s.H, a.D = s.D, a.group = s.H / attn_kv_heads(s);
   a.q_stride = s.q_stride, a.kv_stride = s.kv_stride, a.causal = s.causal ? 1 : 0;
   a.scale = s.scale;
   a.scale_log2 = s.scale * kLog2e;
@@ -1236,7 +1268,7 @@ void simple_backward(KernelCtx* ctx, const AttnArgs& a) {
   float* ws = scratch_f32(ctx, &wsf);
   // The bias gradient's row sums first, then the rows' workspaces.
   const size_t nrowsum = a.dtable ? (size_t)a.H * a.Tq * a.nbuckets : 0;
-  const size_t rowA = 2 * (a.Tk > 0 ? (size_t)a.Tk : 1), rowB = 2 * (size_t)a.Tq;
+  const size_t rowA = 2 * (a.Tk > 0 ? (size_t)a.Tk : 1), rowB = 2 * (size_t)a.Tq + 2 * (size_t)a.D;
   if (wsf < nrowsum + rowA || wsf < rowB)
     cuda_fail("attention simple backward", "scratch smaller than one score row", __FILE__, __LINE__);
   float* rowsum = a.dtable ? ws : nullptr;
@@ -1254,7 +1286,7 @@ void simple_backward(KernelCtx* ctx, const AttnArgs& a) {
     }
   }
   if (a.Tk > 0) {
-    const size_t R = (size_t)a.B * a.H * a.Tk;
+    const size_t R = (size_t)a.B * (a.H / a.group) * a.Tk;
     size_t grid = wsf / rowB;
     if (grid > R) grid = R;
     if (grid > 8192) grid = 8192;
@@ -1380,14 +1412,16 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
   size_t wsf;
   float* ws = scratch_f32(ctx, &wsf);
   wsf = wsf > 5 ? wsf - 5 : 0;  // the ticket counter, and the partial sums' 16-byte alignment
-  if (!fused_ok(s, bias) || s.Tk == 0 || s.Tq == 0 || wsf < dvec_batch + per_head) {
+  // A launch takes whole groups of query heads (their key/value head's CTAs visit them all).
+  const int G = a0.group;
+  if (!fused_ok(s, bias) || s.Tk == 0 || s.Tq == 0 || wsf < dvec_batch + G * per_head) {
     simple_backward(ctx, a0);
     return;
   }
   const size_t per_batch = dvec_batch + (size_t)s.H * per_head;
   int nb = wsf >= per_batch ? (int)(wsf / per_batch < (size_t)s.B ? wsf / per_batch : (size_t)s.B) : 1;
-  int nh = wsf >= per_batch ? s.H : (int)((wsf - dvec_batch) / per_head);
-  if (attention_mode() == 2) nb = nh = 1;
+  int nh = wsf >= per_batch ? s.H : (int)((wsf - dvec_batch) / per_head) / G * G;
+  if (attention_mode() == 2) nb = 1, nh = G;
   const int C = s.H * s.D;
   dispatch_dp(ATTN_PADDED_HEAD(s.D), [&](auto dpc) {
     constexpr int DP = decltype(dpc)::value;
@@ -1420,7 +1454,7 @@ extern "C" void attention_backward(KernelCtx* ctx, act_t* dq, act_t* dk, act_t* 
         w += nflags + 1;
         a.bias_part = bgrad ? w : nullptr;
         CUDA_CHECK(cudaMemsetAsync(a.dq_flag, 0, (nflags + 1) * sizeof(int), ctx->stream));
-        const size_t blocks = (size_t)nk * a.B * a.Hc;
+        const size_t blocks = (size_t)nk * a.B * (a.Hc / G);
         if (blocks > INT32_MAX) cuda_fail("attention backward", "more than 2^31 key tiles", __FILE__, __LINE__);
         const dim3 grid((unsigned)blocks);
         if (bgrad) attn_bwd_kernel<DP, true, true><<<grid, kBwdThreads, smem, ctx->stream>>>(a);

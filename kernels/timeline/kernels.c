@@ -150,6 +150,19 @@ void geglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
 void geglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
   streaming(ctx, __func__, 5.0 * N * F * A);
 }
+void swiglu_forward(KernelCtx* ctx, act_t* out, const act_t* x, int N, int F) {
+  streaming(ctx, __func__, 3.0 * N * F * A);
+}
+void swiglu_backward(KernelCtx* ctx, act_t* dx, const act_t* x, const act_t* dout, int N, int F) {
+  streaming(ctx, __func__, 5.0 * N * F * A);
+}
+// In place: every turned element read and written once.
+void rope_forward(KernelCtx* ctx, act_t* x, RopeConfig r, int N, int T, int heads, int D, int stride) {
+  streaming(ctx, __func__, 2.0 * N * heads * D * A);
+}
+void rope_backward(KernelCtx* ctx, act_t* dx, RopeConfig r, int N, int T, int heads, int D, int stride) {
+  streaming(ctx, __func__, 2.0 * N * heads * D * A);
+}
 
 // ---- fused attention (kernels/cuda/attention.cu) ------------------------------------------
 // FLOPs: the products over the query-key pairs the attention keeps (the same count as

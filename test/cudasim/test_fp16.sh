@@ -2,8 +2,8 @@
 # test_fp16.sh: the fp16 build of the CUDA trainer (make PRECISION=fp16: ./train_gpt_sim_fp16,
 # fp16 activations, tensor-core products and cuBLASLt types; the dynamic loss scale by default)
 # on the simulator:
-#   1. GPT and T5 train like ./train_gpt_cpu, within bounds 8x tighter than bf16's (fp16 keeps
-#      11 significant bits to bf16's 8)
+#   1. GPT, T5 and Llama (grouped-query attention 2:1) train like ./train_gpt_cpu, within bounds
+#      8x tighter than bf16's (fp16 keeps 11 significant bits to bf16's 8)
 #   2. 2 ranks with --reduce-dtype fp16 (NCCL fp16 sums) and accumulation track 1 rank
 #   3. the sharded gradient scaler against a real fp16 overflow: a scale of 2^24 overflows the
 #      fp16 loss gradient, so the first steps are skipped on every rank and the scale halves
@@ -26,7 +26,8 @@ show() { grep -E "error|cudasim|SKIPPED|overflow" "$TMP/$1.out" | head -3; tail 
 # ---- 1. fp16 on the simulator vs CPU -----------------------------------------------------
 GPT="--model gpt:L=2,C=64,H=4,V=256,T=10 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --warmup 50 --weight-decay 0.0"
 T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
-for cfg in GPT T5; do
+LLAMA="--model llama:L=2,C=64,H=4,KV=2,F=96,V=256,T=10,scaling=8 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --weight-decay 0.0"
+for cfg in GPT T5 LLAMA; do
   args=${!cfg}
   if ! $BIN $args --log "$TMP/$cfg.sim.json" > "$TMP/$cfg.sim.out" 2>&1; then
     bad "$cfg fp16: simulated CUDA run failed" "$(show $cfg.sim)"

@@ -3,11 +3,12 @@
 # with the CUDA device and NCCL, layers/, kernels/cuda/) against the CPU reference trainer. The
 # CPU backend proves the arithmetic of every setting (test/test_multirank.sh); what is proven
 # here is the CUDA path: kernels in a real step, stream and event order, NCCL.
-#   1. GPT, T5 v1.0 and T5 v1.1 train like ./train_gpt_cpu (the tolerances of test/gpu/test_gpu.sh)
-#   2. the schedule's variants (prefetch, rate limit, recompute, per-linear wrapping, offload)
-#      each in another stream interleaving (CUDASIM_SEED) give the reference's final parameters:
-#      the schedule's events, not the order the device happens to pick, decide what every kernel
-#      reads
+#   1. GPT, T5 v1.0, T5 v1.1 and Llama (grouped-query attention 2:1) train like ./train_gpt_cpu
+#      (the tolerances of test/gpu/test_gpu.sh)
+#   2. the schedule's variants (prefetch, rate limit, recompute, per-linear wrapping, offload; and
+#      Llama's recompute) each in another stream interleaving (CUDASIM_SEED) give the reference's
+#      final parameters: the schedule's events, not the order the device happens to pick, decide
+#      what every kernel reads
 #   3. NCCL (over MPI) with 2 and 4 ranks: full, grad-op, none, hybrid:2 and hpz (node groups of
 #      2) track one rank with accumulation, in fp32 and bf16; 2 and 3 ranks started without
 #      mpirun; a checkpoint saved on 2 ranks resumes on 1
@@ -40,7 +41,8 @@ DATA='data/addition/train_*.bin'
 GPT="--model gpt:L=2,C=64,H=4,V=256,T=10 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --warmup 50 --weight-decay 0.0"
 T5="--model t5:L=2,C=48,H=3,D=16,F=96,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
 T5V11="--model t5v1.1:L=1,M=2,C=48,H=3,D=16,F=64,V=512 --data $DATA --batch 2 --enc-len 24 --dec-len 8 --steps 5 --lr 1e-3"
-section "vs CPU" || section interleavings || section memory && for cfg in GPT T5 T5V11; do
+LLAMA="--model llama:L=2,C=64,H=4,KV=2,F=96,V=256,T=10,scaling=8 --data $DATA --batch 8 --seq 10 --steps 6 --lr 3e-3 --weight-decay 0.0"
+section "vs CPU" || section interleavings || section memory && for cfg in GPT T5 T5V11 LLAMA; do
   args=${!cfg}
   if ! ./train_gpt_sim $args --digest --log "$TMP/$cfg.sim.json" > "$TMP/$cfg.sim.out" 2>&1; then
     bad "$cfg: simulated CUDA run failed: $(grep -m1 cudasim "$TMP/$cfg.sim.out") $(tail -2 "$TMP/$cfg.sim.out")"
@@ -71,30 +73,37 @@ section "vs CPU" && for mode in "none:this machine has no NVIDIA driver; run tra
 done
 
 # ---- 2. one answer whatever the device's order ----------------------------------------
-# The reference: section 1's GPT run (natural stream order). Each variant runs in another
-# interleaving, so one run checks both that the variant's events order its kernels and that the
-# order the device picks does not matter (a second run of the same interleaving would only
-# repeat the second claim).
-ref=$(digest "$TMP/GPT.sim.out")
-same() {  # same LABEL ENV... -- ARGS...: a run that must end with the reference digest
-  local label=$1
-  shift
+# The reference: section 1's run of the model (natural stream order). Each variant runs in
+# another interleaving, so one run checks both that the variant's events order its kernels and
+# that the order the device picks does not matter (a second run of the same interleaving would
+# only repeat the second claim).
+same() {  # same MODEL LABEL ENV... -- ARGS...: a run of MODEL (GPT, LLAMA) that must end with its section 1 digest
+  local model=$1 label=$2
+  shift 2
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  env "${envs[@]}" ./train_gpt_sim $GPT --digest "$@" > "$TMP/same.out" 2>&1
-  local d
+  env "${envs[@]}" ./train_gpt_sim ${!model} --digest "$@" > "$TMP/same.out" 2>&1
+  local d ref
   d=$(digest "$TMP/same.out")
+  ref=$(digest "$TMP/$model.sim.out")
   if [ -n "$ref" ] && [ "$d" = "$ref" ]; then ok "$label: same final parameters ($d)"
   else bad "$label: digest '$d', reference '$ref': $(grep -m1 cudasim "$TMP/same.out") $(tail -1 "$TMP/same.out")"; fi
 }
 if section interleavings; then
-  same "--prefetch none, stream interleaving CUDASIM_SEED=2" CUDASIM_SEED=2 -- --prefetch none
-  same "--limit-all-gathers 1, CUDASIM_SEED=3" CUDASIM_SEED=3 -- --limit-all-gathers 1
-  same "--limit-all-gathers 2 --prefetch forward, CUDASIM_SEED=4" CUDASIM_SEED=4 -- --limit-all-gathers 2 --prefetch forward
-  same "--wrap linear --recompute block --limit-all-gathers 1, CUDASIM_SEED=5" CUDASIM_SEED=5 -- --wrap linear --recompute block --limit-all-gathers 1
-  same "--recompute block, --loss-scale dynamic doubled every 2 steps (power-of-two scaling is exact in bf16), CUDASIM_SEED=6" \
+  same GPT "--prefetch none, stream interleaving CUDASIM_SEED=2" CUDASIM_SEED=2 -- --prefetch none
+  same GPT "--limit-all-gathers 1, CUDASIM_SEED=3" CUDASIM_SEED=3 -- --limit-all-gathers 1
+  same GPT "--limit-all-gathers 2 --prefetch forward, CUDASIM_SEED=4" CUDASIM_SEED=4 -- --limit-all-gathers 2 --prefetch forward
+  same GPT "--wrap linear --recompute block --limit-all-gathers 1, CUDASIM_SEED=5" CUDASIM_SEED=5 -- --wrap linear --recompute block --limit-all-gathers 1
+  same GPT "--recompute block, --loss-scale dynamic doubled every 2 steps (power-of-two scaling is exact in bf16), CUDASIM_SEED=6" \
     CUDASIM_SEED=6 -- --recompute block --loss-scale dynamic --loss-scale-window 2
+  # Llama's recompute reruns the forward's own kernels (block: the whole block, rotary q and k
+  # included; selective: the RMS norms and SwiGLU from the kept matmul outputs): the same bits as
+  # keeping every activation, also per linear.
+  same LLAMA "Llama --wrap linear --recompute block --limit-all-gathers 1, CUDASIM_SEED=7" CUDASIM_SEED=7 -- \
+    --wrap linear --recompute block --limit-all-gathers 1
+  same LLAMA "Llama --wrap linear --recompute selective --prefetch none, CUDASIM_SEED=8" CUDASIM_SEED=8 -- \
+    --wrap linear --recompute selective --prefetch none
   # Selective recompute runs the GELU unfused (gelu_forward) where the forward fused it into the
   # matmul's epilogue, and the LayerNorm from the bf16-stored residual: the last bf16 bit may
   # differ, so the losses are held to the bf16 bound of part 1, not to the bits.

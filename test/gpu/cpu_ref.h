@@ -65,6 +65,10 @@ void CPU(relu_forward)(KernelCtx* ctx, float* out, const float* x, size_t n);
 void CPU(relu_backward)(KernelCtx* ctx, float* dx, const float* x, const float* dout, size_t n);
 void CPU(geglu_forward)(KernelCtx* ctx, float* out, const float* x, int N, int F);
 void CPU(geglu_backward)(KernelCtx* ctx, float* dx, const float* x, const float* dout, int N, int F);
+void CPU(swiglu_forward)(KernelCtx* ctx, float* out, const float* x, int N, int F);
+void CPU(swiglu_backward)(KernelCtx* ctx, float* dx, const float* x, const float* dout, int N, int F);
+void CPU(rope_forward)(KernelCtx* ctx, float* x, RopeConfig r, int N, int T, int heads, int D, int stride);
+void CPU(rope_backward)(KernelCtx* ctx, float* dx, RopeConfig r, int N, int T, int heads, int D, int stride);
 
 // kernels.h's AttnBias with act_t = float (the same layout: a table pointer and three ints).
 #ifdef CPU_REF_CHECK

@@ -575,6 +575,80 @@ static void test_geglu(int N, int F) {
   free(x), free(dout), free(ref);
 }
 
+// SwiGLU (Llama): the same checks as GEGLU's, gates over [-6, 6] (SiLU's curved region).
+static void test_swiglu(int N, int F) {
+  if (!test_wanted("swiglu")) return;
+  char label[160];
+  size_t nx = (size_t)N * 2 * F, no = (size_t)N * F;
+  float* x = hrand(nx, 6.0f, 0.0f);
+  float* dout = hrand(no, 1.0f, 0.0f);
+  act_t* dxin = up_act(x, nx);
+  act_t* ddout = up_act(dout, no);
+  act_t* dout_buf = dmalloc(no * 2);
+  act_t* ddx = dmalloc(nx * 2);
+  float* ref = hzero(nx);
+  Result r[2];
+  cpu_swiglu_forward(NULL, ref, x, N, F);
+  for (int rep = 0; rep < 2; rep++) {
+    poison(dout_buf, no * 2);
+    swiglu_forward(K, dout_buf, dxin, N, F);
+    r[rep] = get_act(dout_buf, no);
+  }
+  snprintf(label, sizeof label, "swiglu_forward N=%d F=%d", N, F);
+  check_close_act(label, r[0].f, ref, no, A_ELEM);
+  check_same(label, &r[0], &r[1]);
+  free_result(&r[0]), free_result(&r[1]);
+  cpu_swiglu_backward(NULL, ref, x, dout, N, F);
+  for (int rep = 0; rep < 2; rep++) {
+    poison(ddx, nx * 2);
+    swiglu_backward(K, ddx, dxin, ddout, N, F);
+    r[rep] = get_act(ddx, nx);
+  }
+  snprintf(label, sizeof label, "swiglu_backward N=%d F=%d", N, F);
+  check_close_act(label, r[0].f, ref, nx, A_ELEM);
+  check_same(label, &r[0], &r[1]);
+  free_result(&r[0]), free_result(&r[1]);
+  dfree(dxin), dfree(ddout), dfree(dout_buf), dfree(ddx);
+  free(x), free(dout), free(ref);
+}
+
+// Rotary embeddings, in place on rows of `stride` columns whose first `heads` heads of D turn:
+// forward and backward against the CPU on the same 16-bit inputs, deterministic, and the
+// columns past the heads (a fused row's v) left with their bits.
+static void test_rope(int N, int T, int heads, int D, int stride, RopeConfig rc) {
+  if (!test_wanted("rope")) return;
+  char label[160];
+  size_t n = (size_t)N * stride;
+  float* x = hrand(n, 2.0f, 0.0f);
+  act_t* dx = up_act(x, n);  // x is rounded to 16 bits in place
+  float* ref = hzero(n);
+  Result r[2];
+  for (int dir = 0; dir < 2; dir++) {
+    memcpy(ref, x, n * sizeof(float));
+    if (dir == 0) cpu_rope_forward(NULL, ref, rc, N, T, heads, D, stride);
+    else cpu_rope_backward(NULL, ref, rc, N, T, heads, D, stride);
+    for (int rep = 0; rep < 2; rep++) {
+      act_t* d = up_act(x, n);
+      if (dir == 0) rope_forward(K, d, rc, N, T, heads, D, stride);
+      else rope_backward(K, d, rc, N, T, heads, D, stride);
+      r[rep] = get_act(d, n);
+      dfree(d);
+    }
+    snprintf(label, sizeof label, "rope_%s N=%d T=%d heads=%d D=%d stride=%d%s", dir ? "backward" : "forward", N, T,
+             heads, D, stride, rc.factor > 0 ? " (Llama 3.1 scaling)" : "");
+    check_close_act(label, r[0].f, ref, n, A_ELEM);
+    check_same(label, &r[0], &r[1]);
+    int kept = 1;
+    for (int row = 0; row < N; row++)
+      for (int c = heads * D; c < stride; c++) kept &= r[0].f[(size_t)row * stride + c] == x[(size_t)row * stride + c];
+    snprintf(label, sizeof label, "rope_%s leaves the columns past the heads", dir ? "backward" : "forward");
+    check_true(label, kept, "a column past the turned heads changed");
+    free_result(&r[0]), free_result(&r[1]);
+  }
+  dfree(dx);
+  free(x), free(ref);
+}
+
 // ---- normalization --------------------------------------------------------------------
 
 static void test_layernorm(int N, int C, int rms) {
@@ -1416,7 +1490,7 @@ static double table_bias(CpuAttnBias bias, AttnShape s, int h, int i, int j) {
 
 static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k, const float* v, CpuAttnBias bias,
                                  const float* dout, const float* out, const float* lse, AttnShape s) {
-  const int C = s.H * s.D, D = s.D;
+  const int C = s.H * s.D, D = s.D, G = s.H / attn_kv_heads(s);  // query head h reads key/value head h / G
   const size_t nhij = z.rdb ? (size_t)s.H * s.Tq * s.Tk : 1;
   double *rhij = calloc(nhij, sizeof(double)), *fhij = calloc(nhij, sizeof(double));
   const long nrows = (long)s.B * s.H * s.Tq;
@@ -1443,7 +1517,7 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
       double *ro = OROW(z.rout, b, i, h), *go = OROW(z.gout, b, i, h);
       size_t qo = ((size_t)b * s.Tq + i) * s.q_stride + (size_t)h * D;
       for (int j = 0; j < nk; j++) {
-        const float *kj = KVROW(k, b, j, h), *vj = KVROW(v, b, j, h);
+        const float *kj = KVROW(k, b, j, h / G), *vj = KVROW(v, b, j, h / G);
         double sc = s.scale * dot_d(qi, kj, D) + table_bias(bias, s, h, i, j);
         double p = exp(sc - l);
         double ds = fabs(p * (dot_d(doi, vj, D) - Di)), pm = p * (dot_abs(doi, vj, D) + Dai);
@@ -1461,12 +1535,15 @@ static void attention_term_sizes(AttnTermSizes z, const float* q, const float* k
       }
     }
   }
-  // dk and dv: one (b, h, j) per iteration, over the queries that see key j.
+  // dk and dv: one (b, key/value head, j) per iteration, over the group's query heads and the
+  // queries that see key j.
+  const int KV = s.H / G;
 #pragma omp parallel for schedule(static)
-  for (long r = 0; r < (long)s.B * s.H * s.Tk; r++) {
-    int j = (int)(r % s.Tk), h = (int)((r / s.Tk) % s.H), b = (int)(r / ((long)s.Tk * s.H));
-    const float *kj = KVROW(k, b, j, h), *vj = KVROW(v, b, j, h);
-    size_t ko = ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)h * D;
+  for (long r = 0; r < (long)s.B * KV * s.Tk; r++) {
+    int j = (int)(r % s.Tk), kvh = (int)((r / s.Tk) % KV), b = (int)(r / ((long)s.Tk * KV));
+    const float *kj = KVROW(k, b, j, kvh), *vj = KVROW(v, b, j, kvh);
+    size_t ko = ((size_t)b * s.Tk + j) * s.kv_stride + (size_t)kvh * D;
+    for (int h = kvh * G; h < (kvh + 1) * G; h++)
     for (int i = s.causal ? j : 0; i < s.Tq; i++) {
       const float *qi = QROW(b, i, h), *doi = OROW(dout, b, i, h);
       double sc = s.scale * dot_d(qi, kj, D) + table_bias(bias, s, h, i, j);
@@ -1511,18 +1588,21 @@ static double* attn_bound(const float* ref, const double* R, const double* F, co
 // fused: q, k, v interleaved in one buffer of rows 3*H*D (GPT, T5 self-attention); otherwise
 // q has rows H*D and k, v share one buffer of rows 2*H*D (cross-attention). buckets > 0: a
 // position-bias table of that many buckets and max_distance maxd (bidirectional unless causal).
-static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal, int buckets, int maxd,
-                           int fused, float scale) {
+// KV key/value heads shared by the H query heads (grouped-query attention; KV = H: plain). The
+// fused buffer is then Llama's q | k | v rows of (H + 2 KV) D, the separate one k | v of 2 KV D.
+static void test_attention_kv(const char* name, int B, int Tq, int Tk, int H, int D, int causal, int buckets, int maxd,
+                              int fused, float scale, int KV) {
   if (!test_wanted("attention")) return;
-  char tag[192], label[288];
+  char tag[192], label[288], kvs[32] = "";
+  if (KV != H) snprintf(kvs, sizeof kvs, " KV=%d", KV);
   if (buckets)
-    snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d D=%d%s bias %d/%d)", name, B, Tq, Tk, H, D,
+    snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d%s D=%d%s bias %d/%d)", name, B, Tq, Tk, H, kvs, D,
              causal ? " causal" : "", buckets, maxd);
   else
-    snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d D=%d%s)", name, B, Tq, Tk, H, D, causal ? " causal" : "");
-  int C = H * D;
-  AttnShape s = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .D = D, .q_stride = fused ? 3 * C : C,
-                 .kv_stride = fused ? 3 * C : 2 * C, .scale = scale, .causal = causal};
+    snprintf(tag, sizeof tag, "%s (B=%d Tq=%d Tk=%d H=%d%s D=%d%s)", name, B, Tq, Tk, H, kvs, D, causal ? " causal" : "");
+  int C = H * D, Ck = KV * D;
+  AttnShape s = {.B = B, .Tq = Tq, .Tk = Tk, .H = H, .D = D, .q_stride = fused ? C + 2 * Ck : C,
+                 .kv_stride = fused ? C + 2 * Ck : 2 * Ck, .scale = scale, .causal = causal, .KV = KV};
   size_t nq = (size_t)B * Tq * s.q_stride, nkv = fused ? 0 : (size_t)B * Tk * s.kv_stride;
   size_t no = (size_t)B * Tq * C, nl = (size_t)B * H * Tq, nt = buckets ? (size_t)buckets * H : 1;
   float* qbuf = hrand(nq, 1.0f, 0.0f);
@@ -1531,8 +1611,8 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   act_t* dq_in = up_act(qbuf, nq);
   act_t* dkv_in = fused ? NULL : up_act(kvbuf, nkv);
   act_t* dtab = up_act(table, nt);
-  const float *q = qbuf, *k = fused ? qbuf + C : kvbuf, *v = fused ? qbuf + 2 * C : kvbuf + C;
-  const act_t *gq = dq_in, *gk = fused ? dq_in + C : dkv_in, *gv = fused ? dq_in + 2 * C : dkv_in + C;
+  const float *q = qbuf, *k = fused ? qbuf + C : kvbuf, *v = fused ? qbuf + C + Ck : kvbuf + Ck;
+  const act_t *gq = dq_in, *gk = fused ? dq_in + C : dkv_in, *gv = fused ? dq_in + C + Ck : dkv_in + Ck;
   CpuAttnBias pb = {buckets ? table : NULL, buckets, maxd, !causal};
   AttnBias gpb = {buckets ? dtab : NULL, buckets, maxd, !causal};
   float *rout = hzero(no), *rlse = hzero(nl);
@@ -1548,8 +1628,8 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   double *Rout = dzero(no), *Rq = dzero(nq), *Fq = dzero(nq), *Rkv = dzero(nkv), *Fkv = dzero(nkv);
   double *Rdb = dzero(nt), *Fdb = dzero(nt), *Gout = dzero(no), *Gq = dzero(nq), *Gkv = dzero(nkv);
   AttnTermSizes z = {.rout = Rout, .rq = Rq, .fq = Fq, .rk = fused ? Rq + C : Rkv, .fk = fused ? Fq + C : Fkv,
-                     .rv = fused ? Rq + 2 * C : Rkv + C, .rdb = buckets ? Rdb : NULL, .fdb = buckets ? Fdb : NULL,
-                     .gout = Gout, .gq = Gq, .gk = fused ? Gq + C : Gkv, .gv = fused ? Gq + 2 * C : Gkv + C};
+                     .rv = fused ? Rq + C + Ck : Rkv + Ck, .rdb = buckets ? Rdb : NULL, .fdb = buckets ? Fdb : NULL,
+                     .gout = Gout, .gq = Gq, .gk = fused ? Gq + C : Gkv, .gv = fused ? Gq + C + Ck : Gkv + Ck};
   attention_term_sizes(z, q, k, v, pb, g, routb, rlse, s);
 
   act_t* dout = dmalloc(no * 2);
@@ -1578,9 +1658,9 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   float* rdq = hzero(nq);
   float* rdkv = fused ? NULL : hzero(nkv);
   float* rdb = hcopy(db0, nt);
-  float *cdq = rdq, *cdk = fused ? rdq + C : rdkv, *cdv = fused ? rdq + 2 * C : rdkv + C;
+  float *cdq = rdq, *cdk = fused ? rdq + C : rdkv, *cdv = fused ? rdq + C + Ck : rdkv + Ck;
   cpu_attention_backward(NULL, cdq, cdk, cdv, buckets ? rdb : NULL, g, routb, rlse, q, k, v, pb, s);
-  act_t *gdq = ddq, *gdk = fused ? ddq + C : ddkv, *gdv = fused ? ddq + 2 * C : ddkv + C;
+  act_t *gdq = ddq, *gdk = fused ? ddq + C : ddkv, *gdv = fused ? ddq + C + Ck : ddkv + Ck;
   Result gq_[2], gkv[2], gb[2];
   for (int rep = 0; rep < 2; rep++) {
     poison(ddq, nq * 2);
@@ -1619,6 +1699,58 @@ static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D
   if (!fused) dfree(dkv_in), dfree(ddkv);
   free(qbuf), free(kvbuf), free(table), free(rout), free(routb), free(rlse), free(g), free(db0), free(rdq), free(rdkv);
   free(rdb), free(Rout), free(Rq), free(Fq), free(Rkv), free(Fkv), free(Rdb), free(Fdb), free(Gout), free(Gq), free(Gkv);
+}
+static void test_attention(const char* name, int B, int Tq, int Tk, int H, int D, int causal, int buckets, int maxd,
+                           int fused, float scale) {
+  test_attention_kv(name, B, Tq, Tk, H, D, causal, buckets, maxd, fused, scale, H);
+}
+
+// The order of a shared key/value head's sum over its query heads (grouped-query attention, 3
+// query heads on one key/value head): increasing head, as kernels/cpu/attention.c adds them. With
+// q = 0 every score is 0 and P is the same for all three heads; the last query row's dO is +BIG,
+// -BIG and +SMALL in column 0 for heads 0, 1, 2 (zero elsewhere), so dv[j][0] = P (BIG - BIG +
+// SMALL) = P SMALL in increasing order, and 0 in any order that adds SMALL before the two BIG
+// parts cancel (BIG / SMALL = 2^27: SMALL vanishes beside BIG in fp32). A bound from the sizes
+// of the terms would take either; this check tells them apart.
+static void test_attention_group_order(int D, int T) {
+  if (!test_wanted("attention")) return;
+  const int H = 3, KV = 1, C = H * D, row = C + 2 * KV * D;
+  const float BIG = 32768.0f, SMALL = 1.0f / 4096.0f;  // both exact in bf16 and fp16
+  AttnShape s = {.B = 1, .Tq = T, .Tk = T, .H = H, .D = D, .q_stride = row, .kv_stride = row,
+                 .scale = 1.0f / sqrtf((float)D), .causal = 1, .KV = KV};
+  const size_t nq = (size_t)T * row, no = (size_t)T * C, nl = (size_t)H * T;
+  float* qbuf = hrand(nq, 1.0f, 0.0f);
+  for (int i = 0; i < T; i++) memset(qbuf + (size_t)i * row, 0, sizeof(float) * C);  // q = 0
+  float* g = hzero(no);
+  const float last[3] = {BIG, -BIG, SMALL};
+  for (int h = 0; h < H; h++) g[(size_t)(T - 1) * C + (size_t)h * D] = last[h];
+  act_t *dbuf = up_act(qbuf, nq), *dg = up_act(g, no);
+  float *rout = hzero(no), *rlse = hzero(nl);
+  cpu_attention_forward(NULL, rout, rlse, qbuf, qbuf + C, qbuf + C + KV * D, (CpuAttnBias){0}, s);
+  round_act(rout, no);
+  act_t* dfo = up_act(rout, no);
+  float* dfl = up_f32(rlse, nl);
+  float* rd = hzero(nq);
+  cpu_attention_backward(NULL, rd, rd + C, rd + C + KV * D, NULL, g, rout, rlse, qbuf, qbuf + C, qbuf + C + KV * D,
+                         (CpuAttnBias){0}, s);
+  act_t* dd = dmalloc(nq * 2);
+  poison(dd, nq * 2);
+  attention_backward(K, dd, dd + C, dd + C + KV * D, NULL, dg, dfo, dfl, dbuf, dbuf + C, dbuf + C + KV * D,
+                     (AttnBias){0}, s);
+  Result r = get_act(dd, nq);
+  float *gv = malloc(sizeof(float) * T * D), *cv = malloc(sizeof(float) * T * D);
+  for (int j = 0; j < T; j++)
+    for (int c = 0; c < D; c++) {
+      gv[(size_t)j * D + c] = r.f[(size_t)j * row + C + KV * D + c];
+      cv[(size_t)j * D + c] = rd[(size_t)j * row + C + KV * D + c];
+    }
+  char label[160];
+  snprintf(label, sizeof label, "attention_backward dv of a shared head sums its query heads in increasing order "
+           "(H=3 KV=1 D=%d T=%d causal)", D, T);
+  check_close(label, gv, cv, (size_t)T * D, 2e-2, 0.0);
+  free_result(&r);
+  free(gv), free(cv), free(qbuf), free(g), free(rout), free(rlse), free(rd);
+  dfree(dbuf), dfree(dg), dfree(dfo), dfree(dfl), dfree(dd);
 }
 
 static void usage(const char* prog) {
@@ -1661,6 +1793,12 @@ int main(int argc, char** argv) {
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 13);
     test_geglu(1024, 2048);
     test_geglu(7, 13);
+    test_swiglu(4096, 14336 / 8);
+    test_swiglu(7, 13);
+    const RopeConfig llama31 = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                .original_context = 8192};
+    test_rope(2 * 8192, 8192, 32 + 8, 128, 48 * 128, llama31);  // Llama 3.1 8B's q and k at T = 8192
+    test_rope(13, 5, 3, 6, 23, llama31);
 
     for (int rms = 0; rms < 2; rms++) {
       test_layernorm(4096, 768, rms);
@@ -1723,6 +1861,10 @@ int main(int argc, char** argv) {
     test_attention("head size 20", 2, 45, 45, 3, 20, 1, 8, 10, 1, 1.0f / sqrtf(20.0f));
     // D > 128: the unfused path (attention_forward_simple / attention_backward_simple)
     test_attention("head size 160", 2, 50, 50, 2, 160, 1, 8, 10, 1, 1.0f / sqrtf(160.0f));
+    // Llama: 3.2 1B's heads (32 of 64, 8 key/value heads) and 3.1 8B's (32 of 128, 8) at T = 1024.
+    test_attention_kv("Llama 3.2 1B", 2, 1024, 1024, 32, 64, 1, 0, 0, 1, 0.125f, 8);
+    test_attention_kv("Llama 3.1 8B", 1, 1024, 1024, 32, 128, 1, 0, 0, 1, 1.0f / sqrtf(128.0f), 8);
+    test_attention_kv("GQA 3:1, odd sizes", 1, 333, 333, 6, 64, 1, 0, 0, 1, 0.125f, 2);
   } else {
     // Elementwise maps: ~10^4-10^5 elements, one odd length and one shorter than a warp.
     test_elementwise(65536 + 13);
@@ -1736,6 +1878,16 @@ int main(int argc, char** argv) {
     test_unary("relu", relu_forward, relu_backward, cpu_relu_forward, cpu_relu_backward, 13);
     test_geglu(64, 384);
     test_geglu(7, 13);
+    test_swiglu(64, 384);
+    test_swiglu(7, 13);
+    // q and k heads of a fused Llama row: head sizes 64 and 128, T not dividing N, the 3.1
+    // scaling (positions up to 300, past where its slowed pairs differ), and odd shapes.
+    const RopeConfig llama31 = {.theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+                                .original_context = 8192};
+    const RopeConfig plain = {.theta = 10000.0f};
+    test_rope(600, 300, 6, 64, 8 * 64, llama31);
+    test_rope(40, 17, 3, 128, 4 * 128, llama31);
+    test_rope(13, 5, 3, 6, 23, plain);
 
     // Rows not a multiple of the 8 warps of a block, C not a multiple of 32 (lanes with fewer
     // channels), C > 1024, and N > 32 rows: more than one chunk of the column sums (reduce.cu);
@@ -1836,6 +1988,18 @@ int main(int argc, char** argv) {
     test_attention("head size 128, bias", 1, 130, 130, 1, 128, 0, 8, 12, 1, 1.0f);
     test_attention("head size 20", 2, 45, 45, 2, 20, 1, 8, 10, 1, 1.0f / sqrtf(20.0f));
     test_attention("head size 160", 2, 33, 33, 2, 160, 1, 8, 10, 1, 1.0f / sqrtf(160.0f));
+    // Grouped-query attention (Llama): one key/value head for all, 3:1 at head size 128, 2:1
+    // over three key tiles (the ordered dQ across the group's heads), a separate k|v buffer
+    // (cross), 3:1 without the causal mask over two batches, and the unfused path (D > 128); T
+    // never a tile multiple. Then the order of a shared head's sum, fused and unfused.
+    test_attention_kv("GQA, one key/value head", 1, 150, 150, 4, 64, 1, 0, 0, 1, 0.125f, 1);
+    test_attention_kv("GQA 3:1, head size 128", 1, 70, 70, 6, 128, 1, 0, 0, 1, 1.0f / sqrtf(128.0f), 2);
+    test_attention_kv("GQA 2:1, three key tiles", 1, 300, 300, 4, 16, 1, 0, 0, 1, 0.25f, 2);
+    test_attention_kv("GQA, cross-attention", 2, 23, 150, 4, 16, 0, 0, 0, 0, 1.0f, 1);
+    test_attention_kv("GQA 3:1, not causal", 2, 77, 77, 3, 64, 0, 0, 0, 1, 0.125f, 1);
+    test_attention_kv("GQA, head size 160", 1, 33, 33, 4, 160, 1, 0, 0, 1, 1.0f / sqrtf(160.0f), 2);
+    test_attention_group_order(64, 150);  // two key tiles of three query tiles each, per query head
+    test_attention_group_order(160, 33);  // the simple path
   }
 
   kernels_shutdown(K);
