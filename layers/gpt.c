@@ -259,40 +259,18 @@ static void stage_backward(Model* m, int l, int s, const act_t* x) {
 #undef P
 #undef G
 
-// A block's forward with its units' schedule points: each stage's unit is unsharded before
-// its first stage and resharded after its last (one unit around all four with --wrap block).
-// The output goes where the schedule keeps block outputs (a host copy follows with --offload
-// activations).
+// A block's forward: its stages around the units' schedule points (model.c). The output goes
+// where the schedule keeps block outputs (a host copy follows with --offload activations).
+static const BlockStages STAGES = {NUM_STAGES, stage_unit, stage_forward, stage_backward};
 static void block_forward(Model* m, int l, const act_t* x) {
-  FSDP* fs = m->fs;
   BlockActs* a = &((GPT*)m->impl)->blocks[l];
-  int split = fs->block_units > 1;
-  a->out = fsdp_act_out(fs, l);
-  for (int s = 0; s < NUM_STAGES; s++) {
-    if (split || s == 0) fsdp_pre_forward(fs, stage_unit(m, l, s));
-    stage_forward(m, l, s, x, a->out);
-    if (split || s == NUM_STAGES - 1) fsdp_post_forward(fs, stage_unit(m, l, s));
-  }
-  fsdp_act_written(fs, l);
+  a->out = fsdp_act_out(m->fs, l);
+  block_stages_forward(m, &STAGES, l, x, a->out);
+  fsdp_act_written(m->fs, l);
 }
 
 static void block_backward(Model* m, int l, const act_t* x) {
-  FSDP* fs = m->fs;
-  int split = fs->block_units > 1;
-  // Activation checkpointing: refill the shared slices with this block's forward (the same
-  // kernels on the same inputs, so the same bits), on parameters gathered for backward. The
-  // block's output is not needed again (its gradient comes from above): it goes to scratch.
-  if (fs->opt.recompute == RECOMPUTE_BLOCK)
-    for (int s = 0; s < NUM_STAGES; s++) {
-      if (split || s == 0) fsdp_pre_recompute(fs, stage_unit(m, l, s));
-      stage_forward(m, l, s, x, ((GPT*)m->impl)->scratch_c);
-      if (split || s == NUM_STAGES - 1) fsdp_post_recompute(fs, stage_unit(m, l, s));
-    }
-  for (int s = NUM_STAGES - 1; s >= 0; s--) {
-    if (split || s == NUM_STAGES - 1) fsdp_pre_backward(fs, stage_unit(m, l, s));
-    stage_backward(m, l, s, x);
-    if (split || s == 0) fsdp_post_backward(fs, stage_unit(m, l, s));
-  }
+  block_stages_backward(m, &STAGES, l, x, ((GPT*)m->impl)->scratch_c);
 }
 
 static const act_t* block_input(Model* m, int l) {

@@ -87,3 +87,31 @@ double model_recompute_flops(const ModelConfig* cfg, int B, int T, int Te, int r
   // lm_head, which is not recomputed.
   return model_flops(cfg, B, T, Te) / 3 - 2.0 * B * T * cfg->C * cfg->Vp;
 }
+
+void block_stages_forward(Model* m, const BlockStages* b, int l, const act_t* x, act_t* out) {
+  FSDP* fs = m->fs;
+  int split = fs->block_units > 1;
+  for (int s = 0; s < b->stages; s++) {
+    if (split || s == 0) fsdp_pre_forward(fs, b->unit(m, l, s));
+    b->forward(m, l, s, x, out);
+    if (split || s == b->stages - 1) fsdp_post_forward(fs, b->unit(m, l, s));
+  }
+}
+
+void block_stages_backward(Model* m, const BlockStages* b, int l, const act_t* x, act_t* scratch) {
+  FSDP* fs = m->fs;
+  int split = fs->block_units > 1;
+  // Activation checkpointing: refill the shared slices with this block's forward (the same
+  // kernels on the same inputs, so the same bits).
+  if (fs->opt.recompute == RECOMPUTE_BLOCK)
+    for (int s = 0; s < b->stages; s++) {
+      if (split || s == 0) fsdp_pre_recompute(fs, b->unit(m, l, s));
+      b->forward(m, l, s, x, scratch);
+      if (split || s == b->stages - 1) fsdp_post_recompute(fs, b->unit(m, l, s));
+    }
+  for (int s = b->stages - 1; s >= 0; s--) {
+    if (split || s == b->stages - 1) fsdp_pre_backward(fs, b->unit(m, l, s));
+    b->backward(m, l, s, x);
+    if (split || s == 0) fsdp_post_backward(fs, b->unit(m, l, s));
+  }
+}

@@ -116,6 +116,22 @@ typedef struct {
   double (*flops)(const ModelConfig* cfg, int B, int T, int Te);
 } ModelFamily;
 extern const ModelFamily gpt_family, t5_family, llama_family;
+
+// A decoder block as a fixed sequence of stages (GPT, Llama), each stage's parameters one unit
+// under --wrap linear, or the whole block one unit: the schedule's points around the stages are
+// written once here (model.c), the stages are the family's.
+typedef struct {
+  int stages;
+  int (*unit)(const Model* m, int l, int s);  // the unit of stage s of block l
+  void (*forward)(Model* m, int l, int s, const act_t* x, act_t* out);
+  void (*backward)(Model* m, int l, int s, const act_t* x);
+} BlockStages;
+// Block l's forward from x into out, each unit unsharded before its first stage and resharded
+// after its last.
+void block_stages_forward(Model* m, const BlockStages* b, int l, const act_t* x, act_t* out);
+// Block l's backward; with --recompute block its forward first, into scratch (the block's output
+// is not needed again), on parameters gathered for backward.
+void block_stages_backward(Model* m, const BlockStages* b, int l, const act_t* x, act_t* scratch);
 // The FLOP counts (layers/config.c).
 double gpt_flops(const ModelConfig* cfg, int B, int T, int Te);
 double llama_flops(const ModelConfig* cfg, int B, int T, int Te);

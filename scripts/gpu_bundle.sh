@@ -27,9 +27,10 @@
 #   torch        PyTorch on one GPU, tuned (scripts/bench_torch.py --tuned), the machine's torch
 #   t5           one t5-base step per kernel group (ncu), beside its prediction
 #   larger       fsdp.c beside llm.c for the next GPT-2 size
+#   llama        fsdp.c's Llama 3.2 1B (--bench: tokens/s and MFU), beside its prediction
 #   report       report.md from what is there (scripts/gpu_bundle_report.py)
 # A step whose tools or binaries are missing records "not available"; one that fails or times
-# out is recorded as such and the next step runs. The last steps (gelu-off to larger) run only
+# out is recorded as such and the next step runs. The last steps (gelu-off to llama) run only
 # while the budget (default 480 s from the start) leaves room for their timeout.
 #
 # OUT gets at most these files, rewritten as each step ends, so a run cut off at any point
@@ -45,7 +46,7 @@
 # nothing. Exit status: 0 when every step that ran passed, 1 otherwise, 2 on usage.
 set -u
 BUNDLE=$(cd "$(dirname "$0")" && pwd)
-STEPS_ALL=machine,kernels,train-check,llmc,profile,profile-llmc,detail,gelu-off,torch,t5,larger,report
+STEPS_ALL=machine,kernels,train-check,llmc,profile,profile-llmc,detail,gelu-off,torch,t5,larger,llama,report
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 OUT="" ONLY="" SKIP="" BUDGET="" DRY=0
 while [ $# -gt 0 ]; do
@@ -378,6 +379,15 @@ torch_tuned() {
     --log "$W/torch/tuned.jsonl"
 }
 
+# llama_bench: train_gpt's --bench of the Llama run (no llm.c counterpart), its JSON beside the
+# bundle's prediction of the same run (predict/)
+llama_bench() {
+  [ "$DRY" = 1 ] || mkdir -p "$W/llama"
+  run ./train_gpt --model "$LLAMA_MODEL" --data data/bench.bin --batch "$LLAMA_BATCH" --seq "$LLAMA_SEQ" \
+    --steps $((BENCH_STEPS + BENCH_WARMUP)) --bench --bench-warmup "$BENCH_WARMUP" --shard full \
+    --bench-json "$W/llama/bench.json" --log "$W/llama/bench.jsonl"
+}
+
 report() {
   run python3 scripts/gpu_bundle_report.py "$W" --out "$W/report.md"
 }
@@ -386,9 +396,11 @@ report() {
 llmc_descriptor() {
   case $1 in gpt2-124m) echo d12 ;; gpt2-350m) echo d24 ;; gpt2-774m) echo d36 ;; gpt2-1.5b) echo d48 ;; *) echo "" ;; esac
 }
-export -f run find_libraries machine find_ncu train_check profile kernels side_by_side torch_tuned report llmc_descriptor
+export -f run find_libraries machine find_ncu train_check profile kernels side_by_side torch_tuned llama_bench report \
+  llmc_descriptor
 export W DRY BUNDLE_COMMIT BUNDLE_DATE BUNDLE_TOOLKIT LLMC_COMMIT TRAIN_CHECK_MODELS PROFILE_STEP DETAIL_KERNELS \
-  KERNEL_TEST_FILTER KERNEL_TEST_ARGS BENCH_MODEL BENCH_SEQ BENCH_ROUNDS BENCH_STEPS BENCH_WARMUP PROFILE_BATCH
+  KERNEL_TEST_FILTER KERNEL_TEST_ARGS BENCH_MODEL BENCH_SEQ BENCH_ROUNDS BENCH_STEPS BENCH_WARMUP PROFILE_BATCH \
+  LLAMA_MODEL LLAMA_BATCH LLAMA_SEQ
 
 # ---- the steps ------------------------------------------------------------------------------
 step machine 60 machine
@@ -403,11 +415,12 @@ step gelu-off "$T_GELU_OFF" side_by_side llmc-gelu-off "$BENCH_MODEL" "$PROFILE_
 step torch "$T_TORCH" torch_tuned
 step t5 "$T_T5" profile fsdp.c "$T5_MODEL" "$T5_BATCH" 0
 step larger "$T_LARGER" side_by_side llmc-larger "$LARGER_MODEL" "$PROFILE_BATCH"
+step llama "$T_LLAMA" llama_bench
 OPTIONAL=0
 step report 60 report
 
 if [ $DRY = 1 ]; then
-  echo "(the budget: ${BUDGET}s; gelu-off, torch, t5 and larger run only while it leaves room for their timeout)"
+  echo "(the budget: ${BUDGET}s; gelu-off, torch, t5, larger and llama run only while it leaves room for their timeout)"
   exit 0
 fi
 pack

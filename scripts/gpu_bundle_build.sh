@@ -72,6 +72,7 @@ predict() {  # predict MODEL BATCH SEQ (0: the model's own lengths)
 for b in $BENCH_BATCHES; do predict "$BENCH_MODEL" "$b" "$BENCH_SEQ"; done
 predict "$LARGER_MODEL" "$PROFILE_BATCH" "$BENCH_SEQ"
 predict "$T5_MODEL" "$T5_BATCH" 0
+predict "$LLAMA_MODEL" "$LLAMA_BATCH" "$LLAMA_SEQ"
 
 # llm.c, built with the project's patches (single GPU, no MPI), plain and with cuDNN when cuDNN
 # and cudnn-frontend's headers are here

@@ -18,7 +18,8 @@ folder), results.tgz itself, or the work folder. The report (--out, else printed
     attention kernels' TFLOPS per launch;
   - ncu's detail of one attention forward and backward launch (throughputs, occupancy, the
     warp stall reasons);
-  - the optional steps: PyTorch tuned on one GPU, t5-base per group, the next GPT-2 size.
+  - the optional steps: PyTorch tuned on one GPU, t5-base per group, the next GPT-2 size, Llama 3.2
+    1B's tokens/s and MFU beside its prediction.
 --write-readme replaces the GPU block of README.md's results section (between "<!-- gpu results
 -->" and "<!-- end of gpu results -->"; scripts/results_section.py writes the same block), and
 --write-performance the block between "<!-- gpu groups -->" and "<!-- end of gpu groups -->" of
@@ -86,7 +87,7 @@ def run_meta(d):
     conf = os.path.join(d, "bundle.conf")
     if os.path.exists(conf):
         for line in open(conf):
-            m = re.match(r"^(BENCH_MODEL|PROFILE_BATCH|BENCH_SEQ|T5_MODEL|T5_BATCH)=['\"]?([^'\"\n]*)", line)
+            m = re.match(r"^(BENCH_MODEL|PROFILE_BATCH|BENCH_SEQ|T5_MODEL|T5_BATCH|LLAMA_MODEL)=['\"]?([^'\"\n]*)", line)
             if m:
                 meta[m.group(1).lower()] = m.group(2)
     return meta
@@ -257,6 +258,29 @@ def detail_section(d):
     return out
 
 
+def llama_section(d, meta, run):
+    """The llama step: train_gpt's --bench JSON beside the bundle's prediction of the same run."""
+    model = meta.get("llama_model") or run["model"]  # as the bundle spelled it (its predictions' names)
+    slug = re.sub(r"[^A-Za-z0-9.-]", "_", "fsdp.c-%s-B%d" % (model, run["batch"]))
+    pdir, gname = predictions_dir(d, meta.get("gpu"))
+    txt = os.path.join(pdir, slug + ".txt") if pdir else None
+    pred_ms = predicted_step_ms(txt) if txt else None
+    pred = open(txt).read() if pred_ms else ""
+    m = re.search(r"\| MFU \(dense bf16 peak\)\s*\|\s*([0-9.]+)%", pred)
+    L = ["## Llama", "", "| model | B x T | | step ms | tokens/s | MFU |", "|---|---|---|---|---|---|",
+         "| %s | %dx%d | measured (median of %d) | %s | %.0f | %s |" % (
+             model, run["batch"], run["seq"], run["steps"], ms(run["step_ms_median"]),
+             run["tokens_per_s_per_rank"], "-" if run.get("mfu") is None else "%.1f%%" % (100 * run["mfu"]))]
+    if pred_ms:
+        L.append("| %s | %dx%d | predicted (%s) | %s | %.0f | %s |" % (
+            model, run["batch"], run["seq"], gname, ms(pred_ms), run["batch"] * run["seq"] / (pred_ms / 1e3),
+            "%s%%" % m.group(1) if m else "-"))
+        L += ["", "Measured / predicted step time: %.2f." % (run["step_ms_median"] / pred_ms)]
+    else:
+        L += ["", "No prediction for this GPU in the bundle."]
+    return L
+
+
 def side_by_side_section(res, title):
     L = [title, "", "| model | B x T | trainer | median ms | tokens/s | TFLOPS | MFU | fsdp.c / this |",
          "|---|---|---|---|---|---|---|---|"]
@@ -349,6 +373,9 @@ def report(d):
     larger, _ = load_side_by_side(d, "llmc-larger")
     if larger:
         L += [""] + side_by_side_section(larger, "## The next size")
+    llama = load_json(os.path.join(d, "llama", "bench.json"))
+    if llama:
+        L += [""] + llama_section(d, meta, llama)
     if groups:
         with open(os.path.join(d, "profile", "groups.json"), "w") as f:
             json.dump(groups, f, indent=1)

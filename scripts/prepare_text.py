@@ -17,7 +17,8 @@ sentencepiece: the SentencePiece model given by --sp-model (e.g. T5's spiece.mod
 llama3: Llama 3's tokenizer from --tokenizer-file, its tokenizer.json or Meta's tokenizer.model
       (vocab 128256; scripts/llama3_tokenizer.py); the text starts with <|begin_of_text|>;
       needs tiktoken, and nothing is downloaded. Its shards are llm.c's Llama 3 format
-      (magic 20240801, version 7, uint32 tokens).
+      (magic 20240801, version 7, uint32 tokens). A tokenizer.json given is copied beside
+      them, so an --export of the trained model carries it.
 
 The last --val-fraction of the tokens becomes the validation split (so the training split
 is one contiguous stretch from the start of the text). Writes OUTDIR/train_000.bin ... and
@@ -33,6 +34,7 @@ Plain python3 only (struct/array), no numpy needed.
 import argparse
 import os
 import re
+import shutil
 import sys
 from array import array
 
@@ -76,6 +78,14 @@ def tokenize(data, tokenizer, sp_model=None, vocab_size=None, outdir=None, token
             tok = Llama3Tokenizer(tokenizer_file)
         except TokenizerError as e:
             die(str(e))
+        if tokenizer_file.endswith(".json"):  # beside the shards, so --export carries it for transformers
+            os.makedirs(outdir, exist_ok=True)
+            dst = os.path.join(outdir, "tokenizer.json")
+            if not (os.path.exists(dst) and os.path.samefile(dst, tokenizer_file)):
+                tmp = f"{dst}.tmp.{os.getpid()}"
+                shutil.copyfile(tokenizer_file, tmp)
+                os.replace(tmp, dst)
+                print(f"wrote {dst}: a copy of {tokenizer_file}")
         return array("I", tok.encode(text)), tok.vocab, tok.pieces, tok.eot
     if tokenizer == "sentencepiece":
         if not sp_model:
@@ -231,7 +241,8 @@ def main():
         print(f"wrote {os.path.join(args.outdir, 'tokenizer.bin')}: decode table of {len(table)} tokens")
     # An earlier run's tokenizer files would decode these shards wrongly (the trainer's samples,
     # generate_cpu and --export read what is beside the shards).
-    for name, ours in (("tokenizer.bin", table is not None), ("tokenizer.json", args.tokenizer == "bpe"),
+    for name, ours in (("tokenizer.bin", table is not None), ("tokenizer.json", args.tokenizer == "bpe" or
+                       (args.tokenizer == "llama3" and args.tokenizer_file.endswith(".json"))),
                        ("tokenizer_config.json", args.tokenizer == "bpe")):
         path = os.path.join(args.outdir, name)
         if args.tokenizer_file and os.path.exists(path) and os.path.samefile(path, args.tokenizer_file):

@@ -36,7 +36,8 @@ if want built; then
            scripts/results_section.py scripts/bench_torch.py scripts/compare_losses.py \
            ref/GPT.cpu.jsonl ref/T5.cpu.jsonl ref/T5V11.cpu.jsonl ref/LLAMA.cpu.jsonl ref/GPT.args \
            predict/h100-sxm/fsdp.c-gpt2-124m-B8.trace.json predict/h200/fsdp.c-gpt2-124m-B32.txt \
-           predict/h100-sxm/fsdp.c-t5-base-B8.trace.json predict/h200/fsdp.c-gpt2-350m-B8.trace.json; do
+           predict/h100-sxm/fsdp.c-t5-base-B8.trace.json predict/h200/fsdp.c-gpt2-350m-B8.trace.json \
+           predict/h100-sxm/fsdp.c-llama3.2-1b-B4.txt; do
     [ -e "$B/$f" ] || missing+=" $f"
   done
   [ -z "$missing" ] && ok "built: the bundle holds every file the run script reads" || bad "built: missing:$missing"
@@ -60,14 +61,15 @@ if want dry-run; then
   rc=$?
   check "dry-run: exits 0 and creates nothing" bash -c "test $rc = 0 && ! test -e '$TMP/dry'"
   check "dry-run: every step, in order" diff <(grep -o '^step [a-z0-9-]*' "$TMP/dry.txt") \
-    <(printf 'step %s\n' machine kernels train-check llmc profile profile-llmc detail gelu-off torch t5 larger report)
-  check "dry-run: the commands: the kernel test, train-check, fsdp.c at B=8 and 32 and without the GELU epilogue, ncu on step 4 and on attention" bash -c "
+    <(printf 'step %s\n' machine kernels train-check llmc profile profile-llmc detail gelu-off torch t5 larger llama report)
+  check "dry-run: the commands: the kernel test, train-check, fsdp.c at B=8 and 32 and without the GELU epilogue, ncu on step 4 and on attention, Llama 3.2 1B at 4x2048" bash -c "
     grep -q 'bin/test_kernels_gpu --profile full' '$TMP/dry.txt' &&
     test \$(grep -c './train_gpt --model gpt:L=2.*--steps 10' '$TMP/dry.txt') = 1 &&
     test \$(grep -cE './train_gpt --model gpt2-124m .*--batch (8|32) --seq 1024 --steps 10 --bench' '$TMP/dry.txt') = 3 &&
     grep -qE './train_gpt --model gpt2-124m .*--batch 8 .*--gelu-epilogue off' '$TMP/dry.txt' &&
     grep -q 'ncu --nvtx --nvtx-include step..4/ .* --model gpt2-124m --batch 8' '$TMP/dry.txt' &&
-    grep -q 'regex:attn_bwd --launch-count 1' '$TMP/dry.txt'"
+    grep -q 'regex:attn_bwd --launch-count 1' '$TMP/dry.txt' &&
+    grep -qE './train_gpt --model llama3.2-1b --data data/bench.bin --batch 4 --seq 2048 --steps 13 --bench' '$TMP/dry.txt'"
   expect "dry-run: an unknown step is refused" 2 "unknown step 'bogus'" bash "$B/run.sh" --only bogus "$TMP/x"
   expect "dry-run: no output folder is refused" 2 "needs the output folder" bash "$B/run.sh"
 fi
@@ -80,7 +82,7 @@ if want sim; then
   bash "$S/run.sh" "$O" > "$TMP/sim.txt" 2>&1
   rc=$?
   want_st="machine=not available kernels=ok train-check=ok llmc=ok profile=not available profile-llmc=not available"
-  want_st+=" detail=not available gelu-off=ok torch=not available t5=not available larger=ok report=ok"
+  want_st+=" detail=not available gelu-off=ok torch=not available t5=not available larger=ok llama=ok report=ok"
   got=$(statuses "$O/steps.tsv")
   [ "$got" = "$want_st" ] && ok "sim: every step's status (no nvidia-smi, ncu, llm.c or CUDA torch here)" ||
     bad "sim: statuses '$got'"
@@ -138,6 +140,10 @@ if want report && [ -d "$TMP/sim/out.work" ]; then
     grep -qE '^\| matmuls \(cuBLASLt\) and bias gradients \| [0-9.]+ \| 1\.500 \|' '$TMP/gpu-report.md' &&
     grep -qE '^\| every kernel \| [0-9.]+ \| 2\.200 \|' '$TMP/gpu-report.md' &&
     grep -qE '^\| gaps between kernels \(step less its kernels\) \| [0-9.-]+ \| [0-9.]+ \|' '$TMP/gpu-report.md'"
+  check "report: the Llama run measured and beside its H100 prediction, with the ratio" bash -c "
+    grep -qE '^\| llama:L=2,C=64,H=4,KV=2,F=96,V=512,T=32 \| 2x32 \| measured \(median of [0-9]+\) \| [0-9.]+ \| [0-9]+ \| ' '$TMP/gpu-report.md' &&
+    grep -qE '^\| llama:L=2,C=64,H=4,KV=2,F=96,V=512,T=32 \| 2x32 \| predicted \(h100-sxm\) \| [0-9.]+ \| [0-9]+ \| [0-9.]+% \|' '$TMP/gpu-report.md' &&
+    grep -qE '^Measured / predicted step time: [0-9.]+\.' '$TMP/gpu-report.md'"
   check "report: the attention kernels' TFLOPS per launch at this shape" \
     grep -qE '^- attention forward: 2 launches per step, median 100\.0 us, [0-9.]+ TFLOPS' "$TMP/gpu-report.md"
   cp README.md "$TMP/README.md"

@@ -439,6 +439,11 @@ def llama3_tokenizer(tmp, text, env, check):
             check(f"prepare_text.py llama3 from {name}: tokenizer.bin of {n + NUM_SPECIAL} tokens decodes the ids to "
                   f"the text (end of text {n + 1})", len(table) == n + NUM_SPECIAL and eot == n + 1 and
                   b"".join(table[i] for i in ids).decode("utf-8") == text)
+    copied = os.path.join(tmp, "llama3_tokenizer_json", "tokenizer.json")
+    check("prepare_text.py llama3: the tokenizer.json given is copied beside the shards (so --export carries it); "
+          "from tokenizer.model none is written",
+          os.path.exists(copied) and open(copied, "rb").read() == open(json_file, "rb").read() and
+          not os.path.exists(os.path.join(tmp, "llama3_tokenizer_model", "tokenizer.json")))
     check("prepare_text.py llama3: tokenizer.model and tokenizer.json give the same shards",
           shards["tokenizer.model"] == shards["tokenizer.json"] and len(shards["tokenizer.model"]) > 100)
     # scripts/generate.py on a Llama directory holding its tokenizer.json, without --tokenizer:
