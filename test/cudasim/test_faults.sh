@@ -159,14 +159,14 @@ fault ds-barrier attention 's/    __syncthreads\(\);  \/\/ dS\^T \(and the diago
   '^cudasim: (racecheck|initcheck):' 'attn_bwd_kernel' "$THREAD"
 # The backward's ordered dq sum: a warp waiting for one adder more than precede it, or a CTA
 # that never counts its turn, would hang a GPU; the simulator reports the wait.
-fault dq-order-count attention 's/dq_turn_wait\(a\.dq_flag \+ PQ\(\) \+ it, seen, j\)/dq_turn_wait(a.dq_flag + PQ() + it, seen, j + 1)/' attention64 \
+fault dq-order-count attention 's/dq_turn_wait\(a\.dq_flag \+ PQ\(gq\) \+ it, seen, j\)/dq_turn_wait(a.dq_flag + PQ(gq) + it, seen, j + 1)/' attention64 \
   '^cudasim: divergence: deadlock' 'attn_bwd_kernel' "$THREAD" 'waits for its flag to reach 2, but it holds 1'
-fault dq-order-release attention 's/    if \(step > 0 && threadIdx\.x == 0 && J\(\) < jmax_of\(it \+ 1\)\) dq_turn_done\(a\.dq_flag \+ PQ\(\) \+ it \+ 1\);\n//' attention128 \
+fault dq-order-release attention 's/      if \(J\(\) < jmax_of\(itp\)\) dq_turn_done\(a\.dq_flag \+ PQ\(gp\) \+ itp\);\n//' attention128 \
   '^cudasim: divergence: deadlock' 'attn_bwd_kernel' "$THREAD" 'waits for its flag to reach 1, but it holds 0'
 # ... a CTA that adds without waiting for its turn reads partial sums another block wrote, with
 # nothing ordering that write before its read (the blocks' happens-before: racecheck; the flag's
 # early acquire load may have run before the release it needed).
-fault dq-missing-wait attention 's/    if \(ncg > 0 && !first\) dq_turn_wait\(a\.dq_flag \+ PQ\(\) \+ it, seen, j\);\n//' attention64 \
+fault dq-missing-wait attention 's/    if \(ncg > 0 && !first\) dq_turn_wait\(a\.dq_flag \+ PQ\(gq\) \+ it, seen, j\);\n//' attention64 \
   '^cudasim: racecheck: between blocks' 'attn_bwd_kernel' "$THREAD" 'no acquire of a release'
 # ... tickets handed out in the wrong order (key tiles in decreasing order, while the sum adds
 # them in increasing order): the first CTA waits for one that has not started (a deadlock on a
@@ -175,7 +175,7 @@ fault dq-ticket-order attention 's/work\[0\] = n \/ P,/work[0] = nk - 1 - n \/ P
   '^cudasim: divergence: deadlock' 'attn_bwd_kernel' "$THREAD" 'waits for its flag to reach 1, but it holds 0'
 # ... the turn counted before the barrier that follows every warp's adds: the release then
 # covers only the releasing thread's warp, and a later CTA reads the other warps' sums unordered.
-fault dq-release-early attention 's/    if \(step > 0 && threadIdx\.x == 0 && J\(\) < jmax_of\(it \+ 1\)\) dq_turn_done\(a\.dq_flag \+ PQ\(\) \+ it \+ 1\);\n(.*?)\n      \}\n    \}\n  \}\n  cp_async_wait<0>\(\);\n/$1\n      }\n    }\n    if (threadIdx.x == 0 \&\& J() < jmax_of(it)) dq_turn_done(a.dq_flag + PQ() + it);\n  }\n  cp_async_wait<0>();\n/s' attention64 \
+fault dq-release-early attention 's/    if \(step > 0 && threadIdx\.x == 0\) \{  \/\/ the previous step.s turn[^\n]*\n[^\n]*\n[^\n]*\n    \}\n(.*?)\n      \}\n    \}\n  \}\n  cp_async_wait<0>\(\);\n/$1\n      }\n    }\n    if (threadIdx.x == 0 \&\& J() < jmax_of(it)) dq_turn_done(a.dq_flag + PQ(gq) + it);\n  }\n  cp_async_wait<0>();\n/s' attention64 \
   '^cudasim: racecheck: between blocks' 'attn_bwd_kernel' "$THREAD" 'no acquire of a release'
 
 check_faults
