@@ -38,6 +38,8 @@ part work "never losing work: checkpoints owned by their run, outputs against in
 part sim-fp16 "the fp16 CUDA trainer and its loss scaler on the simulator" "$CPU $SIM $SIM16" bash test/cudasim/test_fp16.sh
 part multirank "FSDP over MPI: W ranks equal one rank with accumulation, every strategy, GPT, T5 and Llama" \
   "$CPU build/test/test_fsdp" bash test/test_multirank.sh
+part gpu-bundle "the GPU bundle built, its run script end to end on the simulator, planted failures, its report" \
+  "gpu-bundle gpu-bundle-sim" bash test/test_gpu_bundle.sh
 part sim-faults "every simulator checker proven by a planted fault in a kernel" "$SIM" bash test/cudasim/test_faults.sh build/sim
 part bench-scripts "the benchmark scripts and their reports" "$CPU predict_gpt" bash test/test_bench_scripts.sh
 part sim-kernels-fp16 "the same for the fp16 build, and the fp16 bounds failing the bf16 kernels" \
@@ -75,8 +77,6 @@ part kernels "the CPU kernels against finite differences" "build/test/test_kerne
 part timeline "the timeline backend's models against hand-drawn timelines" "build/predict/test_timeline" build/predict/test_timeline
 part table "predict/README.md's seed table is current" "predict_gpt" bash test/predict/test_table.sh
 part plan-table "docs/performance.md's plan table is current" "$CPU predict_gpt" bash test/test_plan_table.sh
-part gpu-bundle "the GPU bundle built, its run script end to end on the simulator, planted failures, its report" \
-  "gpu-bundle gpu-bundle-sim" bash test/test_gpu_bundle.sh
 part build "the build's MPI stamp" "" bash test/test_build.sh
 part includes "dependencies point down: infra/ and kernels/ include nothing from fsdp/, layers/ or train/, fsdp/ nothing from layers/ or train/" \
   "" bash test/test_includes.sh
